@@ -1,0 +1,16 @@
+"""gputok: exact byte-level BPE tokenization in bulk (tiktoken / HF compatible).
+
+>>> import gputok
+>>> enc = gputok.get_encoding("cl100k_base")
+>>> enc.decode(enc.encode("hello world"))
+'hello world'
+"""
+
+# public API
+from .encoding import Encoding, StreamDecoder
+from .registry import get_encoding, list_encoding_names, load
+
+__version__ = "0.1.0"
+
+__all__ = ["Encoding", "StreamDecoder", "get_encoding", "list_encoding_names", "load",
+           "__version__"]

@@ -1,0 +1,116 @@
+"""Exports that other libraries load: HF ``tokenizer.json`` and tiktoken's ``.tiktoken``.
+
+* ``save_tiktoken(enc, path)``: the ranks file plus a ``<path>.json`` sidecar with the pattern and
+  special tokens (tiktoken itself needs them passed to ``tiktoken.Encoding``; ``gputok.load``
+  reads the sidecar).
+* ``save_hf_json(enc, path)``: a byte-level BPE ``tokenizer.json``. For a tiktoken-rule encoding
+  (ids are ranks), the tiktoken rule is expressed in HF terms: every token's splits into two
+  tokens become merges, ordered by the token's rank (so merge priority follows rank), and
+  ``ignore_merges`` gives tiktoken's "a piece that is a token is emitted whole". The regex is
+  written for Oniguruma, HF's engine, where ``$`` means end of *line*: it becomes ``\\z``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cpu_ref.hf import BYTE_TO_UNICODE
+
+from .encoding import Encoding
+from .loaders.tiktoken_file import sidecar_path, write_ranks
+
+
+def _to_unicode(b: bytes) -> str:
+    return "".join(BYTE_TO_UNICODE[x] for x in b)
+
+
+def _onig_pattern(pat: str) -> str:
+    out, i, in_class = [], 0, False
+    while i < len(pat):
+        c = pat[i]
+        if c == "\\":
+            out.append(pat[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "$":
+            c = r"\z"
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def mergeable_ranks(enc: Encoding) -> dict[bytes, int]:
+    """The non-special tokens as ``{bytes: id}`` (for tiktoken-rule encodings, ids are ranks)."""
+    return enc._token_ids_by_bytes
+
+
+def save_tiktoken(enc: Encoding, path: "str | Path") -> Path:
+    if enc.pat_str is None:
+        raise ValueError(f"{enc.name}: its pre-tokenizer is not a single regex; it cannot be "
+                         "expressed as a .tiktoken file")
+    path = Path(path)
+    write_ranks(path, mergeable_ranks(enc))
+    sidecar_path(path).write_text(json.dumps(
+        {"name": enc.name, "pat_str": enc.pat_str, "special_tokens": enc._special_tokens},
+        indent=1, ensure_ascii=False), "utf-8")
+    return path
+
+
+def _tiktoken_rule_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    merges = []
+    for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        for k in range(1, len(tok)):
+            a, b = tok[:k], tok[k:]
+            if a in ranks and b in ranks:
+                merges.append((a, b))
+    return merges
+
+
+def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
+    if enc.pat_str is None:
+        raise ValueError(f"{enc.name}: only single-regex pre-tokenizers can be exported")
+    ranks = mergeable_ranks(enc)
+    if enc._mergeable_ranks is not None:
+        merges = _tiktoken_rule_merges(ranks)
+        ignore_merges = True
+    else:  # an HF-rule encoding: its merge table, in priority order
+        table = enc.merge_table
+        dec = enc._decoder
+        order = sorted(table.pairs.items(), key=lambda kv: kv[1][0])
+        merges = [(dec[k >> 32], dec[k & 0xFFFFFFFF]) for k, _ in order]
+        ignore_merges = table.whole is not None
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for s, i in sorted(
+                  enc._special_tokens.items(), key=lambda kv: kv[1])]
+    added += [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+               "normalized": False, "special": False} for s, i in enc._plain_added.items()]
+    doc = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": _onig_pattern(enc.pat_str)},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+            "ignore_merges": ignore_merges,
+            "vocab": {_to_unicode(b): i for b, i in sorted(ranks.items(), key=lambda kv: kv[1])},
+            "merges": [[_to_unicode(a), _to_unicode(b)] for a, b in merges],
+        },
+    }
+    path = Path(path)
+    path.write_text(json.dumps(doc, ensure_ascii=False), "utf-8")
+    return path

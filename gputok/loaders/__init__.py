@@ -1,0 +1,1 @@
+"""One module per vocabulary file format; ``load`` dispatches on the file's content."""

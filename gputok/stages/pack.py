@@ -1,0 +1,141 @@
+"""Pack: any supported batch of texts -> documents the pipeline can read.
+
+Accepted inputs: ``list``/sequence of ``str``; of ``bytes`` (UTF-8); a pyarrow ``StringArray`` /
+``LargeStringArray`` / ``BinaryArray`` or ``ChunkedArray`` of those; a single ``bytes`` blob with
+explicit offsets is what ``Documents.packed()`` returns for GPU backends.
+
+Arrow arrays are read through their buffers (offsets + data) with numpy: no per-item Python
+objects are made to pack them. CPU pre-tokenization then decodes one document at a time.
+
+Invalid UTF-8 in bytes input: ``errors="strict"`` (the default) raises ``ValueError`` naming the
+document and byte offset; ``errors="replace"`` decodes invalid sequences to U+FFFD (as Python's
+codec and HF ``tokenizers`` do); ids are then those of the replaced text. Lone surrogates in str
+input are handled exactly as tiktoken does (see ``cpu_ref.specials.fix_surrogates``).
+Null entries of an Arrow array are refused (they are not empty documents).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from cpu_ref.specials import fix_surrogates
+
+
+class Documents:
+    """A batch of documents with a uniform view: iterate as str, or get packed UTF-8 bytes."""
+
+    def __init__(self, texts, errors: str = "strict"):
+        if errors not in ("strict", "replace"):
+            raise ValueError("errors must be 'strict' or 'replace'")
+        self.errors = errors
+        self._strs: "Sequence[str] | None" = None
+        self._buf: "bytes | None" = None
+        self._offsets: "np.ndarray | None" = None
+        self._bytes_list: "Sequence[bytes] | None" = None
+        if _is_arrow(texts):
+            self._buf, self._offsets = _arrow_buffers(texts)
+        elif isinstance(texts, (str, bytes)):
+            raise TypeError("expected a batch (list of str/bytes or a pyarrow array), got a single "
+                            f"{type(texts).__name__}; wrap it in a list")
+        else:
+            texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+            if all(isinstance(t, str) for t in texts):
+                self._strs = texts
+            elif all(isinstance(t, (bytes, bytearray, memoryview)) for t in texts):
+                self._bytes_list = [bytes(t) for t in texts]
+            else:
+                bad = next(i for i, t in enumerate(texts) if not isinstance(t, (str, bytes)))
+                raise TypeError(f"document {bad} is a {type(texts[bad]).__name__}; "
+                                "expected str or bytes (all of one kind)")
+
+    def __len__(self) -> int:
+        if self._strs is not None:
+            return len(self._strs)
+        if self._bytes_list is not None:
+            return len(self._bytes_list)
+        return len(self._offsets) - 1
+
+    def _decode(self, raw: bytes, index: int, base: int = 0) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if self.errors == "replace":
+                return raw.decode("utf-8", "replace")
+            raise ValueError(
+                f"document {index} is not valid UTF-8 (byte offset {e.start - base if base else e.start}: "
+                f"{e.reason}); pass errors='replace' to decode invalid bytes as U+FFFD") from None
+
+    def iter_str(self) -> Iterator[str]:
+        """Documents as valid Python str (surrogates already repaired the tiktoken way)."""
+        if self._strs is not None:
+            for t in self._strs:
+                yield fix_surrogates(t)
+        elif self._bytes_list is not None:
+            for i, b in enumerate(self._bytes_list):
+                yield self._decode(b, i)
+        else:
+            buf, off = self._buf, self._offsets.tolist()
+            for i in range(len(off) - 1):
+                yield self._decode(buf[off[i]:off[i + 1]], i)
+
+    def packed(self) -> tuple[bytes, np.ndarray]:
+        """(UTF-8 buffer, int64 offsets of len n+1), validated per ``errors``."""
+        if self._buf is not None and self.errors == "strict":
+            self._validate_buffer()
+            return self._buf, self._offsets
+        if self._bytes_list is not None and self.errors == "strict":
+            for i, b in enumerate(self._bytes_list):
+                self._decode(b, i)
+            parts = self._bytes_list
+        else:
+            parts = [s.encode("utf-8") for s in self.iter_str()]
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return b"".join(parts), offsets
+
+    def _validate_buffer(self) -> None:
+        try:
+            self._buf.decode("utf-8")
+        except UnicodeDecodeError:
+            # find the offending document for the message
+            for i, _ in enumerate(self.iter_str()):
+                pass
+
+
+def _is_arrow(obj) -> bool:
+    mod = type(obj).__module__
+    return mod.startswith("pyarrow")
+
+
+def _arrow_buffers(arr) -> tuple[bytes, np.ndarray]:
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.null_count:
+        first = arr.is_null().index(True).as_py() if hasattr(arr.is_null(), "index") else "?"
+        raise ValueError(f"the arrow array has {arr.null_count} null entries (first at {first}); "
+                         "fill them (e.g. with '') before encoding")
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        odt = np.int32
+    elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        odt = np.int64
+    elif hasattr(pa.types, "is_string_view") and (pa.types.is_string_view(t)):
+        return _arrow_buffers(arr.cast(pa.large_string()))
+    else:
+        raise TypeError(f"expected a pyarrow string or binary array, got {t}")
+    _validity, off_buf, data_buf = arr.buffers()[:3]
+    offsets = np.frombuffer(off_buf, dtype=odt, count=len(arr) + 1 + arr.offset)[arr.offset:]
+    offsets = offsets.astype(np.int64)
+    data = data_buf.to_pybytes() if data_buf is not None else b""
+    base = int(offsets[0])
+    if base:
+        data = data[base:int(offsets[-1])]
+        offsets = offsets - base
+    else:
+        data = data[:int(offsets[-1])]
+    return data, offsets

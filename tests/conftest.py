@@ -1,0 +1,86 @@
+"""Shared fixtures: oracle tokenizers built offline from pinned files, real corpora, backends.
+
+Test data comes from ``tests/testdata.py`` (pinned registry packages, sha256-checked, cached under
+``$GPUTOK_TEST_DATA``). The oracles are the real libraries: tiktoken ``Encoding`` objects built
+from the same rank files with the patterns and special tokens that tiktoken's own
+``tiktoken_ext.openai_public`` declares (its download function is redirected to the local file),
+and HF ``tokenizers`` loading tokenizer.json directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import testdata  # noqa: E402
+
+NAMED = ["r50k_base", "p50k_base", "cl100k_base", "o200k_base"]
+EXTRA_NAMED = ["gpt2", "p50k_edit", "o200k_harmony"]
+HF_FILES = {"qwen2": "qwen2_tokenizer_json", "llama3": "llama3_tokenizer_json"}
+CORPUS_KINDS = list(testdata.KINDS)
+
+
+def fuzz_examples(default: int = 200) -> int:
+    return int(os.environ.get("GPUTOK_FUZZ_EXAMPLES", default))
+
+
+@functools.lru_cache(maxsize=None)
+def tiktoken_oracle(name: str):
+    """A real ``tiktoken.Encoding`` for ``name``, built with no network access."""
+    import tiktoken
+    from tiktoken import load as tk_load
+    from tiktoken_ext import openai_public
+
+    files = {"r50k_base": "r50k_base", "p50k_base": "r50k_base", "cl100k_base": "cl100k_base",
+             "o200k_base": "o200k_base"}
+
+    def local_ranks(url, expected_hash=None):
+        stem = url.rsplit("/", 1)[-1].split(".")[0]
+        ranks = tk_load.load_tiktoken_bpe(str(testdata.vocab_path(files.get(stem, stem))))
+        if stem == "p50k_base":  # p50k = r50k + runs of 2..25 spaces
+            ranks = dict(ranks)
+            ranks.update({b" " * n: 50255 + n for n in range(2, 26)})
+        return ranks
+
+    def local_data_gym(*_a, **_k):
+        return local_ranks("r50k_base.tiktoken")
+
+    orig = openai_public.load_tiktoken_bpe, openai_public.data_gym_to_mergeable_bpe_ranks
+    openai_public.load_tiktoken_bpe = local_ranks
+    openai_public.data_gym_to_mergeable_bpe_ranks = local_data_gym
+    try:
+        spec = openai_public.ENCODING_CONSTRUCTORS[name]()
+    finally:
+        openai_public.load_tiktoken_bpe, openai_public.data_gym_to_mergeable_bpe_ranks = orig
+    return tiktoken.Encoding(**spec)
+
+
+@functools.lru_cache(maxsize=None)
+def hf_oracle(key: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(testdata.vocab_path(HF_FILES[key])))
+
+
+@functools.lru_cache(maxsize=None)
+def hf_encoding(key: str):
+    import gputok
+
+    return gputok.load(testdata.vocab_path(HF_FILES[key]))
+
+
+@pytest.fixture(scope="session")
+def corpora() -> dict[str, list[str]]:
+    return testdata.all_corpora()
+
+
+@pytest.fixture(scope="session")
+def cl100k():
+    import gputok
+
+    return gputok.get_encoding("cl100k_base")

@@ -1,0 +1,133 @@
+"""The chain of trust: cpu_ref vs the oracles, and every fast merge path vs cpu_ref.
+
+    cpu_ref (literal rules) == tiktoken / HF tokenizers        (the spec is right)
+    merge_small / merge_long / merge_rounds == cpu_ref.bpe     (the table-driven paths are right)
+    gputok numpy backend == cpu_ref                            (the pipeline is right)
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import gputok
+from conftest import HF_FILES, NAMED, hf_encoding, hf_oracle, testdata, tiktoken_oracle
+from cpu_ref import bpe, hf as hf_ref, patterns
+from cpu_ref.decode import StreamDecoder
+from cpu_ref.encoding import RefEncoding
+from gputok.stages.merge import MergeTable, merge_long, merge_rounds, merge_small
+
+TRAPS = ["aaa", "\t" * 32, " " * 100, "a" * 3000, "", "hello world", "don't", "ab" * 700,
+         "\u00e9" * 50, "😀😀😀", "=== ---- ____", "0123456789" * 5]
+
+
+def ref_encoding(name: str) -> RefEncoding:
+    tk = tiktoken_oracle(name)
+    return RefEncoding(name, pat_str=tk._pat_str, mergeable_ranks=tk._mergeable_ranks,
+                       special_tokens=tk._special_tokens)
+
+
+def _sample_docs(corpora, per_kind=6, max_chars=4000):
+    return [d[:max_chars] for kind in corpora for d in corpora[kind][:per_kind]]
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_cpu_ref_vs_tiktoken(name, corpora):
+    ref, tk = ref_encoding(name), tiktoken_oracle(name)
+    docs = _sample_docs(corpora) + TRAPS
+    bad = [i for i, d in enumerate(docs) if ref.encode_ordinary(d) != tk.encode_ordinary(d)]
+    assert not bad
+    s = "x<|endoftext|>y"
+    assert ref.encode(s, allowed_special="all") == tk.encode(s, allowed_special="all")
+    with pytest.raises(ValueError):
+        ref.encode(s)
+    assert ref.encode("\ud800\ud83d\ude00") == tk.encode("\ud800\ud83d\ude00")
+
+
+@pytest.mark.parametrize("key", list(HF_FILES))
+def test_cpu_ref_hf_vs_tokenizers(key, corpora):
+    ref = hf_ref.RefHF(testdata.vocab_path(HF_FILES[key]))
+    hf = hf_oracle(key)
+    docs = _sample_docs(corpora, per_kind=4, max_chars=2000) + TRAPS
+    bad = [i for i, d in enumerate(docs)
+           if ref.encode(d, allowed_special="all") != hf.encode(d, add_special_tokens=False).ids]
+    assert not bad
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_numpy_backend_vs_cpu_ref(name, corpora):
+    ref, enc = ref_encoding(name), gputok.get_encoding(name)
+    docs = _sample_docs(corpora, per_kind=3) + TRAPS
+    ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend="numpy")
+    for i, d in enumerate(docs):
+        assert ids[off[i]:off[i + 1]].tolist() == ref.encode_ordinary(d), i
+
+
+# ---- table-driven merging == the literal rules -------------------------------------------------
+
+def _pieces(corpora, pat, n=3000):
+    rng = random.Random(1)
+    pieces = {p.encode() for d in _sample_docs(corpora, 4) for p in patterns.split(pat, d)}
+    pieces = sorted(pieces)
+    rng.shuffle(pieces)
+    return pieces[:n] + [t.encode() for t in TRAPS if t]
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "cl100k_base"])
+def test_table_merge_equals_tiktoken_rule(name, corpora):
+    tk = tiktoken_oracle(name)
+    ranks = tk._mergeable_ranks
+    table = MergeTable.from_ranks(ranks)
+    pieces = _pieces(corpora, tk._pat_str)
+    expect = [bpe.bpe_tiktoken(p, ranks) for p in pieces]
+    assert [merge_small(p, table) for p in pieces] == expect
+    assert [merge_long(p, table) for p in pieces] == expect
+    # merge_rounds does no whole-piece lookup (dedup does), so compare on the pieces that are
+    # not themselves tokens, plus the whole-token ones checked through the rule without lookup
+    tokens = table.byte_ids[np.frombuffer(b"".join(pieces), np.uint8)]
+    offsets = np.cumsum([0] + [len(p) for p in pieces])
+    ids, out_off = merge_rounds(tokens, offsets, table)
+    got = [ids[out_off[i]:out_off[i + 1]].tolist() for i in range(len(pieces))]
+    for p, g, e in zip(pieces, got, expect):
+        if p not in ranks:
+            assert g == e, p
+
+
+@pytest.mark.parametrize("key", list(HF_FILES))
+def test_table_merge_equals_hf_rule(key, corpora):
+    ref = hf_ref.RefHF(testdata.vocab_path(HF_FILES[key]))
+    enc = hf_encoding(key)
+    table = enc.merge_table
+    words = sorted({w for d in _sample_docs(corpora, 3, 1500)
+                    for w in hf_ref.pre_tokenize(ref.pre_tokenizer, hf_ref.normalize(ref.normalizer, d))})
+    expect = [ref.encode_word(w) for w in words]
+    raw = [w.encode() for w in words]
+    assert [merge_small(b, table) for b in raw] == expect
+    assert [merge_long(b, table) for b in raw] == expect
+    if table.whole is None:  # without ignore_merges the rounds path sees every word
+        tokens = table.byte_ids[np.frombuffer(b"".join(raw), np.uint8)]
+        ids, off = merge_rounds(tokens, np.cumsum([0] + [len(b) for b in raw]), table)
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(raw))] == expect
+
+
+def test_merge_long_is_not_quadratic():
+    # 200 KB of one character: the heap path does O(n log n) work; a quadratic loop would take
+    # minutes here. Correctness is checked against the sequential rule on a prefix size that
+    # the literal algorithm can afford.
+    enc = gputok.get_encoding("cl100k_base")
+    ranks = tiktoken_oracle("cl100k_base")._mergeable_ranks
+    for n in (257, 1000, 2001):
+        assert merge_long(b"a" * n, enc.merge_table) == bpe.bpe_tiktoken(b"a" * n, ranks)
+    ids = enc.encode("a" * 200_000)
+    assert enc.decode(ids) == "a" * 200_000
+
+
+def test_stream_decoder_matches_decode():
+    enc = gputok.get_encoding("o200k_base")
+    ids = enc.encode("€uro 😀 ж 日本 ok \U0001F469\u200d\U0001F4BB")
+    for chunk in (1, 2, 3, 5):
+        dec = StreamDecoder(enc.decode_single_token_bytes)
+        out = "".join(dec.feed(ids[i:i + chunk]) for i in range(0, len(ids), chunk)) + dec.flush()
+        assert out == enc.decode(ids)

@@ -1,0 +1,235 @@
+"""The Encoding API: tiktoken's contract, hand-derived cases, batch arrays, padding, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gputok
+from conftest import NAMED, tiktoken_oracle
+
+TRAPS = ["aaa", "\t" * 32, " " * 1000, "a" * 100_000, "", " ", "\n\n\n", "hello world",
+         "  leading", "trailing  ", "12345678", "don't DON'T", "\r\n\r\n  x",
+         "\u00e9\u0301", "\U0001F469\u200d\U0001F469\u200d\U0001F467",
+         "x" + "\u200b" * 50, "=" * 300, "0" * 5000, "\x00\x01\x02"]
+
+
+@pytest.mark.parametrize("name", NAMED)
+@pytest.mark.parametrize("text", TRAPS, ids=lambda t: repr(t[:12]) + f"x{len(t)}")
+def test_traps_match_tiktoken(name, text):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    assert enc.encode(text) == tk.encode(text)
+
+
+def test_known_ids():
+    # ids from the published encodings (hand-checked against tiktoken's documentation)
+    assert gputok.get_encoding("r50k_base").encode("hello world") == [31373, 995]
+    assert gputok.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]
+    assert gputok.get_encoding("o200k_base").encode("hello world") == [24912, 2375]
+
+
+def test_special_token_contract(cl100k):
+    text = "a<|endoftext|>b"
+    with pytest.raises(ValueError, match=r"(?s)<\|endoftext\|>.*allowed_special"):
+        cl100k.encode(text)
+    assert cl100k.encode(text, allowed_special={"<|endoftext|>"}) == \
+        cl100k.encode("a") + [100257] + cl100k.encode("b")
+    assert cl100k.encode(text, allowed_special="all") == \
+        cl100k.encode(text, allowed_special={"<|endoftext|>"})
+    plain = cl100k.encode(text, disallowed_special=())
+    assert plain == cl100k.encode_ordinary(text)
+    assert 100257 not in plain
+    # disallowing only some: the others encode as text
+    assert cl100k.encode("<|fim_prefix|>", disallowed_special={"<|endoftext|>"}) == \
+        cl100k.encode_ordinary("<|fim_prefix|>")
+    tk = tiktoken_oracle("cl100k_base")
+    for kw in ({}, {"allowed_special": "all"}, {"disallowed_special": ()},
+               {"allowed_special": {"<|fim_middle|>"}, "disallowed_special": ()}):
+        s = "x <|fim_middle|> <|endoftext|>\n<|endofprompt|>"
+        try:
+            expect = tk.encode(s, **kw)
+        except ValueError:
+            with pytest.raises(ValueError):
+                cl100k.encode(s, **kw)
+        else:
+            assert cl100k.encode(s, **kw) == expect
+
+
+def test_surrogates_like_tiktoken(cl100k):
+    tk = tiktoken_oracle("cl100k_base")
+    for s in ["\ud800", "a\udfffb", "\ud83d\ude00", "\ud83d", "x\ud83d\ude00\ud800y"]:
+        assert cl100k.encode(s) == tk.encode(s)
+        assert cl100k.encode_ordinary(s) == tk.encode_ordinary(s)
+    ids, off = cl100k.encode_batch_arrays(["\ud83d\ude00", "\ud800"])
+    assert ids.tolist() == tk.encode("\ud83d\ude00") + tk.encode("\ud800")
+
+
+def test_decode_family(cl100k):
+    ids = cl100k.encode("héllo wörld 😀")
+    assert cl100k.decode(ids) == "héllo wörld 😀"
+    assert cl100k.decode_bytes(ids) == "héllo wörld 😀".encode()
+    assert b"".join(cl100k.decode_tokens_bytes(ids)) == "héllo wörld 😀".encode()
+    assert cl100k.decode_single_token_bytes(100257) == b"<|endoftext|>"
+    with pytest.raises(KeyError):
+        cl100k.decode_single_token_bytes(100261)  # a hole in cl100k's id space
+    with pytest.raises(KeyError):
+        cl100k.decode([10**7])
+    tk = tiktoken_oracle("cl100k_base")
+    half = cl100k.encode("😀")[:1]
+    assert cl100k.decode(half) == tk.decode(half) == "\ufffd"
+    with pytest.raises(UnicodeDecodeError):
+        cl100k.decode(half, errors="strict")
+    assert cl100k.decode_with_offsets(ids) == tk.decode_with_offsets(ids)
+    assert cl100k.decode(np.array(ids, dtype=np.uint32)) == "héllo wörld 😀"
+
+
+def test_stream_decoder_holds_incomplete_tail(cl100k):
+    text = "naïve 😀 日本語 ok"
+    raw = text.encode()
+    ids = [t for ch in raw for t in [cl100k.encode_single_token(bytes([ch]))]]  # byte tokens
+    dec = cl100k.stream_decoder()
+    out = []
+    for t in ids:
+        out.append(dec.feed([t]))
+        # never emits a replacement character for a character that is still arriving
+        assert "\ufffd" not in out[-1]
+    out.append(dec.flush())
+    assert "".join(out) == text
+    dec = cl100k.stream_decoder()
+    assert dec.feed(cl100k.encode("😀")[:1]) == "" and len(dec.pending) > 0
+    assert dec.flush() == "\ufffd"
+
+
+def test_misc_properties(cl100k):
+    tk = tiktoken_oracle("cl100k_base")
+    assert cl100k.n_vocab == tk.n_vocab == 100277
+    assert cl100k.max_token_value == tk.max_token_value
+    assert cl100k.eot_token == tk.eot_token
+    assert cl100k.special_tokens_set == tk.special_tokens_set
+    assert cl100k.name == "cl100k_base"
+    assert cl100k.encode_single_token("hello") == tk.encode_single_token("hello")
+    assert cl100k.encode_single_token("<|endoftext|>") == 100257
+    with pytest.raises(KeyError):
+        cl100k.encode_single_token("hello world")
+    assert sorted(cl100k.token_byte_values()) == sorted(tk.token_byte_values())
+    assert cl100k.is_special_token(100257) and not cl100k.is_special_token(0)
+
+
+def test_batch_methods(cl100k):
+    tk = tiktoken_oracle("cl100k_base")
+    texts = ["hello world", "", "a<|endoftext|>", "  \n x"]
+    assert cl100k.encode_ordinary_batch(texts) == tk.encode_ordinary_batch(texts)
+    with pytest.raises(ValueError):
+        cl100k.encode_batch(texts)
+    assert cl100k.encode_batch(texts, allowed_special="all") == \
+        tk.encode_batch(texts, allowed_special="all")
+    assert cl100k.decode_batch(tk.encode_ordinary_batch(texts)) == texts
+
+
+def test_unknown_encoding_lists_known():
+    with pytest.raises(ValueError) as e:
+        gputok.get_encoding("cl100k")
+    for name in NAMED:
+        assert name in str(e.value)
+    assert set(NAMED) <= set(gputok.list_encoding_names())
+
+
+# ---- encode_batch_arrays --------------------------------------------------------------------
+
+def _ragged(lists):
+    offsets = np.cumsum([0] + [len(x) for x in lists])
+    return [x for l in lists for x in l], offsets.tolist()
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "o200k_base"])
+def test_arrays_dtype(name):
+    enc = gputok.get_encoding(name)
+    ids, off = enc.encode_batch_arrays(["hi there", ""])
+    assert ids.dtype == (np.uint16 if name == "r50k_base" else np.uint32)
+    assert off.dtype == np.int64 and off.tolist()[0] == 0 and off.tolist()[-1] == len(ids)
+
+
+def test_arrays_inputs(cl100k):
+    pa = pytest.importorskip("pyarrow")
+    texts = ["hello world", "", "日本語のテキスト", "x" * 1000, "def f(x):\n    return x\n"]
+    expect = _ragged([cl100k.encode(t) for t in texts])
+    for form in (texts, [t.encode() for t in texts], pa.array(texts), pa.array(texts, pa.large_string()),
+                 pa.chunked_array([texts[:2], texts[2:]]), pa.array([t.encode() for t in texts])):
+        ids, off = cl100k.encode_batch_arrays(form)
+        assert (ids.tolist(), off.tolist()) == expect, type(form)
+    sliced = pa.array(["zzz"] + texts)[1:]
+    ids, off = cl100k.encode_batch_arrays(sliced)
+    assert (ids.tolist(), off.tolist()) == expect
+    with pytest.raises(ValueError, match="null"):
+        cl100k.encode_batch_arrays(pa.array(["a", None]))
+
+
+def test_arrays_many_misses_take_the_vectorised_path(cl100k):
+    # > 256 distinct uncached pieces in one batch: merge_rounds runs; ids must not change
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("qxzjkvwy") for _ in range(rng.randint(3, 30))) for _ in range(3000)]
+    texts = [" ".join(words[i:i + 50]) for i in range(0, len(words), 50)]
+    cl100k._cache.clear()
+    ids, off = cl100k.encode_batch_arrays(texts)
+    tk = tiktoken_oracle("cl100k_base")
+    assert (ids.tolist(), off.tolist()) == _ragged(tk.encode_ordinary_batch(texts))
+
+
+def test_arrays_invalid_utf8(cl100k):
+    docs = [b"ok", b"bad \xff\xfe here"]
+    with pytest.raises(ValueError, match=r"document 1 is not valid UTF-8.*byte offset 4"):
+        cl100k.encode_batch_arrays(docs)
+    ids, off = cl100k.encode_batch_arrays(docs, errors="replace")
+    assert ids[off[1]:off[2]].tolist() == cl100k.encode("bad \ufffd\ufffd here")
+
+
+def test_arrays_special_contract(cl100k):
+    with pytest.raises(ValueError, match="endoftext"):
+        cl100k.encode_batch_arrays(["fine", "a<|endoftext|>"])
+    ids, off = cl100k.encode_batch_arrays(["a<|endoftext|>"], allowed_special="all")
+    assert ids.tolist() == cl100k.encode("a<|endoftext|>", allowed_special="all")
+    ids, off = cl100k.encode_batch_arrays(["a<|endoftext|>"], disallowed_special=())
+    assert ids.tolist() == cl100k.encode_ordinary("a<|endoftext|>")
+
+
+def test_bad_batch_types(cl100k):
+    with pytest.raises(TypeError, match="single str"):
+        cl100k.encode_batch_arrays("hello")
+    with pytest.raises(TypeError, match="document 1"):
+        cl100k.encode_batch_arrays(["a", 3])
+    with pytest.raises(ValueError, match="unknown backend"):
+        cl100k.encode_batch_arrays(["a"], backend="tpu")
+
+
+# ---- padding --------------------------------------------------------------------------------
+
+def test_pad_right_left_truncate(cl100k):
+    ids = np.array([1, 2, 3, 4, 5, 6], dtype=np.uint32)
+    off = np.array([0, 4, 4, 6])
+    out, mask = cl100k.pad(ids, off, pad_id=0)
+    assert out.tolist() == [[1, 2, 3, 4], [0, 0, 0, 0], [5, 6, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
+    out, mask = cl100k.pad(ids, off, pad_id=9, padding_side="left")
+    assert out.tolist() == [[1, 2, 3, 4], [9, 9, 9, 9], [9, 9, 5, 6]]
+    out, _ = cl100k.pad(ids, off, pad_id=0, max_length=3)
+    assert out.tolist() == [[1, 2, 3], [0, 0, 0], [5, 6, 0]]
+    out, _ = cl100k.pad(ids, off, pad_id=0, max_length=3, truncation_side="left")
+    assert out.tolist() == [[2, 3, 4], [0, 0, 0], [5, 6, 0]]
+    out, _ = cl100k.pad(ids, off, pad_id=0, pad_to_multiple_of=8)
+    assert out.shape == (3, 8)
+    out, _ = cl100k.pad(ids, off)  # default pad id: end of text
+    assert out[1, 0] == cl100k.eot_token and out.dtype == np.uint32
+    with pytest.raises(ValueError):
+        cl100k.pad(ids, off, padding_side="middle")
+
+
+def test_encode_batch_padded(cl100k):
+    texts = ["hello world", "a much longer sentence than the first one", ""]
+    ids, mask = cl100k.encode_batch_padded(texts, pad_id=0, padding_side="left", max_length=6)
+    for row, m, t in zip(ids, mask, texts):
+        expect = cl100k.encode(t)[:6]
+        assert row[m.astype(bool)].tolist() == expect
+        assert m.tolist() == [0] * (6 - len(expect)) + [1] * len(expect)

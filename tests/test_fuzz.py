@@ -1,0 +1,59 @@
+"""Differential fuzzing against tiktoken (hypothesis). Examples: ``$GPUTOK_FUZZ_EXAMPLES``.
+
+The alphabet mixes every class the patterns care about (letters of each case, marks, digits
+including non-ASCII ones, apostrophes, all whitespace kinds, punctuation, CJK, emoji, controls)
+with general Unicode text and lone surrogates (tiktoken repairs those; so must we).
+
+Unicode-version note: code points assigned only in a newer Unicode version than the oracle's
+tables are classified differently by the engines (see ``cpu_ref/patterns.py``), so general
+Unicode text is drawn from categories and code points that Python's own ``unicodedata``
+(the oldest table involved) already assigns.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import gputok
+from conftest import NAMED, fuzz_examples, tiktoken_oracle
+
+TRICKY = list("aZéÉßǅʰ中日本ﾟ\u0301\u0915\u093f0129٣²½'’ \t\n\r\x0b\x0c\x85\u00a0\u2028\u3000"
+              ".,!?-_/\\\"#$%&*+<=>@[]^`{|}~😀👍🏽\u200d\ufe0f") + ["'s", "'ll", "'VE", "\r\n", "  ", "<|endoftext|>"]
+
+
+def _assigned(c: str) -> bool:
+    return unicodedata.category(c) != "Cn"
+
+
+general = st.text(alphabet=st.characters(blacklist_categories=("Cs",)).filter(_assigned), max_size=60)
+tricky = st.lists(st.sampled_from(TRICKY), max_size=60).map("".join)
+runs = st.tuples(st.sampled_from(TRICKY), st.integers(1, 400)).map(lambda t: t[0] * t[1])
+surrogate_text = st.lists(st.one_of(st.sampled_from(TRICKY),
+                                    st.integers(0xD800, 0xDFFF).map(chr)), max_size=20).map("".join)
+texts = st.one_of(general, tricky, runs, surrogate_text,
+                  st.lists(st.one_of(general, tricky, runs), max_size=4).map("".join))
+
+SETTINGS = settings(max_examples=fuzz_examples(), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name", NAMED)
+@SETTINGS
+@given(text=texts)
+def test_fuzz_vs_tiktoken(name, text):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    assert enc.encode(text, allowed_special="all") == tk.encode(text, allowed_special="all")
+    ids, off = enc.encode_batch_arrays([text, text[::-1]], disallowed_special=())
+    assert ids.tolist() == tk.encode_ordinary(text) + tk.encode_ordinary(text[::-1])
+
+
+@SETTINGS
+@given(text=texts)
+def test_fuzz_roundtrip(text):
+    enc = gputok.get_encoding("o200k_base")
+    fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    assert enc.decode(enc.encode_ordinary(text)) == fixed
