@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cpu_ref.hf import BYTE_TO_UNICODE
@@ -26,22 +27,90 @@ def _to_unicode(b: bytes) -> str:
 
 
 def _onig_pattern(pat: str) -> str:
-    out, i, in_class = [], 0, False
-    while i < len(pat):
+    """Rewrite a pattern (Python ``regex`` / Rust syntax) for Oniguruma, HF's engine.
+
+    * ``$`` becomes ``\\z``: in Oniguruma a bare ``$`` is end of *line*.
+    * A possessive counted quantifier ``X{n,m}+`` becomes the atomic group ``(?>X{n,m})``: in
+      Oniguruma's Ruby syntax ``{n,m}+`` is a greedy ``{n,m}`` *repeated* by ``+``, so cl100k's
+      ``\\p{N}{1,3}+`` would take a whole run of digits instead of groups of three. (``?+``,
+      ``*+`` and ``++`` are possessive in both engines and stay as they are.)
+    """
+    out: list[str] = []
+    atom = -1  # index in ``out`` where the last complete atom starts (-1: none)
+    groups: list[int] = []
+    i, n = 0, len(pat)
+    while i < n:
         c = pat[i]
         if c == "\\":
-            out.append(pat[i:i + 2])
-            i += 2
+            j = i + 2
+            if pat[i + 1:i + 2] in ("p", "P", "x", "N") and pat[j:j + 1] == "{":
+                j = pat.index("}", j) + 1  # \p{L}, \x{41}: the braces belong to the escape
+            atom = len(out)
+            out.append(pat[i:j])
+            i = j
             continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
+        if c == "[":
+            j = _class_end(pat, i)
+            atom = len(out)
+            out.append(pat[i:j])
+            i = j
+            continue
+        if c == "(":
+            groups.append(len(out))
+            out.append(c)
+            atom = -1
+        elif c == ")":
+            out.append(c)
+            atom = groups.pop() if groups else -1
+        elif c == "{" and _COUNTED.match(pat, i):
+            m = _COUNTED.match(pat, i)
+            i = m.end()
+            if pat[i:i + 1] == "+" and atom >= 0:
+                out[atom:] = ["(?>" + "".join(out[atom:]) + m.group() + ")"]
+                i += 1
+            else:
+                out.append(m.group())
+            continue
         elif c == "$":
-            c = r"\z"
-        out.append(c)
+            out.append(r"\z")
+            atom = len(out) - 1
+        elif c in "|*+?":
+            out.append(c)
+            if c == "|":
+                atom = -1
+        else:
+            atom = len(out)
+            out.append(c)
         i += 1
     return "".join(out)
+
+
+_COUNTED = re.compile(r"\{\d*(?:,\d*)?\}")
+
+
+def _class_end(pat: str, i: int) -> int:
+    """Index just past the character class opening at ``pat[i] == "["`` (nested classes too)."""
+    depth, j = 0, i
+    while j < len(pat):
+        c = pat[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "[":
+            depth += 1
+            j += 1
+            # a "]" right after "[" or "[^" is a literal
+            if pat[j:j + 1] == "^":
+                j += 1
+            if pat[j:j + 1] == "]":
+                j += 1
+            continue
+        if c == "]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise ValueError(f"unterminated character class in pattern {pat!r}")
 
 
 def mergeable_ranks(enc: Encoding) -> dict[bytes, int]:

@@ -60,9 +60,12 @@ class NumpyBackend:
                     items.extend(split(seg))
             items_per_doc.append(items)
 
+        # dedup: one cache probe per piece; only the misses go to the merge stage
         cache = enc._cache
-        misses = {p for items in items_per_doc for p in items
-                  if p.__class__ is str and p not in cache}
+        get = cache.get
+        vals_per_doc = [list(map(get, items)) for items in items_per_doc]
+        misses = {p for items, vals in zip(items_per_doc, vals_per_doc) if None in vals
+                  for p, v in zip(items, vals) if v is None and p.__class__ is str}
         extra = fill_cache(enc, misses) if misses else {}
 
         def value(p):
@@ -73,12 +76,12 @@ class NumpyBackend:
                 v = extra.get(p) or enc._encode_piece(p)
             return v
 
+        # emit: one flat list, converted once
         counts = np.zeros(len(items_per_doc) + 1, dtype=np.int64)
         flat: list[int] = []
-        for d, items in enumerate(items_per_doc):
-            vals = list(map(cache.get, items)) if not active else None
-            if vals is None or None in vals:
-                vals = [value(p) for p in items]
+        for d, (items, vals) in enumerate(zip(items_per_doc, vals_per_doc)):
+            if None in vals:
+                vals = [v if v is not None else value(p) for p, v in zip(items, vals)]
             before = len(flat)
             flat.extend(chain.from_iterable(vals))
             counts[d + 1] = len(flat) - before
