@@ -8,6 +8,7 @@ from typing import AbstractSet, Collection, Iterable, Literal, Sequence
 
 import numpy as np
 
+from cpu_ref.bpe import bpe_tiktoken
 from cpu_ref.decode import StreamDecoder as _RefStreamDecoder
 from cpu_ref.specials import (check_disallowed, fix_surrogates, normalize_special_args,
                               split_specials)
@@ -430,7 +431,13 @@ class Encoding:
         data = piece.encode("utf-8")
         if len(data) >= LONG_PIECE:
             return tuple(merge_long(data, self.merge_table))  # not cached: rarely repeats
-        ids = tuple(merge_small(data, self.merge_table))
+        if self._mergeable_ranks is not None:
+            # tiktoken rule on a short piece: the byte-rank loop needs no merge table, so a
+            # one-off encode() never pays the table build (~1-2 s for 200K vocabularies);
+            # tests prove it equals the table-driven paths
+            ids = tuple(bpe_tiktoken(data, self._mergeable_ranks))
+        else:
+            ids = tuple(merge_small(data, self.merge_table))
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[piece] = ids

@@ -93,6 +93,9 @@ def fill_cache(enc, pieces) -> dict[str, tuple]:
     """Merge ``pieces`` (not yet cached) and store them in ``enc``'s cache.
 
     Returns the entries that were too long to cache (so the caller can still emit them)."""
+    if len(pieces) < _VECTOR_MIN and "merge_table" not in enc.__dict__:
+        # a handful of misses: the scalar path, without building the table
+        return {p: enc._encode_piece(p) for p in pieces}
     table = enc.merge_table
     whole = table.whole
     short: list[bytes] = []
