@@ -200,6 +200,8 @@ def test_bad_batch_types(cl100k):
         cl100k.encode_batch_arrays("hello")
     with pytest.raises(TypeError, match="document 1"):
         cl100k.encode_batch_arrays(["a", 3])
+    with pytest.raises(TypeError, match="document 2 is a bytes"):
+        cl100k.encode_batch_arrays(["a", "b", b"c"])
     with pytest.raises(ValueError, match="unknown backend"):
         cl100k.encode_batch_arrays(["a"], backend="tpu")
 

@@ -46,9 +46,10 @@ class Documents:
             elif all(isinstance(t, (bytes, bytearray, memoryview)) for t in texts):
                 self._bytes_list = [bytes(t) for t in texts]
             else:
-                bad = next(i for i, t in enumerate(texts) if not isinstance(t, (str, bytes)))
-                raise TypeError(f"document {bad} is a {type(texts[bad]).__name__}; "
-                                "expected str or bytes (all of one kind)")
+                kind = str if isinstance(texts[0], str) else bytes
+                bad = next(i for i, t in enumerate(texts) if not isinstance(t, kind))
+                raise TypeError(f"document {bad} is a {type(texts[bad]).__name__}, document 0 a "
+                                f"{type(texts[0]).__name__}; expected all str or all bytes")
 
     def __len__(self) -> int:
         if self._strs is not None:
@@ -57,14 +58,14 @@ class Documents:
             return len(self._bytes_list)
         return len(self._offsets) - 1
 
-    def _decode(self, raw: bytes, index: int, base: int = 0) -> str:
+    def _decode(self, raw: bytes, index: int) -> str:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
             if self.errors == "replace":
                 return raw.decode("utf-8", "replace")
             raise ValueError(
-                f"document {index} is not valid UTF-8 (byte offset {e.start - base if base else e.start}: "
+                f"document {index} is not valid UTF-8 (byte offset {e.start}: "
                 f"{e.reason}); pass errors='replace' to decode invalid bytes as U+FFFD") from None
 
     def iter_str(self) -> Iterator[str]:
