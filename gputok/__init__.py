@@ -9,8 +9,9 @@
 # public API
 from .encoding import Encoding, StreamDecoder
 from .registry import get_encoding, list_encoding_names, load
+from .train import train_bpe
 
 __version__ = "0.1.0"
 
 __all__ = ["Encoding", "StreamDecoder", "get_encoding", "list_encoding_names", "load",
-           "__version__"]
+           "train_bpe", "__version__"]

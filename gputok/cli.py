@@ -2,6 +2,7 @@
 
     gputok encode --encoding cl100k_base corpus/*.jsonl -o out/
     gputok show --encoding o200k_base "Hello world"
+    gputok train --vocab-size 32000 --pattern cl100k corpus/*.jsonl -o tokenizer.json
     gputok info
 """
 
@@ -142,6 +143,39 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from . import train as train_mod
+    from .export import save_hf_json, save_tiktoken
+
+    out = Path(args.output)
+    if out.suffix not in (".json", ".tiktoken"):
+        raise ValueError(f"-o {out}: the output must end with .json (HF tokenizer.json) or "
+                         ".tiktoken (ranks + a .tiktoken.json sidecar with pattern and specials)")
+    if not out.parent.is_dir():
+        raise ValueError(f"-o {out}: no such directory {out.parent}")
+    inputs = [Path(p) for p in args.inputs]
+    t0 = time.perf_counter()
+    try:
+        enc = train_mod.train_bpe(inputs, vocab_size=args.vocab_size, pattern=args.pattern,
+                                  special_tokens=args.special or (),
+                                  min_frequency=args.min_frequency, backend=args.backend,
+                                  name=args.name or out.name.split(".")[0],
+                                  progress=not args.quiet, field=args.field, errors=args.errors)
+    except KeyboardInterrupt:
+        print(f"gputok: interrupted; {out} was not written", file=sys.stderr)
+        return 130
+    (save_tiktoken if out.suffix == ".tiktoken" else save_hf_json)(enc, out)
+    dt = time.perf_counter() - t0
+    st = train_mod.last_stats
+    n_bytes = sum(p.stat().st_size for p in inputs)
+    rate = st.n_merges / st.merges_s if st.merges_s > 0 else 0.0
+    print(f"gputok train: {st.vocab_size} tokens ({st.n_merges} merges) from "
+          f"{n_bytes / 1e6:.2f} MB, {st.n_words} unique words, in {dt:.2f} s (words "
+          f"{st.words_s:.2f} s, merges {st.merges_s:.2f} s = {rate:.0f} merges/s, {st.backend})"
+          f" -> {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gputok", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -176,6 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
     vocab_args(s)
     s.add_argument("text", nargs="*", help="text (default: stdin)")
     s.set_defaults(func=cmd_show)
+
+    t = sub.add_parser("train", help="train a byte-level BPE vocabulary (HF BpeTrainer's rule)")
+    t.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt (one doc per file) or "
+                   ".jsonl (one doc per line), optionally .gz")
+    t.add_argument("-o", "--output", required=True,
+                   help="tokenizer.json to write (or a .tiktoken file + .tiktoken.json sidecar)")
+    t.add_argument("--vocab-size", type=int, required=True,
+                   help="final vocabulary size, the 256 bytes and special tokens included")
+    t.add_argument("--pattern", default="cl100k",
+                   help="pre-tokenizer: gpt2, cl100k, o200k or a regex (default cl100k)")
+    t.add_argument("--special", action="append", metavar="TOKEN",
+                   help="a special token (repeat for more); they get ids 0, 1, ...")
+    t.add_argument("--min-frequency", type=int, default=2,
+                   help="stop when the best pair occurs fewer times (default 2)")
+    t.add_argument("--field", default="text", help="JSON field holding the text (default: text)")
+    t.add_argument("--errors", default="strict", choices=["strict", "replace"],
+                   help="invalid UTF-8 in input: fail (default) or decode as U+FFFD")
+    t.add_argument("--backend", default="auto", choices=["auto", "numpy", "cuda"])
+    t.add_argument("--name", help="the encoding's name (default: the output file's stem)")
+    t.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    t.set_defaults(func=cmd_train)
 
     i = sub.add_parser("info", help="version, backends and why unavailable ones are")
     i.set_defaults(func=cmd_info)

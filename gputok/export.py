@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain
 from pathlib import Path
 
-from cpu_ref.hf import BYTE_TO_UNICODE
+from cpu_ref.hf import BYTE_TO_UNICODE, UNICODE_TO_BYTE
 
 from .encoding import Encoding
 from .loaders.tiktoken_file import sidecar_path, write_ranks
@@ -144,6 +145,7 @@ def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
     if enc.pat_str is None:
         raise ValueError(f"{enc.name}: only single-regex pre-tokenizers can be exported")
     ranks = mergeable_ranks(enc)
+    vocab = {_to_unicode(b): i for b, i in sorted(ranks.items(), key=lambda kv: kv[1])}
     if enc._mergeable_ranks is not None:
         merges = _tiktoken_rule_merges(ranks)
         ignore_merges = True
@@ -153,6 +155,21 @@ def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
         order = sorted(table.pairs.items(), key=lambda kv: kv[1][0])
         merges = [(dec[k >> 32], dec[k & 0xFFFFFFFF]) for k, _ in order]
         ignore_merges = table.whole is not None
+        # a trained token spelled like a special token shares its id (HF's trainer does that);
+        # the model's vocab must still hold it, or HF refuses merges that mention it
+        known = set(vocab.values())
+        for k, (_prio, merged) in order:
+            for i in (k >> 32, k & 0xFFFFFFFF, merged):
+                if i not in known:
+                    vocab[_to_unicode(dec[i])] = i
+                    known.add(i)
+    # HF gives an added token the id of its string in the model's vocab, and otherwise renumbers
+    # it after the vocab (ignoring the id written here): so the added tokens go into the vocab
+    # too, as HF's own trainer writes them. (Only strings of byte-level characters, which is
+    # what gputok.load reads back; others, e.g. with a space, keep HF's numbering.)
+    for s, i in chain(enc._special_tokens.items(), enc._plain_added.items()):
+        if all(ch in UNICODE_TO_BYTE for ch in s):
+            vocab.setdefault(s, i)
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for s, i in sorted(
                   enc._special_tokens.items(), key=lambda kv: kv[1])]
@@ -176,7 +193,7 @@ def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
             "ignore_merges": ignore_merges,
-            "vocab": {_to_unicode(b): i for b, i in sorted(ranks.items(), key=lambda kv: kv[1])},
+            "vocab": vocab,
             "merges": [[_to_unicode(a), _to_unicode(b)] for a, b in merges],
         },
     }

@@ -1,0 +1,175 @@
+"""The device trainer's stages in plain numpy: what each kernel of ``kernels/train_bpe.cu`` must
+compute, written as whole-array operations. Tests run every kernel (through the CPU emulator) on
+states built from real text and compare with these; ``train_arrays`` strings them into a full
+reference loop.
+
+State layout (shared with the kernels): all positions of all unique words concatenated;
+``tok`` (int32, ``DEAD`` once merged away), ``prv``/``nxt`` (int32 links to the previous / next
+live position of the same word, -1 at the ends), ``word_of`` (int32) and ``wcount`` (int64).
+Pair keys are ``left << 32 | right`` as uint64, so key order is (left_id, right_id) order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEAD = -1
+EMPTY_KEY = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_MASK = (1 << 32) - 1
+
+
+def initial_state(ids: np.ndarray, offsets: np.ndarray, xp=np):
+    """``(tok, prv, nxt, word_of)`` for words ``ids[offsets[k]:offsets[k + 1]]``."""
+    n = int(offsets[-1])
+    n_words = len(offsets) - 1
+    lengths = np.diff(offsets)
+    pos = np.arange(n, dtype=np.int64)
+    starts = np.zeros(n, dtype=bool)
+    ends = np.zeros(n, dtype=bool)
+    nonempty = lengths > 0
+    starts[offsets[:-1][nonempty]] = True
+    ends[offsets[1:][nonempty] - 1] = True
+    prv = np.where(starts, -1, pos - 1).astype(np.int32)
+    nxt = np.where(ends, -1, pos + 1).astype(np.int32)
+    word_of = np.repeat(np.arange(n_words, dtype=np.int32), lengths)
+    tok = np.array(ids, dtype=np.int32)  # a copy: the state is rewritten in place
+    return tuple(xp.asarray(x) for x in (tok, prv, nxt, word_of))
+
+
+def pair_keys(left, right) -> np.ndarray:
+    return (np.asarray(left).astype(np.uint64) << np.uint64(32)) | \
+        np.asarray(right).astype(np.uint32).astype(np.uint64)
+
+
+def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
+    if len(keys) == 0:
+        return {}
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    sums = np.add.reduceat(values.astype(np.int64), starts)
+    return dict(zip(keys[starts].tolist(), sums.tolist()))
+
+
+def pair_counts(tok, nxt, word_of, wcount) -> dict[int, int]:
+    """``train_count_pairs``: every adjacent live pair, weighted by word count (zeros dropped)."""
+    i = np.flatnonzero((tok != DEAD) & (nxt >= 0))
+    counts = _sum_by_key(pair_keys(tok[i], tok[nxt[i]]), wcount[word_of[i]])
+    return {k: c for k, c in counts.items() if c != 0}
+
+
+def best_pair(counts: dict[int, int]) -> tuple[int, int]:
+    """``train_best_*``: (count, key) of the best pair; (0, EMPTY) when no count is > 0.
+
+    THE COMPARATOR: highest count; ties to the smallest key = smallest (left_id, right_id).
+    """
+    best_c, best_k = 0, int(EMPTY_KEY)
+    for k, c in counts.items():
+        if c > best_c or (c == best_c and c > 0 and k < best_k):
+            best_c, best_k = c, k
+    return best_c, best_k
+
+
+def find_matches(tok, prv, nxt, a: int, b: int) -> np.ndarray:
+    """``train_find_matches``: uint8 flags of the positions where a merge of (a, b) starts."""
+    n = len(tok)
+    nxt_ok = nxt >= 0
+    right = np.full(n, DEAD, dtype=np.int64)
+    right[nxt_ok] = tok[nxt[nxt_ok]]
+    start = (tok == a) & nxt_ok & (right == b)
+    if a == b:
+        # left to right without overlap: in a run of a's, only even run positions start a merge
+        idx = np.flatnonzero(start)
+        k = np.zeros(len(idx), dtype=np.int64)
+        p = prv[idx].astype(np.int64)
+        active = p >= 0
+        active[active] = tok[p[active]] == a
+        while active.any():
+            k[active] += 1
+            p[active] = prv[p[active]]
+            still = p >= 0
+            still[still] = tok[p[still]] == a
+            active &= still
+        start[idx[k % 2 == 1]] = False
+    return start.astype(np.uint8)
+
+
+def merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a: int, b: int, c: int
+                 ) -> dict[int, int]:
+    """``train_merge_deltas``: the net change of every pair count, (a, b) itself left out."""
+    i = np.flatnonzero(is_start)
+    j = nxt[i]
+    p = prv[i]
+    q = nxt[j]
+    w = wcount[word_of[i]]
+    keys, deltas = [], []
+    has_p = p >= 0
+    pp = np.full(len(i), -1, dtype=np.int64)
+    pp[has_p] = prv[p[has_p]]
+    p_second = np.zeros(len(i), dtype=bool)
+    p_second[pp >= 0] = is_start[pp[pp >= 0]] != 0
+    # left side
+    m = has_p & p_second
+    keys.append(pair_keys(np.full(m.sum(), c), np.full(m.sum(), c)))
+    deltas.append(w[m])
+    m = has_p & ~p_second
+    keys += [pair_keys(tok[p[m]], np.full(m.sum(), a)), pair_keys(tok[p[m]], np.full(m.sum(), c))]
+    deltas += [-w[m], w[m]]
+    # right side
+    has_q = q >= 0
+    keys.append(pair_keys(np.full(has_q.sum(), b), tok[q[has_q]]))
+    deltas.append(-w[has_q])
+    m = has_q.copy()
+    m[has_q] = is_start[q[has_q]] == 0
+    keys.append(pair_keys(np.full(m.sum(), c), tok[q[m]]))
+    deltas.append(w[m])
+    keys_a, deltas_a = np.concatenate(keys), np.concatenate(deltas)
+    keep = keys_a != pair_keys(a, b)
+    out = _sum_by_key(keys_a[keep], deltas_a[keep])
+    return {k: d for k, d in out.items() if d != 0}
+
+
+def apply_merge(tok, prv, nxt, is_start, c: int) -> None:
+    """``train_apply_merge``, in place."""
+    i = np.flatnonzero(is_start)
+    j = nxt[i]
+    q = nxt[j]
+    tok[i] = c
+    tok[j] = DEAD
+    nxt[i] = q
+    has_q = q >= 0
+    prv[q[has_q]] = i[has_q]
+
+
+def compact(tok, prv, nxt, word_of, xp=np):
+    """Drop dead positions and words reduced to one symbol (no pair left); relink.
+
+    Array-generic (numpy or CuPy): the device driver calls it between merge steps."""
+    live = (tok != DEAD) & ((prv >= 0) | (nxt >= 0))
+    new_index = xp.cumsum(live.astype(xp.int64)) - 1
+    tok2, prv2, nxt2, wof2 = tok[live], prv[live], nxt[live], word_of[live]
+    prv2 = xp.where(prv2 >= 0, new_index[xp.maximum(prv2, 0)], -1).astype(xp.int32)
+    nxt2 = xp.where(nxt2 >= 0, new_index[xp.maximum(nxt2, 0)], -1).astype(xp.int32)
+    return tok2, prv2, nxt2, wof2
+
+
+def train_arrays(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int
+                 ) -> list[tuple[int, int, int]]:
+    """The device algorithm end to end on numpy (a reference for tests; slow on big inputs)."""
+    tok, prv, nxt, word_of = initial_state(ids, offsets)
+    wcount = np.asarray(wcounts, dtype=np.int64)
+    counts = pair_counts(tok, nxt, word_of, wcount)
+    merges = []
+    while len(vocab) < vocab_size:
+        count, key = best_pair(counts)
+        if count < max(min_frequency, 1):
+            break
+        a, b = key >> 32, key & _MASK
+        c = vocab.merge(a, b)
+        merges.append((a, b, c))
+        counts[key] = 0
+        is_start = find_matches(tok, prv, nxt, a, b)
+        for k, d in merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a, b, c).items():
+            counts[k] = counts.get(k, 0) + d
+        apply_merge(tok, prv, nxt, is_start, c)
+    return merges

@@ -1,0 +1,105 @@
+"""The CUDA training backend: ``device.train_on_device`` with the kernels of
+``kernels/train_bpe.cu`` compiled by CuPy (NVRTC). CuPy is imported only when this backend is
+asked for; without CuPy or a GPU, ``available()`` says why and ``train_bpe(backend="cuda")``
+raises ``RuntimeError`` with that reason.
+
+Word counting stays on the CPU (the pre-tokenizer stage); the words' symbols, their counts and
+the pair table then move to the GPU once, and every merge step runs there. If the GPU runs out
+of memory, training restarts on the CPU backend with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from collections import Counter
+
+from .vocab import Vocab
+
+KERNEL_FILE = "train_bpe.cu"
+_INSTALL_HINT = "pip install 'gputok[cuda12]' (or [cuda13]) on a machine with an NVIDIA GPU"
+
+
+def available() -> tuple[bool, str]:
+    try:
+        import cupy
+    except ImportError:
+        return False, f"CuPy is not installed ({_INSTALL_HINT})"
+    except Exception as e:  # a broken CUDA install must not break `import gputok`
+        return False, f"CuPy failed to import: {type(e).__name__}: {e}"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return False, f"no usable CUDA device ({type(e).__name__}: {e})"
+    if n < 1:
+        return False, "CuPy sees no CUDA device"
+    return True, f"CuPy {cupy.__version__}, {n} device(s)"
+
+
+def kernel_source() -> tuple[str, str]:
+    """(source text, include directory) of the training kernels."""
+    from .._resources import source_dir
+
+    d = source_dir("kernels")
+    return (d / KERNEL_FILE).read_text("utf-8"), str(d)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(device_id: int, source_hash: str, block: int):
+    # keyed on the device and the source's hash (a new source is a new module), never the name
+    import cupy
+
+    source, include_dir = kernel_source()
+    header = f"#define TRAIN_BLOCK {block}\n"
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=header + source,
+                              options=("-std=c++17", f"-I{include_dir}"))
+
+
+def _launcher():
+    import cupy
+
+    from .device import BLOCK
+
+    source, _ = kernel_source()
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    mod = _module(cupy.cuda.Device().id, digest, BLOCK)
+    functions: dict = {}
+
+    def launch(name, grid, block, args):
+        fn = functions.get(name)
+        if fn is None:
+            fn = functions[name] = mod.get_function(name)
+        fn(tuple(grid), tuple(block), tuple(args))
+
+    return launch
+
+
+def train_words(words: Counter, vocab: Vocab, *, vocab_size: int, min_frequency: int,
+                on_merge=None) -> list[tuple[int, int, int]]:
+    """The merge loop on the GPU (same contract as ``cpu.train_words``)."""
+    ok, why = available()
+    if not ok:
+        raise RuntimeError(f"the cuda training backend is not available: {why}")
+    import cupy
+
+    from . import cpu
+    from .device import train_on_device
+
+    ids, offsets, counts = cpu.word_arrays(words, vocab)
+    snapshot = vocab.copy()
+    try:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        max_blocks = 8 * int(props["multiProcessorCount"])
+        merges = train_on_device(ids, offsets, counts, vocab, vocab_size=vocab_size,
+                                 min_frequency=min_frequency, xp=cupy, launch=_launcher(),
+                                 max_blocks=max_blocks, on_merge=on_merge)
+        cupy.cuda.Device().synchronize()
+        return merges
+    except cupy.cuda.memory.OutOfMemoryError as e:
+        warnings.warn(f"gputok train: the GPU ran out of memory ({e}); training on the CPU "
+                      "instead", RuntimeWarning, stacklevel=2)
+        vocab.restore(snapshot)
+        return cpu.train_words(words, vocab, vocab_size=vocab_size,
+                               min_frequency=min_frequency, on_merge=on_merge)

@@ -1,0 +1,131 @@
+// encode_common.cuh: types, constants and device helpers shared by the encode kernels
+// (encode_pretok.cu, encode_scan.cu, encode_merge.cu, encode_emit.cu), driven by
+// gputok/backends/cuda.py.
+//
+// No standard headers: NVRTC (CuPy's compiler) ships none, so fixed-width types are spelled
+// out. Every kernel is a grid-stride loop, so any grid size is correct; the host caps grids at a
+// few blocks per SM, the emulator tests run tiny grids in three thread orders.
+#pragma once
+
+typedef unsigned char enc_u8;
+typedef unsigned short enc_u16;
+typedef unsigned int enc_u32;
+typedef unsigned long long enc_u64;
+typedef long long enc_i64;
+
+#define ENC_GRID_STRIDE(i, n)                                                    \
+  for (enc_i64 i = (enc_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (enc_i64)(n); \
+       i += (enc_i64)gridDim.x * blockDim.x)
+
+// ---------------------------------------------------------------- pre-tokenizer classes
+// The run classes of gputok/stages/scan.py (cl100k / gpt2 families), one per code point;
+// ENC_CONT marks UTF-8 continuation bytes (the kernels work in byte coordinates).
+#define ENC_X 0   // no character: outside every segment, or past a segment end
+#define ENC_L 1   // letter
+#define ENC_N 2   // digit (\p{N})
+#define ENC_P 3   // other (punctuation, symbols, ...)
+#define ENC_A 4   // "'"
+#define ENC_SP 5  // " "
+#define ENC_S 6   // other whitespace
+#define ENC_E 7   // CR / LF (cl families; gpt2 maps them to ENC_S)
+#define ENC_CONT 8
+
+// window-rule bits (scan.py's B_PAIR / B_NEXT / B_PREV2)
+#define ENC_B_PAIR 1
+#define ENC_B_NEXT 2
+#define ENC_B_PREV2 4
+
+// per-byte marks written by the host's segment plan (documents split at special tokens)
+#define ENC_SEG_START 1      // a (non-empty) segment starts at this byte
+#define ENC_SEG_END 2        // a segment ends here: the previous byte was its last
+#define ENC_OUTSIDE 4        // the byte belongs to a special token, not to any segment
+#define ENC_SPECIAL_START 8  // a special token starts here (it becomes one entry)
+
+// ---------------------------------------------------------------- entries
+// An entry is a piece, a special token, or the sentinel at the end of the chunk. spec[e]:
+#define ENC_NORMAL 0xFFFFFFFFu  // a piece of text: merged
+#define ENC_GAP 0xFFFFFFFEu     // no tokens (the sentinel)
+//                 any other value: the id of a special token
+// owner[e] after encode_piece_kind:
+#define ENC_DONE 0xFFFFFFFFu  // ids already final in scratch (special, whole-token piece)
+//                 e: this entry merges its own piece; another index: a duplicate of that entry
+
+#define ENC_NO_MERGE 0xFFFFFFFFu
+#define ENC_EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
+#define ENC_EMPTY_SLOT 0xFFFFFFFFu
+#define ENC_HASH_MUL 0x9E3779B97F4A7C15ull  // Fibonacci hashing (gputok/stages/merge.py)
+
+#ifndef ENC_LONG_PIECE
+#define ENC_LONG_PIECE 256  // bytes; pieces at least this long take encode_merge_long
+#endif
+
+// ---------------------------------------------------------------- UTF-8
+// Bytes of the character whose first byte is b (a stray continuation byte counts as one).
+__device__ __forceinline__ int enc_utf8_len(enc_u8 b) {
+  return b < 0xC0 ? 1 : (b < 0xE0 ? 2 : (b < 0xF0 ? 3 : 4));
+}
+
+// The code point starting at byte i (input is valid UTF-8; reads never pass n).
+__device__ __forceinline__ enc_u32 enc_decode(const enc_u8* buf, enc_i64 i, enc_i64 n) {
+  const enc_u32 b0 = buf[i];
+  if (b0 < 0x80) return b0;
+  const int len = enc_utf8_len((enc_u8)b0);
+  enc_u32 cp = len == 2 ? (b0 & 0x1Fu) : (len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u));
+  for (int k = 1; k < len; ++k) {
+    const enc_u32 b = i + k < n ? (enc_u32)buf[i + k] : 0x80u;
+    cp = (cp << 6) | (b & 0x3Fu);
+  }
+  return cp < 0x110000u ? cp : 0xFFFDu;
+}
+
+// ---------------------------------------------------------------- hashing
+// Byte-string hash of the whole-token table and the dedup table: FNV-1a over the bytes, then
+// a 64-bit finalizer so the top bits (the slot) depend on every byte. The host builds the
+// whole-token table with the same function (gputok/backends/cuda.py, _bytes_hash).
+__device__ __forceinline__ enc_u64 enc_bytes_hash(const enc_u8* p, enc_u32 len) {
+  enc_u64 h = 0xCBF29CE484222325ull;
+  for (enc_u32 k = 0; k < len; ++k) {
+    h ^= p[k];
+    h *= 0x100000001B3ull;
+  }
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+__device__ __forceinline__ bool enc_bytes_equal(const enc_u8* a, const enc_u8* b, enc_u32 len) {
+  for (enc_u32 k = 0; k < len; ++k)
+    if (a[k] != b[k]) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- merge table
+// The open-addressing table of MergeTable (gputok/stages/merge.py), probed exactly as there:
+// key = left << 32 | right, home slot = (key * HASH_MUL) >> (64 - bits), linear probing, an
+// empty slot ends the probe. Returns the pair's priority (ENC_NO_MERGE when absent) and sets
+// *merged to the merged id.
+struct EncMergeTable {
+  const enc_u64* keys;
+  const enc_u32* prio;
+  const enc_u32* merged;
+  enc_u32 bits;
+};
+
+__device__ __forceinline__ enc_u32 enc_pair_lookup(const EncMergeTable& t, enc_u32 left,
+                                                   enc_u32 right, enc_u32* merged) {
+  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
+  const enc_u64 mask = (1ull << t.bits) - 1ull;
+  enc_u64 s = (key * ENC_HASH_MUL) >> (64 - t.bits);
+  while (true) {
+    const enc_u64 k = t.keys[s];
+    if (k == key) {
+      *merged = t.merged[s];
+      return t.prio[s];
+    }
+    if (k == ENC_EMPTY_KEY) return ENC_NO_MERGE;
+    s = (s + 1) & mask;
+  }
+}
