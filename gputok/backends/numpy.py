@@ -36,11 +36,14 @@ class NumpyBackend:
     name = "numpy"
 
     def encode_documents(self, enc, docs, allowed: frozenset, disallowed: frozenset):
-        split = enc._pretok.split
+        pretok = enc._pretok
         plain = enc._plain_added
         specials = enc._special_tokens
         active = allowed | frozenset(plain)
-        items_per_doc: list[list] = []
+        # split at special tokens first; all ordinary segments of the batch are then
+        # pre-tokenized in one vectorised call
+        segments: list[str] = []
+        layout: list[list] = []  # per doc: segment indices (int) and special items ((id,))
         for d, text in enumerate(docs.iter_str()):
             if disallowed:
                 try:
@@ -50,38 +53,54 @@ class NumpyBackend:
                     err.doc = d
                     raise err from None
             if not active:
-                items_per_doc.append(split(text))
+                layout.append([len(segments)])
+                segments.append(text)
                 continue
-            items: list = []
+            parts: list = []
             for seg, is_tok in split_specials(text, active):
                 if is_tok:
-                    items.append((specials[seg] if seg in specials else plain[seg],))
+                    parts.append((specials[seg] if seg in specials else plain[seg],))
                 else:
-                    items.extend(split(seg))
-            items_per_doc.append(items)
+                    parts.append(len(segments))
+                    segments.append(seg)
+            layout.append(parts)
+        seg_pieces = pretok.split_batch(segments)
+        if active:
+            items_per_doc = [[x for part in parts for x in
+                              (seg_pieces[part] if part.__class__ is int else (part,))]
+                             for parts in layout]
+        else:
+            items_per_doc = seg_pieces
 
         # dedup: one cache probe per piece; only the misses go to the merge stage
         cache = enc._cache
         get = cache.get
         vals_per_doc = [list(map(get, items)) for items in items_per_doc]
-        misses = {p for items, vals in zip(items_per_doc, vals_per_doc) if None in vals
-                  for p, v in zip(items, vals) if v is None and p.__class__ is str}
-        extra = fill_cache(enc, misses) if misses else {}
+        missing_docs = [d for d, vals in enumerate(vals_per_doc) if None in vals]
+        if missing_docs:
+            misses = set(chain.from_iterable(items_per_doc[d] for d in missing_docs))
+            misses = {p for p in misses.difference(cache) if p.__class__ is str}
+            extra = fill_cache(enc, misses) if misses else {}
 
-        def value(p):
-            if p.__class__ is not str:
-                return p  # a special token's (id,)
-            v = cache.get(p)
-            if v is None:  # too long to cache, or dropped by a cache reset mid-batch
-                v = extra.get(p) or enc._encode_piece(p)
-            return v
+            def value(p):
+                if p.__class__ is not str:
+                    return p  # a special token's (id,)
+                v = cache.get(p)
+                if v is None:  # too long to cache, or dropped by a cache reset mid-batch
+                    v = extra.get(p) or enc._encode_piece(p)
+                return v
+
+            for d in missing_docs:
+                items = items_per_doc[d]
+                vals = list(map(get, items))  # second probe, now that the cache is filled
+                if None in vals:
+                    vals = [v if v is not None else value(p) for p, v in zip(items, vals)]
+                vals_per_doc[d] = vals
 
         # emit: one flat list, converted once
         counts = np.zeros(len(items_per_doc) + 1, dtype=np.int64)
         flat: list[int] = []
-        for d, (items, vals) in enumerate(zip(items_per_doc, vals_per_doc)):
-            if None in vals:
-                vals = [v if v is not None else value(p) for p, v in zip(items, vals)]
+        for d, vals in enumerate(vals_per_doc):
             before = len(flat)
             flat.extend(chain.from_iterable(vals))
             counts[d + 1] = len(flat) - before

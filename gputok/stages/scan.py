@@ -31,28 +31,45 @@ Method (the specification a kernel ports)
    between two positions that start a piece in every parse (the first char of a whitespace run,
    CR/LF after a letter or digit, document ends), are re-scanned with the reference regex from
    the first of them (``_rescan``), so the result stays exact; a kernel gives each such span one
-   sequential thread. Everything else in o200k (case splits, contraction suffixes, ``[\r\n/]*``)
-   is vectorized.
+   sequential thread. Everything else in o200k (case splits, contraction suffixes,
+   ``[\\r\\n/]*``) is vectorized.
 5. Pieces: insert a separator character absent from the text before every piece start, decode
    once and ``str.split`` (C speed; creating the piece strings is the floor of any method).
 
-Performance notes (2-core x86 VM shared with other jobs, CPython 3.11, numpy 2.4, regex 2026.5;
-ms per million characters, best of several runs; ``regex`` findall for cl100k is 130-240 ms)
-----------------------------------------------------------------------------------------------
+Performance notes
+-----------------
+Measured on a 2-core x86 VM shared with other jobs (CPython 3.11, numpy 2.4, regex 2026.5; CPU
+time, best of 5; single runs vary by +-25%), on the test corpora of tests/testdata.py (~2 MB per
+kind, documents of 4-14 kB) and 2 MB of CPython's stdlib sources; MB = UTF-8 megabytes:
+
+    cl100k          regex findall    split (per doc)    split_batch
+    English prose   4.2-4.6 MB/s     16-18 MB/s (3.6-4x)   22-23 MB/s (4.9-5.3x)
+    Python source   2.9-3.5 MB/s     16-17 MB/s (4.9-5.4x) 21-22 MB/s (6.2-7.1x)
+    multilingual    4.7 MB/s         12 MB/s   (2.6x)      28 MB/s   (5.9x)
+    o200k: prose 6-6.5x, Python source 7.3-7.5x, emoji 4.5x (batch); the others are like cl100k.
+
+Per-document ``split`` pays ~70 us of numpy call overhead per call (hence ``min_chars``); the
+batch amortizes it. In ms per million characters, a pass is roughly: class lookup 1.5, rules
+5-8, separator insertion 5-7, ``str.split`` 13-16 (creating the piece strings; the floor).
+
 * A first version computed ~45 boolean array passes per position (~12 ms/Mchar); the pair table
-  (``bytes.translate`` on 6-bit pair codes) plus ~10 elementwise uint8 ops is ~3-4 ms.
+  (``bytes.translate`` on 6-bit pair codes) plus ~10 elementwise uint8 ops is ~4-5 ms. Folding
+  NEXT/PREV2 into an 8-bit code for a single translate was slower (more shifts).
 * Class lookup: ``bytes.translate`` for latin-1 documents (~1 ms); ``np.take(table, cps)`` on
   UTF-16/UTF-32 code units otherwise (~2 ms; fancy indexing ``table[cps]`` is ~1.7x slower).
 * ``flatnonzero`` on a uint8 array is several times slower than on a bool array: compare first.
-* Output dominates: slicing the text in a Python loop is 60-100 ms/Mchar; separator insertion +
-  ``str.split`` is ~5 + ~15 ms (the split itself, i.e. creating ~200k str objects per Mchar, is
-  the floor). Insertion via ``flatnonzero(mask)`` + integer assignment beats boolean-mask
-  assignment (2x), ``np.insert``, ``np.repeat`` and cumsum-scatter.
+* Output dominates: slicing the text in a Python loop is 60-100 ms/Mchar (str object creation
+  plus a maxchar scan each); separator insertion + ``str.split`` is ~6 + ~15 ms. Insertion via
+  ``mask.nonzero()`` + integer assignment beats boolean-mask assignment (2x), ``np.insert``,
+  ``np.repeat`` (of chars or of ranks), cumsum-scatter and an interleave + ``bytes.translate``
+  delete.
 * Decoding a UCS-4 string and splitting it is ~1.5x slower than UCS-1/UCS-2, so ``split_batch``
   groups documents by the code-unit width they need (latin-1 / BMP / other) and runs one
   vectorized pass per group (at most three).
-* Probing run ends with small 2-D windows (4, then 32 positions) beats one-step-at-a-time walks
-  (Python overhead) and whole-array run-end tables (a dense ``flatnonzero``) on real text.
+* Run ends: probing small 2-D windows (4, then 32 positions) beats one-step-at-a-time walks
+  (Python overhead per step) and whole-array run-end tables (a dense ``flatnonzero``). Walking
+  every indentation run after a newline (source code) cost ~10 ms/Mchar; deciding "does this
+  whitespace run end at CR/LF" from the (rare) whitespace-before-CR/LF positions instead is ~1 ms.
 * Run-level processing (one entry per class run, with gathers) was slower than the per-position
   window: gathers cost ~1-2 ns per element, elementwise uint8 ops ~0.1-0.2 ns.
 """
@@ -295,13 +312,13 @@ def _o200k_rules(p: int, c: int) -> int:
     Llama 3. Over a run of letters/marks starting at word start q, with OU = Lu|Lt,
     OD = Ll, OB = Lm|Lo and marks counting as OB, the word pieces are (R1) cut before OU after OD;
     (R2) cut before OU after OB/OM when the nearest earlier char that is not OB/OM is an OD at
-    or after q; (R3) cut before OU after OB/OM when only OU follow up to the end of the run. R1 is local, R2/R3 are
-    sparse (a walk over the OB/OM run backwards, over the OU run forwards). A contraction suffix
-    attaches to the word before it and moves the next word start past its letters. Prefixes and
-    punctuation runs behave as in cl100k (PREV2 = {P, A, /, SP}); CR/LF taken by punctuation
-    continue over "/" and CR/LF (``[\r\n/]*``, sparse). A mark right after a non-letter and a
-    contraction right after a contraction are irregular (re-scanned, see ``_rescan``).
-    Whitespace splits as in Llama 3.
+    or after q; (R3) cut before OU after OB/OM when only OU follow up to the end of the run.
+    R1 is local, R2/R3 sparse (walks over the OB/OM run backwards, the OU run forwards). A
+    contraction suffix attaches to the word before it and moves the next word start past its
+    letters. Prefixes and punctuation runs behave as in cl100k (PREV2 = {P, A, /, SP}); CR/LF
+    taken by punctuation continue over "/" and CR/LF (``[\\r\\n/]*``, sparse). A mark right
+    after a non-letter and a contraction right after a contraction are irregular (re-scanned,
+    see ``_rescan``). Whitespace splits as in Llama 3.
     """
     if c == OM and p not in O_LM:
         return B_SPECIAL  # mark after a non-letter: irregular
