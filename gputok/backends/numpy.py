@@ -116,34 +116,35 @@ def fill_cache(enc, pieces) -> dict[str, tuple]:
         # a handful of misses: the scalar path, without building the table
         return {p: enc._encode_piece(p) for p in pieces}
     table = enc.merge_table
-    whole = table.whole
-    short: list[bytes] = []
-    short_str: list[str] = []
-    uncached: dict[str, tuple] = {}
     cache = enc._cache
     if len(cache) + len(pieces) > _CACHE_LIMIT:
         cache.clear()
-    for p in pieces:
-        b = p.encode("utf-8")
-        if whole is not None and b in whole:
-            cache[p] = (whole[b],)
-        elif len(b) >= LONG_PIECE:
-            uncached[p] = tuple(merge_long(b, table))
-        else:
-            short.append(b)
-            short_str.append(p)
-    if len(short) >= _VECTOR_MIN:
-        buf = b"".join(short)
-        tokens = table.byte_ids[np.frombuffer(buf, dtype=np.uint8)]
-        lengths = np.fromiter(map(len, short), dtype=np.int64, count=len(short))
-        offsets = np.zeros(len(short) + 1, dtype=np.int64)
+    # list comprehensions throughout: this runs once per distinct piece of a corpus
+    strs = list(pieces)
+    raw = [p.encode("utf-8") for p in strs]
+    if table.whole is not None:  # a piece that is a token is emitted whole
+        get = table.whole.get
+        hits = [get(b) for b in raw]
+        cache.update([(p, (t,)) for p, t in zip(strs, hits) if t is not None])
+        keep = [t is None for t in hits]
+        strs = [p for p, k in zip(strs, keep) if k]
+        raw = [b for b, k in zip(raw, keep) if k]
+    lengths = [len(b) for b in raw]
+    uncached = {p: tuple(merge_long(b, table)) for p, b, n in zip(strs, raw, lengths)
+                if n >= LONG_PIECE}
+    if uncached:
+        strs = [p for p, n in zip(strs, lengths) if n < LONG_PIECE]
+        raw = [b for b, n in zip(raw, lengths) if n < LONG_PIECE]
+        lengths = [n for n in lengths if n < LONG_PIECE]
+    if len(raw) >= _VECTOR_MIN:
+        tokens = table.byte_ids[np.frombuffer(b"".join(raw), dtype=np.uint8)]
+        offsets = np.zeros(len(raw) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         ids, out_off = merge_rounds(tokens, offsets, table)
         ids_l = ids.tolist()
         off_l = out_off.tolist()
-        for k, p in enumerate(short_str):
-            cache[p] = tuple(ids_l[off_l[k]:off_l[k + 1]])
+        cache.update(zip(strs, [tuple(ids_l[a:b]) for a, b in zip(off_l, off_l[1:])]))
     else:
-        for p in short_str:
+        for p in strs:
             enc._encode_piece(p)
     return uncached
