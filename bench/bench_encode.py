@@ -68,7 +68,7 @@ def run(args) -> dict:
             "tiktoken 1 thread": lambda: [tk.encode_ordinary(d) for d in docs],
             f"tiktoken batch {threads} threads": lambda: tk.encode_ordinary_batch(
                 docs, num_threads=threads),
-            f"HF tokenizers batch": lambda: hf.encode_batch_fast(docs, add_special_tokens=False)
+            "HF tokenizers batch": lambda: hf.encode_batch_fast(docs, add_special_tokens=False)
             if hasattr(hf, "encode_batch_fast") else hf.encode_batch(docs, add_special_tokens=False),
         }
         # correctness first: identical ids from everyone

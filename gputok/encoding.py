@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from itertools import chain
-from typing import AbstractSet, Collection, Iterable, Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 

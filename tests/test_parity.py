@@ -7,7 +7,6 @@ document and byte counts so CI logs show what was compared; the mismatch count m
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import gputok

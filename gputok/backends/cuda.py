@@ -67,7 +67,7 @@ from typing import Callable
 
 import numpy as np
 
-from cpu_ref.specials import DisallowedSpecialError, check_disallowed
+from .numpy import check_document
 
 INSTALL_HINT = ('pip install "gputok[cuda12]" (CUDA 12 driver) or "gputok[cuda13]" (CUDA 13), '
                 "on a machine with an NVIDIA GPU")
@@ -547,13 +547,7 @@ def check_documents(buf: bytes, doc_off: np.ndarray, disallowed: frozenset) -> N
     if not len(starts):
         return
     d = int(np.searchsorted(doc_off, starts[0], "right") - 1)
-    text = buf[int(doc_off[d]):int(doc_off[d + 1])].decode("utf-8")
-    try:
-        check_disallowed(text, disallowed)
-    except DisallowedSpecialError as e:
-        err = DisallowedSpecialError(f"document {d}: {e}", e.token)
-        err.doc = d
-        raise err from None
+    check_document(buf[int(doc_off[d]):int(doc_off[d + 1])].decode("utf-8"), disallowed, d)
 
 
 def segment_marks(doc_off: np.ndarray, sp_start: np.ndarray, sp_end: np.ndarray

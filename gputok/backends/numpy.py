@@ -46,12 +46,7 @@ class NumpyBackend:
         layout: list[list] = []  # per doc: segment indices (int) and special items ((id,))
         for d, text in enumerate(docs.iter_str()):
             if disallowed:
-                try:
-                    check_disallowed(text, disallowed)
-                except DisallowedSpecialError as e:
-                    err = DisallowedSpecialError(f"document {d}: {e}", e.token)
-                    err.doc = d
-                    raise err from None
+                check_document(text, disallowed, d)
             if not active:
                 layout.append([len(segments)])
                 segments.append(text)
@@ -106,6 +101,16 @@ class NumpyBackend:
             counts[d + 1] = len(flat) - before
         ids = np.fromiter(flat, dtype=enc.id_dtype, count=len(flat))
         return ids, np.cumsum(counts)
+
+
+def check_document(text: str, disallowed: frozenset, d: int) -> None:
+    """The special-token check for document ``d``; the error names the document (``.doc``)."""
+    try:
+        check_disallowed(text, disallowed)
+    except DisallowedSpecialError as e:
+        err = DisallowedSpecialError(f"document {d}: {e}", e.token)
+        err.doc = d
+        raise err from None
 
 
 def fill_cache(enc, pieces) -> dict[str, tuple]:

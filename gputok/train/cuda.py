@@ -18,23 +18,13 @@ from collections import Counter
 from .vocab import Vocab
 
 KERNEL_FILE = "train_bpe.cu"
-_INSTALL_HINT = "pip install 'gputok[cuda12]' (or [cuda13]) on a machine with an NVIDIA GPU"
 
 
 def available() -> tuple[bool, str]:
-    try:
-        import cupy
-    except ImportError:
-        return False, f"CuPy is not installed ({_INSTALL_HINT})"
-    except Exception as e:  # a broken CUDA install must not break `import gputok`
-        return False, f"CuPy failed to import: {type(e).__name__}: {e}"
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:
-        return False, f"no usable CUDA device ({type(e).__name__}: {e})"
-    if n < 1:
-        return False, "CuPy sees no CUDA device"
-    return True, f"CuPy {cupy.__version__}, {n} device(s)"
+    """Same requirement as the encode backend: CuPy and a visible CUDA device."""
+    from ..backends.cuda import available as cuda_available
+
+    return cuda_available()
 
 
 def kernel_source() -> tuple[str, str]:
