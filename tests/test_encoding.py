@@ -235,3 +235,14 @@ def test_encode_batch_padded(cl100k):
         expect = cl100k.encode(t)[:6]
         assert row[m.astype(bool)].tolist() == expect
         assert m.tolist() == [0] * (6 - len(expect)) + [1] * len(expect)
+
+
+def test_large_single_text_takes_batch_path_exactly(cl100k):
+    # >= 64K characters: encode/encode_ordinary route through the batch pipeline
+    tk = tiktoken_oracle("cl100k_base")
+    text = ("x <|endoftext|> héllo 123456 \ud800 \t\t  \n" * 3000)
+    assert len(text) >= 1 << 16
+    assert cl100k.encode(text, allowed_special="all") == tk.encode(text, allowed_special="all")
+    assert cl100k.encode_ordinary(text) == tk.encode_ordinary(text)
+    with pytest.raises(ValueError):
+        cl100k.encode(text)
