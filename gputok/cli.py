@@ -160,9 +160,6 @@ def cmd_train(args) -> int:
                                   min_frequency=args.min_frequency, backend=args.backend,
                                   name=args.name or out.name.split(".")[0],
                                   progress=not args.quiet, field=args.field, errors=args.errors)
-    except BrokenPipeError:  # `gputok show ... | head`
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         print(f"gputok: interrupted; {out} was not written", file=sys.stderr)
         return 130
@@ -245,13 +242,13 @@ def main(argv=None) -> int:
         args.allowed_special = "all"
     try:
         return args.func(args)
+    except BrokenPipeError:  # `gputok show ... | head`
+        sys.stderr.close()
+        return 0
     except (ValueError, KeyError, FileNotFoundError, RuntimeError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"gputok: error: {msg}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `gputok show ... | head`
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         print("gputok: interrupted; finished shards are kept (use --resume)", file=sys.stderr)
         return 130
