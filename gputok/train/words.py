@@ -90,12 +90,9 @@ def _file_texts(paths, field, errors):
 def batch_splitter(pattern: str) -> Callable[[list[str]], Iterable[list[str]]]:
     """The pre-tokenizer stage on a batch of texts, with HF's *isolated* semantics: the
     vectorised scanner (``gputok.stages.scan``) when it knows the pattern, else the regex."""
-    try:
-        from ..stages.scan import scanner_for_pattern
-    except ImportError:  # the scanner is optional
-        scanner = None
-    else:
-        scanner = scanner_for_pattern(pattern)
+    from ..stages.scan import scanner_for_pattern
+
+    scanner = scanner_for_pattern(pattern)
     if scanner is not None:
         return scanner.split_batch
     findall = compile_pattern(pattern).findall
