@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from itertools import chain
 from typing import Sequence
 
@@ -51,7 +52,8 @@ class Encoding:
             raise ValueError("mergeable_ranks maps two different byte strings to the same rank")
         self._setup(name, pretok=RegexPretokenizer(pat_str), pat_str=pat_str, decoder=decoder,
                     special_tokens=special_tokens, plain_added={},
-                    table_factory=lambda: MergeTable.from_ranks(mergeable_ranks),
+                    table_factory=lambda: MergeTable.from_ranks(
+                        mergeable_ranks, cache_key=self._ranks_digest),
                     whole=mergeable_ranks)
         if explicit_n_vocab is not None:
             if len(mergeable_ranks) + len(special_tokens) != explicit_n_vocab or \
@@ -412,6 +414,14 @@ class Encoding:
     def merge_table(self) -> MergeTable:
         """The merge table (built on first use: a few hundred ms for 200K vocabularies)."""
         return self._table_factory()
+
+    @functools.cached_property
+    def _ranks_digest(self) -> str:
+        """A digest of the mergeable ranks: names the cached merge table (0.1 s vs 1-2 s)."""
+        h = hashlib.sha256()
+        for tok, rank in sorted(self._mergeable_ranks.items(), key=lambda kv: kv[1]):
+            h.update(b"%d %d " % (rank, len(tok)) + tok)
+        return h.hexdigest()[:32]
 
     @functools.cached_property
     def _token_ids_by_bytes(self) -> dict[bytes, int]:

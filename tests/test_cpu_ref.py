@@ -131,3 +131,19 @@ def test_stream_decoder_matches_decode():
         dec = StreamDecoder(enc.decode_single_token_bytes)
         out = "".join(dec.feed(ids[i:i + chunk]) for i in range(0, len(ids), chunk)) + dec.flush()
         assert out == enc.decode(ids)
+
+
+def test_merge_table_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    ranks = tiktoken_oracle("r50k_base")._mergeable_ranks
+    built = MergeTable.from_ranks(ranks, cache_key="k1")
+    files = list(tmp_path.glob("merge-table-k1-*.npz"))
+    assert len(files) == 1
+    cached = MergeTable.from_ranks(ranks, cache_key="k1")
+    assert cached.pairs == built.pairs
+    for k, v in built.arrays().items():
+        assert np.array_equal(cached.arrays()[k], v), k
+    files[0].write_bytes(b"not an npz")  # a damaged cache is rebuilt, not trusted
+    again = MergeTable.from_ranks(ranks, cache_key="k1")
+    assert again.pairs == built.pairs
+    assert merge_long(b"a" * 700, again) == bpe.bpe_tiktoken(b"a" * 700, ranks)

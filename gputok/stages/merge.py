@@ -32,7 +32,9 @@ from the active set made it O(active tokens) per round.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import os
 
 import numpy as np
 
@@ -49,15 +51,38 @@ class MergeTable:
     arrays (vectorised and GPU paths: the CUDA kernels probe exactly this layout)."""
 
     def __init__(self, pairs: dict[int, tuple[int, int]], byte_ids: np.ndarray,
-                 whole: "dict[bytes, int] | None"):
-        # pairs: key (left << 32 | right) -> (priority, merged_id)
-        self.pairs = pairs
+                 whole: "dict[bytes, int] | None", *, arrays: "dict | None" = None):
+        # pairs: key (left << 32 | right) -> (priority, merged_id); or ``arrays`` holding
+        # pair_keys/pair_prio/pair_merged (and optionally the hash arrays) instead
         self.byte_ids = np.asarray(byte_ids, dtype=np.uint32)  # id of each single byte
         self.byte_id_list = [int(x) for x in self.byte_ids]
         self.whole = whole  # bytes -> id when whole-piece lookup applies, else None
-        keys = np.fromiter(pairs.keys(), dtype=np.uint64, count=len(pairs))
-        vals = np.array(list(pairs.values()), dtype=np.uint32).reshape(-1, 2)
-        self._build_hash(keys, vals[:, 0].copy(), vals[:, 1].copy())
+        if arrays is None:
+            keys = np.fromiter(pairs.keys(), dtype=np.uint64, count=len(pairs))
+            vals = np.array(list(pairs.values()), dtype=np.uint32).reshape(-1, 2)
+            arrays = {"pair_keys": keys, "pair_prio": vals[:, 0].copy(),
+                      "pair_merged": vals[:, 1].copy()}
+            self.__dict__["pairs"] = pairs
+        self.pair_keys = arrays["pair_keys"]
+        self.pair_prio = arrays["pair_prio"]
+        self.pair_merged = arrays["pair_merged"]
+        if "h_keys" in arrays:
+            self.h_keys, self.h_prio, self.h_merged = (arrays["h_keys"], arrays["h_prio"],
+                                                       arrays["h_merged"])
+            self.hash_bits = int(len(self.h_keys)).bit_length() - 1
+        else:
+            self._build_hash(self.pair_keys, self.pair_prio, self.pair_merged)
+
+    @functools.cached_property
+    def pairs(self) -> dict[int, tuple[int, int]]:
+        """The table as a dict (scalar paths); rebuilt from the arrays on first use."""
+        return dict(zip(self.pair_keys.tolist(),
+                        zip(self.pair_prio.tolist(), self.pair_merged.tolist())))
+
+    def arrays(self) -> dict:
+        return {"pair_keys": self.pair_keys, "pair_prio": self.pair_prio,
+                "pair_merged": self.pair_merged, "h_keys": self.h_keys, "h_prio": self.h_prio,
+                "h_merged": self.h_merged}
 
     def _build_hash(self, keys, prio, merged) -> None:
         """Linear probing at load factor <= 1/2, built vectorised: each pass places, for every
@@ -70,7 +95,6 @@ class MergeTable:
         self.h_merged = np.zeros(cap, dtype=np.uint32)
         pending = np.arange(len(keys))
         slot = self._home(keys)
-        self.max_probe = 0
         while len(pending):
             s = slot[pending]
             free = self.h_keys[s] == EMPTY_KEY
@@ -84,14 +108,22 @@ class MergeTable:
             placed[win] = True
             pending = pending[~placed[pending]]
             slot[pending] = (slot[pending] + 1) & (cap - 1)
-            self.max_probe += 1
 
     def _home(self, q: np.ndarray) -> np.ndarray:
         return ((q * HASH_MUL) >> np.uint64(64 - self.hash_bits)).astype(np.int64)
 
     @classmethod
-    def from_ranks(cls, ranks: dict[bytes, int]) -> "MergeTable":
-        """tiktoken rule: pair (a, b) merges when bytes(a)+bytes(b) is a token; priority = its rank."""
+    def from_ranks(cls, ranks: dict[bytes, int], *, cache_key: "str | None" = None
+                   ) -> "MergeTable":
+        """tiktoken rule: pair (a, b) merges when bytes(a)+bytes(b) is a token; priority = its rank.
+
+        Building it walks every split of every token (~1 s per 100K tokens in Python), so with a
+        ``cache_key`` (a digest of the ranks) the arrays are kept in the user cache directory.
+        """
+        byte_ids = np.array([ranks[bytes([b])] for b in range(256)], dtype=np.uint32)
+        cached = _load_cached(cache_key)
+        if cached is not None:
+            return cls({}, byte_ids, ranks, arrays=cached)
         pairs: dict[int, tuple[int, int]] = {}
         get = ranks.get
         for tok, rank in ranks.items():
@@ -102,8 +134,9 @@ class MergeTable:
                 right = get(tok[k:])
                 if right is not None:
                     pairs[left << 32 | right] = (rank, rank)
-        byte_ids = np.array([ranks[bytes([b])] for b in range(256)], dtype=np.uint32)
-        return cls(pairs, byte_ids, ranks)
+        table = cls(pairs, byte_ids, ranks)
+        _store_cached(cache_key, table.arrays())
+        return table
 
     @classmethod
     def from_merges(cls, merges: list[tuple[int, int, int]], byte_ids, whole) -> "MergeTable":
@@ -257,3 +290,36 @@ def merge_rounds(tokens: np.ndarray, piece_offsets: np.ndarray, table: MergeTabl
     offsets = np.zeros(n_pieces + 1, dtype=np.int64)
     np.cumsum(np.bincount(all_piece, minlength=n_pieces), out=offsets[1:])
     return all_toks[order], offsets
+
+
+_TABLE_FORMAT = 1
+
+
+def _cache_file(key: str) -> str:
+    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                          "gputok")
+    return os.path.join(root, f"merge-table-{key}-f{_TABLE_FORMAT}.npz")
+
+
+def _load_cached(key: "str | None") -> "dict | None":
+    if key is None:
+        return None
+    try:
+        with np.load(_cache_file(key)) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, KeyError):  # absent or damaged: rebuild
+        return None
+
+
+def _store_cached(key: "str | None", arrays: dict) -> None:
+    if key is None:
+        return
+    path = _cache_file(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    except OSError:
+        pass  # a read-only home only costs the rebuild next time
