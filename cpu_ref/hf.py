@@ -160,19 +160,9 @@ class RefHF:
 
     def _split_added(self, text: str, active: frozenset[str]) -> list[tuple[str, bool]]:
         """Like specials.split_specials, plus the lstrip/rstrip options of added tokens."""
-        parts = specials.split_specials(text, active)
-        out: list[tuple[str, bool]] = []
-        for i, (seg, is_tok) in enumerate(parts):
-            if is_tok:
-                out.append((seg, True))
-                continue
-            if i + 1 < len(parts) and parts[i + 1][1] and self.added[parts[i + 1][0]].get("lstrip"):
-                seg = seg.rstrip()
-            if i > 0 and parts[i - 1][1] and self.added[parts[i - 1][0]].get("rstrip"):
-                seg = seg.lstrip()
-            if seg:
-                out.append((seg, False))
-        return out
+        lstrip = {c for c, t in self.added.items() if t.get("lstrip")}
+        rstrip = {c for c, t in self.added.items() if t.get("rstrip")}
+        return specials.strip_around(specials.split_specials(text, active), lstrip, rstrip)
 
     def decode_bytes(self, tokens) -> bytes:
         return b"".join(self.id_to_bytes[t] for t in tokens)

@@ -101,6 +101,29 @@ def split_specials(text: str, allowed: frozenset[str]) -> list[tuple[str, bool]]
     return out
 
 
+_LEADING_WS = regex.compile(r"^\s+")
+_TRAILING_WS = regex.compile(r"\s+$")
+
+
+def strip_around(parts: list[tuple[str, bool]], lstrip: "AbstractSet[str]",
+                 rstrip: "AbstractSet[str]") -> list[tuple[str, bool]]:
+    """HF added-token options on ``split_specials`` output: a token in ``lstrip`` swallows the
+    whitespace before it, one in ``rstrip`` the whitespace after it (Unicode White_Space, as
+    Rust's ``char::is_whitespace``; not Python's ``str.isspace``, which adds U+001C..U+001F).
+    Segments that become empty are dropped."""
+    out: list[tuple[str, bool]] = []
+    for i, (seg, is_tok) in enumerate(parts):
+        if not is_tok:
+            if i + 1 < len(parts) and parts[i + 1][1] and parts[i + 1][0] in lstrip:
+                seg = _TRAILING_WS.sub("", seg)
+            if i > 0 and parts[i - 1][1] and parts[i - 1][0] in rstrip:
+                seg = _LEADING_WS.sub("", seg)
+            if not seg:
+                continue
+        out.append((seg, is_tok))
+    return out
+
+
 def fix_surrogates(text: str) -> str:
     """tiktoken's handling of strings that are not valid Unicode scalar sequences.
 

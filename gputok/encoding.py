@@ -12,7 +12,7 @@ import numpy as np
 from cpu_ref.bpe import bpe_tiktoken
 from cpu_ref.decode import StreamDecoder as _RefStreamDecoder
 from cpu_ref.specials import (check_disallowed, fix_surrogates, normalize_special_args,
-                              split_specials)
+                              split_specials, strip_around)
 
 from .stages.merge import LONG_PIECE, MergeTable, merge_long, merge_small
 from .stages.pretok import RegexPretokenizer
@@ -65,12 +65,15 @@ class Encoding:
     @classmethod
     def _from_parts(cls, name: str, *, pretok, pat_str: "str | None", decoder: dict[int, bytes],
                     special_tokens: dict[str, int], plain_added: dict[str, int], table_factory,
-                    whole: "dict[bytes, int] | None") -> "Encoding":
+                    whole: "dict[bytes, int] | None", lstrip=frozenset(), rstrip=frozenset()
+                    ) -> "Encoding":
         self = cls.__new__(cls)
         self._mergeable_ranks = None
         self._setup(name, pretok=pretok, pat_str=pat_str, decoder=decoder,
                     special_tokens=special_tokens, plain_added=plain_added,
                     table_factory=table_factory, whole=whole)
+        # HF added-token options: these tokens swallow the whitespace before / after them
+        self._lstrip, self._rstrip = frozenset(lstrip), frozenset(rstrip)
         return self
 
     def _setup(self, name, *, pretok, pat_str, decoder, special_tokens, plain_added,
@@ -88,6 +91,7 @@ class Encoding:
         self._whole = whole
         self._cache: dict[str, tuple[int, ...]] = {}
         self.max_token_value = max(self._decoder)
+        self._lstrip = self._rstrip = frozenset()
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
@@ -436,12 +440,19 @@ class Encoding:
         out: list[int] = []
         ids = self._special_tokens
         plain = self._plain_added
-        for seg, is_tok in split_specials(text, allowed | frozenset(plain)):
+        for seg, is_tok in self._split_active(text, allowed | frozenset(plain)):
             if is_tok:
                 out.append(ids[seg] if seg in ids else plain[seg])
             else:
                 out.extend(self._encode_pieces(self._pretok.split(seg)))
         return out
+
+    def _split_active(self, text: str, active: frozenset) -> list[tuple[str, bool]]:
+        """``text`` cut at the active special/added tokens (with HF's lstrip/rstrip)."""
+        parts = split_specials(text, active)
+        if self._lstrip or self._rstrip:
+            parts = strip_around(parts, self._lstrip, self._rstrip)
+        return parts
 
     def _encode_pieces(self, pieces: list[str]) -> list[int]:
         cache = self._cache

@@ -114,3 +114,25 @@ def test_hf_file_metadata(key):
     enc = gputok.load(testdata.vocab_path(HF_FILES[key]))
     assert enc.special_tokens_set and enc.eot_token in {v for v in enc._special_tokens.values()}
     assert enc.id_dtype.__name__ == "uint32"
+
+
+def test_hf_added_token_lstrip_rstrip(tmp_path):
+    from tokenizers import Tokenizer
+
+    cfg = json.loads(testdata.vocab_path("qwen2_tokenizer_json").read_text("utf-8"))
+    opts = {"<|im_start|>": ("lstrip", True), "<|im_end|>": ("rstrip", True)}
+    for t in cfg["added_tokens"]:
+        if t["content"] in opts:
+            t[opts[t["content"]][0]] = opts[t["content"]][1]
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(cfg, ensure_ascii=False), "utf-8")
+    enc, hf = gputok.load(path), Tokenizer.from_file(str(path))
+    texts = ["a  <|im_start|>  b<|im_end|> \n c", "\t<|im_start|>x <|im_end|>\u3000y",
+             "x\x1c<|im_start|>", "<|im_end|>   ", "  <|im_start|><|im_end|>  z"]
+    for t in texts:
+        expect = hf.encode(t, add_special_tokens=False).ids
+        assert enc.encode(t, allowed_special="all") == expect, repr(t)
+    ids, off = enc.encode_batch_arrays(texts, allowed_special="all")
+    assert ids.tolist() == [i for t in texts for i in hf.encode(t, add_special_tokens=False).ids]
+    # not allowed -> plain text, no stripping
+    assert enc.encode(texts[0], disallowed_special=()) == enc.encode_ordinary(texts[0])

@@ -711,6 +711,12 @@ class CudaBackend:
         return f"{enc.name}: {why}; merge and emit on the GPU ({self.dev.name})"
 
     def encode_documents(self, enc, docs, allowed: frozenset, disallowed: frozenset):
+        if (enc._lstrip or enc._rstrip) and (allowed or enc._plain_added):
+            # HF lstrip/rstrip added tokens move segment boundaries: the host-side special
+            # search here does not model that, so such batches take the exact numpy path
+            from .numpy import NumpyBackend
+
+            return NumpyBackend().encode_documents(enc, docs, allowed, disallowed)
         buf, doc_off = docs.packed()
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:

@@ -17,7 +17,7 @@ from itertools import chain
 
 import numpy as np
 
-from cpu_ref.specials import DisallowedSpecialError, check_disallowed, split_specials
+from cpu_ref.specials import DisallowedSpecialError, check_disallowed
 
 from ..encoding import _CACHE_LIMIT
 from ..stages.merge import LONG_PIECE, merge_long, merge_rounds
@@ -53,7 +53,7 @@ class NumpyBackend:
                 segments.append(text)
                 continue
             parts: list = []
-            for seg, is_tok in split_specials(text, active):
+            for seg, is_tok in enc._split_active(text, active):
                 if is_tok:
                     parts.append((specials[seg] if seg in specials else plain[seg],))
                 else:

@@ -64,8 +64,6 @@ def load_hf(path: "str | Path", *, name: "str | None" = None) -> Encoding:
     for t in cfg.get("added_tokens", []):
         if t.get("single_word"):
             raise _fail(path, f"added token {t['content']!r}: single_word is not supported")
-        if t.get("lstrip") or t.get("rstrip"):
-            raise _fail(path, f"added token {t['content']!r}: lstrip/rstrip is not supported yet")
         (specials if t.get("special") else plain)[t["content"]] = t["id"]
         if t["id"] in decoder and decoder[t["id"]] != t["content"].encode("utf-8"):
             pass  # an added token may shadow a vocab id with the same text; HF keeps the vocab bytes
@@ -74,4 +72,6 @@ def load_hf(path: "str | Path", *, name: "str | None" = None) -> Encoding:
     return Encoding._from_parts(
         name or path.parent.name or path.stem, pretok=pretok, pat_str=pretok.pattern,
         decoder=decoder, special_tokens=specials, plain_added=plain,
-        table_factory=lambda: MergeTable.from_merges(merges, byte_ids, whole), whole=whole)
+        table_factory=lambda: MergeTable.from_merges(merges, byte_ids, whole), whole=whole,
+        lstrip={t["content"] for t in cfg.get("added_tokens", []) if t.get("lstrip")},
+        rstrip={t["content"] for t in cfg.get("added_tokens", []) if t.get("rstrip")})
