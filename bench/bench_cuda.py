@@ -96,8 +96,8 @@ def make_backend(name: str, dedup: bool = False, chunk_mb: "float | None" = None
     if not ok:
         raise SystemExit(f"the cuda backend is not available: {why}\n(for a dry run without a "
                          "GPU use --backend numpy)")
-    return cuda.CudaBackend(dedup=dedup,
-                            chunk_bytes=int(chunk_mb * (1 << 20)) if chunk_mb else None)
+    return cuda.DeviceBackend(cuda.CupyDevice(), name="cuda", dedup=dedup,
+                              chunk_bytes=int(chunk_mb * (1 << 20)) if chunk_mb else None)
 
 
 def hf_peer(enc):
@@ -128,7 +128,7 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     row: dict = {"encoding": name, "docs": len(docs), "MB": round(mb, 2), "MB/s": {},
                  "notes": []}
     if args.backend != "numpy":
-        row["where"] = be.describe(enc)
+        row["where"] = be.describe(enc.model)
         print(f"  {row['where']}")
 
     def ours(batch=docs, backend=be):
@@ -188,7 +188,7 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     if args.backend == "cuda":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            k = be.time_kernels(enc, docs, repeat=args.repeat)
+            k = be.time_kernels(enc.model, docs, repeat=args.repeat)
         row["kernels"] = k
         kmb = k["bytes"] / 1e6
         row["MB/s"]["gputok cuda kernels only"] = kmb / (k["total_ms"] / 1e3)

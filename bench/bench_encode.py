@@ -43,7 +43,7 @@ def run(args) -> dict:
         mb = nbytes / 1e6
 
         def ours_cold():
-            enc._cache.clear()
+            enc.model.piece_cache.clear()
             return enc.encode_batch_arrays(docs, disallowed_special=(), backend=args.backend)
 
         def ours_warm():
@@ -60,7 +60,7 @@ def run(args) -> dict:
         batches += [cur] if cur else []
 
         def ours_stream():
-            enc._cache.clear()
+            enc.model.piece_cache.clear()
             for b in batches:
                 enc.encode_batch_arrays(b, disallowed_special=(), backend=args.backend)
 

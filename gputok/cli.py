@@ -27,7 +27,7 @@ def _encoding(args):
 def cmd_encode(args) -> int:
     from tqdm import tqdm
 
-    from cpu_ref.specials import DisallowedSpecialError
+    from .specials import DisallowedSpecialError
 
     from .backends import get_backend
     from .corpus import iter_documents, total_input_bytes

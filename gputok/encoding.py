@@ -1,31 +1,29 @@
-"""Encoding: tiktoken's API (drop-in), plus batch methods that return numpy arrays."""
+"""Encoding: tiktoken's API (drop-in) over a ``Model``, plus batch methods returning arrays."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
-from cpu_ref.bpe import bpe_tiktoken
-from cpu_ref.decode import StreamDecoder as _RefStreamDecoder
-from cpu_ref.specials import (check_disallowed, fix_surrogates, normalize_special_args,
-                              split_specials, strip_around)
+from . import padding
+from .backends import get_backend
+from .backends.numpy import encode_text
+from .decode import StreamDecoder, as_int_list, join_bytes
+from .model import Model
+from .specials import check_disallowed, special_args
+from .stages.pack import Documents
 
-from .stages.merge import LONG_PIECE, MergeTable, merge_long, merge_small
-from .stages.pretok import RegexPretokenizer
-
-_CACHE_LIMIT = 1 << 20  # pieces; the cache is dropped wholesale past this (cheap, rare)
 _BATCH_PATH_MIN = 1 << 16  # characters; longer single texts take the batch pipeline
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
+_EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 
 
 class Encoding:
-    """A byte-level BPE tokenizer with tiktoken's interface.
+    """A tokenizer with tiktoken's interface.
 
     >>> enc = gputok.get_encoding("cl100k_base")
     >>> enc.encode("hello world")
@@ -34,64 +32,38 @@ class Encoding:
 
     def __init__(self, name: str, *, pat_str: str, mergeable_ranks: dict[bytes, int],
                  special_tokens: dict[str, int], explicit_n_vocab: "int | None" = None):
-        """Build an Encoding from tiktoken-style parts (the same arguments as
-        ``tiktoken.Encoding``): ids are ranks, and merge priority is rank.
+        """Build an Encoding from tiktoken-style parts (the arguments of ``tiktoken.Encoding``):
+        ids are ranks, and merge priority is rank.
 
         >>> enc = Encoding("tiny", pat_str=r"\\S+|\\s+", special_tokens={"<eot>": 258},
         ...                mergeable_ranks={bytes([b]): b for b in range(256)} | {b"ab": 256})
         >>> enc.encode("ab")
         [256]
         """
-        missing = [b for b in range(256) if bytes([b]) not in mergeable_ranks]
-        if missing:
-            raise ValueError(f"mergeable_ranks lacks {len(missing)} of the 256 single-byte tokens "
-                             f"(first: {bytes([missing[0]])!r}); byte-level BPE needs all of them")
-        self._mergeable_ranks = mergeable_ranks
-        decoder = {r: b for b, r in mergeable_ranks.items()}
-        if len(decoder) != len(mergeable_ranks):
-            raise ValueError("mergeable_ranks maps two different byte strings to the same rank")
-        self._setup(name, pretok=RegexPretokenizer(pat_str), pat_str=pat_str, decoder=decoder,
-                    special_tokens=special_tokens, plain_added={},
-                    table_factory=lambda: MergeTable.from_ranks(
-                        mergeable_ranks, cache_key=self._ranks_digest),
-                    whole=mergeable_ranks)
-        if explicit_n_vocab is not None:
-            if len(mergeable_ranks) + len(special_tokens) != explicit_n_vocab or \
-                    self.max_token_value != explicit_n_vocab - 1:
-                raise ValueError(f"{name}: expected {explicit_n_vocab} tokens, got "
-                                 f"{len(mergeable_ranks)} + {len(special_tokens)} special")
+        model = Model.from_ranks(name, pat_str=pat_str, ranks=mergeable_ranks,
+                                 specials=special_tokens)
+        if explicit_n_vocab is not None and (
+                len(mergeable_ranks) + len(special_tokens) != explicit_n_vocab
+                or model.max_token_value != explicit_n_vocab - 1):
+            raise ValueError(f"{name}: expected {explicit_n_vocab} tokens, got "
+                             f"{len(mergeable_ranks)} + {len(special_tokens)} special")
+        self._bind(model)
 
-    # The constructor used by loaders that are not tiktoken-shaped (HF tokenizer.json).
     @classmethod
-    def _from_parts(cls, name: str, *, pretok, pat_str: "str | None", decoder: dict[int, bytes],
-                    special_tokens: dict[str, int], plain_added: dict[str, int], table_factory,
-                    whole: "dict[bytes, int] | None", lstrip=frozenset(), rstrip=frozenset()
-                    ) -> "Encoding":
+    def from_model(cls, model: Model) -> "Encoding":
+        """The Encoding of a ``Model`` (what loaders return).
+
+        >>> Encoding.from_model(gputok.get_encoding("gpt2").model).encode("hi")
+        [5303]
+        """
         self = cls.__new__(cls)
-        self._mergeable_ranks = None
-        self._setup(name, pretok=pretok, pat_str=pat_str, decoder=decoder,
-                    special_tokens=special_tokens, plain_added=plain_added,
-                    table_factory=table_factory, whole=whole)
-        # HF added-token options: these tokens swallow the whitespace before / after them
-        self._lstrip, self._rstrip = frozenset(lstrip), frozenset(rstrip)
+        self._bind(model)
         return self
 
-    def _setup(self, name, *, pretok, pat_str, decoder, special_tokens, plain_added,
-               table_factory, whole):
-        self.name = name
-        self._pat_str = pat_str
-        self._pretok = pretok
-        self._special_tokens = dict(special_tokens)
-        self._plain_added = dict(plain_added)  # HF non-special added tokens: always split out
-        self._decoder = dict(decoder)
-        for s, i in chain(self._special_tokens.items(), self._plain_added.items()):
-            self._decoder[i] = s.encode("utf-8")
-        self._special_token_values = set(self._special_tokens.values())
-        self._table_factory = table_factory
-        self._whole = whole
-        self._cache: dict[str, tuple[int, ...]] = {}
-        self.max_token_value = max(self._decoder)
-        self._lstrip = self._rstrip = frozenset()
+    def _bind(self, model: Model) -> None:
+        self.model = model
+        self.name = model.name
+        self.max_token_value = model.max_token_value
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
@@ -107,21 +79,8 @@ class Encoding:
         [27, 91, 8862, 728, 428, 91, 29]
         """
         if len(text) >= _BATCH_PATH_MIN:
-            return self._encode_large(text, frozenset(), frozenset())
-        text = fix_surrogates(text)
-        if self._plain_added:
-            return self._encode_segments(text, frozenset())
-        return self._encode_pieces(self._pretok.split(text))
-
-    def _encode_large(self, text: str, allowed: frozenset, disallowed: frozenset) -> list[int]:
-        """One big text through the numpy batch pipeline: its many distinct pieces are merged
-        in vectorised rounds instead of one by one (e.g. 5x faster on base64 blobs)."""
-        from .backends import get_backend
-        from .stages.pack import Documents
-
-        ids, _ = get_backend("numpy").encode_documents(self, Documents([text]), allowed,
-                                                       disallowed)
-        return ids.tolist()
+            return self._encode_large(text, frozenset())
+        return encode_text(self.model, text, frozenset())
 
     def encode(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
                disallowed_special: DisallowedSpecial = "all") -> list[int]:
@@ -138,11 +97,14 @@ class Encoding:
         if disallowed:
             check_disallowed(text, disallowed)
         if len(text) >= _BATCH_PATH_MIN:
-            return self._encode_large(text, allowed, frozenset())
-        text = fix_surrogates(text)
-        if not allowed and not self._plain_added:
-            return self._encode_pieces(self._pretok.split(text))
-        return self._encode_segments(text, allowed)
+            return self._encode_large(text, allowed)
+        return encode_text(self.model, text, allowed)
+
+    def _encode_large(self, text: str, allowed: frozenset) -> list[int]:
+        """One big text through the batch pipeline of the default backend: its many distinct
+        pieces merge together (e.g. 5x faster than one by one on base64 blobs)."""
+        ids, _ = get_backend("auto").encode(self.model, Documents([text]), allowed, frozenset())
+        return ids.tolist()
 
     def encode_to_numpy(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
                         disallowed_special: DisallowedSpecial = "all") -> np.ndarray:
@@ -155,27 +117,31 @@ class Encoding:
                           disallowed_special=disallowed_special)
         return np.array(ids, dtype=self.id_dtype)
 
-    def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8) -> list[list[int]]:
+    def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8,
+                              backend: str = "auto") -> list[list[int]]:
         """Encode a list of strings, ignoring special tokens.
 
-        ``num_threads`` is accepted for tiktoken compatibility; the batch runs on the backend.
+        ``num_threads`` is accepted for tiktoken compatibility; the batch runs on ``backend``.
 
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
-        return [self.encode_ordinary(t) for t in text]
+        return self.encode_batch(text, disallowed_special=(), backend=backend)
 
     def encode_batch(self, text: Sequence[str], *, num_threads: int = 8,
                      allowed_special: AllowedSpecial = frozenset(),
-                     disallowed_special: DisallowedSpecial = "all") -> list[list[int]]:
+                     disallowed_special: DisallowedSpecial = "all",
+                     backend: str = "auto") -> list[list[int]]:
         """Encode a list of strings; see ``encode`` for the special-token arguments.
 
         >>> enc.encode_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
-        allowed, disallowed = self._special_args(allowed_special, disallowed_special)
-        return [self.encode(t, allowed_special=allowed, disallowed_special=disallowed)
-                for t in text]
+        ids, offsets = self.encode_batch_arrays(text, allowed_special=allowed_special,
+                                                disallowed_special=disallowed_special,
+                                                backend=backend)
+        flat, off = ids.tolist(), offsets.tolist()
+        return [flat[a:b] for a, b in zip(off, off[1:])]
 
     def encode_single_token(self, text_or_bytes: "str | bytes") -> int:
         """The id of a text that is exactly one token (specials included); else ``KeyError``.
@@ -183,18 +149,17 @@ class Encoding:
         >>> enc.encode_single_token("hello")
         15339
         """
+        m = self.model
         if isinstance(text_or_bytes, str):
-            if text_or_bytes in self._special_tokens:
-                return self._special_tokens[text_or_bytes]
-            if text_or_bytes in self._plain_added:
-                return self._plain_added[text_or_bytes]
+            if text_or_bytes in m.specials or text_or_bytes in m.added:
+                return m.token_id(text_or_bytes)
             text_or_bytes = text_or_bytes.encode("utf-8")
-        tok = self._token_ids_by_bytes.get(text_or_bytes)
+        tok = m.token_ids_by_bytes.get(text_or_bytes)
         if tok is None:
             raise KeyError(text_or_bytes)
         return tok
 
-    # ---- batch methods that return arrays (the GPU-served path) -------------------------------
+    # ---- batch methods that return arrays (the device-served path) ----------------------------
 
     def encode_batch_arrays(self, texts, *, allowed_special: AllowedSpecial = frozenset(),
                             disallowed_special: DisallowedSpecial = "all", backend: str = "auto",
@@ -206,17 +171,15 @@ class Encoding:
         ``ids`` is uint16 when the vocabulary fits, else uint32; ``offsets`` is int64.
         ``errors`` applies to bytes input that is not valid UTF-8 (``"strict"`` raises
         ``ValueError`` naming the document; ``"replace"`` decodes to U+FFFD).
+        ``backend``: ``"auto"``, a backend name (``gputok info`` lists them) or a backend object.
 
         >>> ids, offsets = enc.encode_batch_arrays(["hello world", "hi"])
         >>> ids.tolist(), offsets.tolist()
         ([15339, 1917, 6151], [0, 2, 3])
         """
-        from .backends import get_backend
-        from .stages.pack import Documents
-
         allowed, disallowed = self._special_args(allowed_special, disallowed_special)
         docs = Documents(texts, errors=errors)
-        return get_backend(backend).encode_documents(self, docs, allowed, disallowed)
+        return get_backend(backend).encode(self.model, docs, allowed, disallowed)
 
     def encode_batch_padded(self, texts, *, max_length: "int | None" = None,
                             padding_side: str = "right", truncation_side: str = "right",
@@ -249,41 +212,19 @@ class Encoding:
           ``truncation_side``: ``"right"`` keeps the first tokens, ``"left"`` the last), then
           rounded up to ``pad_to_multiple_of``.
         - ``padding_side``: ``"right"`` (training) or ``"left"`` (batched generation).
-        - ``pad_id``: the filler id (default: the end-of-text token if the encoding has one,
-          else 0); ``attention_mask`` is 1 on real tokens and 0 on padding (uint8).
+        - ``pad_id``: the filler id (default: ``eot_token`` if the encoding has one, else 0);
+          ``attention_mask`` is 1 on real tokens and 0 on padding (uint8).
 
         >>> ids, mask = enc.pad(np.array([1, 2, 3]), np.array([0, 2, 3]), padding_side="left")
         >>> ids.tolist()
         [[1, 2], [100257, 3]]
         """
-        if padding_side not in ("left", "right") or truncation_side not in ("left", "right"):
-            raise ValueError("padding_side and truncation_side must be 'left' or 'right'")
-        if max_length is not None and max_length < 0:
-            raise ValueError("max_length must be >= 0")
-        if pad_to_multiple_of is not None and pad_to_multiple_of <= 0:
-            raise ValueError("pad_to_multiple_of must be a positive int")
-        ids = np.asarray(ids)
-        offsets = np.asarray(offsets, dtype=np.int64)
         if pad_id is None:
-            pad_id = self._special_tokens.get("<|endoftext|>", 0)
-        lengths = np.diff(offsets)
-        width = int(lengths.max(initial=0))
-        if max_length is not None:
-            width = min(width, max_length)
-        if pad_to_multiple_of:
-            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-            if max_length is not None and width > max_length:
-                width -= pad_to_multiple_of  # stay within the cap the caller gave
-        keep = np.minimum(lengths, width)
-        # first source token per row: truncating on the left skips the head of long documents
-        src0 = offsets[:-1] + (lengths - keep if truncation_side == "left" else 0)
-        col = np.arange(width, dtype=np.int64)[None, :]
-        shift = (width - keep)[:, None] if padding_side == "left" else 0
-        j = col - shift  # position inside the kept tokens
-        mask = (j >= 0) & (j < keep[:, None])
-        out = np.full((len(lengths), width), pad_id, dtype=ids.dtype if len(ids) else self.id_dtype)
-        out[mask] = ids[(src0[:, None] + j)[mask]]
-        return out, mask.astype(np.uint8)
+            pad_id = self._eot_or_none()
+            pad_id = 0 if pad_id is None else pad_id
+        return padding.pad(ids, offsets, pad_id=pad_id, max_length=max_length,
+                           padding_side=padding_side, truncation_side=truncation_side,
+                           pad_to_multiple_of=pad_to_multiple_of, id_dtype=self.id_dtype)
 
     # ==== decoding ===============================================================================
 
@@ -293,11 +234,7 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
-        d = self._decoder
-        try:
-            return b"".join([d[t] for t in _as_int_list(tokens)])
-        except KeyError as e:
-            raise KeyError(f"invalid token for decoding: {e.args[0]}") from None
+        return join_bytes(self.model.decoder, tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         """Decode to text. Lossy by default: bytes that are not valid UTF-8 become U+FFFD
@@ -306,7 +243,7 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        return self.decode_bytes(tokens).decode("utf-8", errors=errors)
+        return join_bytes(self.model.decoder, tokens).decode("utf-8", errors=errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token (specials included); unknown ids raise ``KeyError``.
@@ -315,7 +252,7 @@ class Encoding:
         b'hello'
         """
         try:
-            return self._decoder[int(token)]
+            return self.model.decoder[int(token)]
         except KeyError:
             raise KeyError(f"invalid token for decoding: {token}") from None
 
@@ -325,7 +262,7 @@ class Encoding:
         >>> enc.decode_tokens_bytes([15339, 1917])
         [b'hello', b' world']
         """
-        return [self.decode_single_token_bytes(t) for t in _as_int_list(tokens)]
+        return [self.decode_single_token_bytes(t) for t in as_int_list(tokens)]
 
     def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:
         """Decoded text and each token's start index in it (a token that starts inside a
@@ -360,14 +297,14 @@ class Encoding:
         """
         return [self.decode_bytes(t) for t in batch]
 
-    def stream_decoder(self, errors: str = "replace") -> "StreamDecoder":
+    def stream_decoder(self, errors: str = "replace") -> StreamDecoder:
         """A decoder for token streams that holds back an incomplete UTF-8 tail between calls.
 
         >>> dec = enc.stream_decoder()
         >>> dec.feed(enc.encode("h\\u00e9")[:1]) + dec.feed(enc.encode("h\\u00e9")[1:]) + dec.flush()
         'hé'
         """
-        return StreamDecoder(self, errors)
+        return StreamDecoder(self.model.decoder, errors)
 
     # ==== miscellaneous ==========================================================================
 
@@ -379,7 +316,7 @@ class Encoding:
     @property
     def id_dtype(self) -> type:
         """numpy dtype of id arrays: uint16 when every id fits, else uint32."""
-        return np.uint16 if self.max_token_value < (1 << 16) else np.uint32
+        return self.model.id_dtype
 
     @property
     def eot_token(self) -> int:
@@ -388,106 +325,51 @@ class Encoding:
         >>> enc.eot_token
         100257
         """
-        for name in ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"):
-            if name in self._special_tokens:
-                return self._special_tokens[name]
-        raise KeyError(f"{self.name} has no end-of-text special token "
-                       f"(specials: {sorted(self._special_tokens)[:8]}...)")
+        eot = self._eot_or_none()
+        if eot is None:
+            raise KeyError(f"{self.name} has no end-of-text special token "
+                           f"(specials: {sorted(self.model.specials)[:8]}...)")
+        return eot
+
+    def _eot_or_none(self) -> "int | None":
+        specials = self.model.specials
+        return next((specials[n] for n in _EOT_NAMES if n in specials), None)
 
     @functools.cached_property
     def special_tokens_set(self) -> set[str]:
         """The special tokens' strings."""
-        return set(self._special_tokens)
+        return set(self.model.specials)
 
     def is_special_token(self, token: int) -> bool:
-        return token in self._special_token_values
+        return token in self._special_ids
+
+    @functools.cached_property
+    def _special_ids(self) -> frozenset:
+        return frozenset(self.model.specials.values())
 
     def token_byte_values(self) -> list[bytes]:
         """Every mergeable (non-special) token's bytes."""
-        specials = self._special_token_values | set(self._plain_added.values())
-        return [b for i, b in self._decoder.items() if i not in specials]
+        return list(self.model.token_ids_by_bytes)
 
     @property
     def pat_str(self) -> "str | None":
         """The pre-tokenizer regex (``None`` for multi-step HF pre-tokenizers)."""
-        return self._pat_str
+        return self.model.pretok.pattern
+
+    # tiktoken exposes these private attributes and some code reads them
+    @property
+    def _pat_str(self) -> "str | None":
+        return self.pat_str
+
+    @property
+    def _mergeable_ranks(self) -> "dict[bytes, int] | None":
+        return self.model.ranks
+
+    @property
+    def _special_tokens(self) -> dict[str, int]:
+        return dict(self.model.specials)
 
     # ==== private ================================================================================
 
-    @functools.cached_property
-    def merge_table(self) -> MergeTable:
-        """The merge table (built on first use: a few hundred ms for 200K vocabularies)."""
-        return self._table_factory()
-
-    @functools.cached_property
-    def _ranks_digest(self) -> str:
-        """A digest of the mergeable ranks: names the cached merge table (0.1 s vs 1-2 s)."""
-        h = hashlib.sha256()
-        for tok, rank in sorted(self._mergeable_ranks.items(), key=lambda kv: kv[1]):
-            h.update(b"%d %d " % (rank, len(tok)) + tok)
-        return h.hexdigest()[:32]
-
-    @functools.cached_property
-    def _token_ids_by_bytes(self) -> dict[bytes, int]:
-        specials = self._special_token_values | set(self._plain_added.values())
-        return {b: i for i, b in self._decoder.items() if i not in specials}
-
     def _special_args(self, allowed_special, disallowed_special):
-        return normalize_special_args(self._special_tokens.keys(), allowed_special,
-                                      disallowed_special)
-
-    def _encode_segments(self, text: str, allowed: frozenset) -> list[int]:
-        out: list[int] = []
-        ids = self._special_tokens
-        plain = self._plain_added
-        for seg, is_tok in self._split_active(text, allowed | frozenset(plain)):
-            if is_tok:
-                out.append(ids[seg] if seg in ids else plain[seg])
-            else:
-                out.extend(self._encode_pieces(self._pretok.split(seg)))
-        return out
-
-    def _split_active(self, text: str, active: frozenset) -> list[tuple[str, bool]]:
-        """``text`` cut at the active special/added tokens (with HF's lstrip/rstrip)."""
-        parts = split_specials(text, active)
-        if self._lstrip or self._rstrip:
-            parts = strip_around(parts, self._lstrip, self._rstrip)
-        return parts
-
-    def _encode_pieces(self, pieces: list[str]) -> list[int]:
-        cache = self._cache
-        vals = list(map(cache.get, pieces))
-        if None in vals:
-            for i, v in enumerate(vals):
-                if v is None:
-                    vals[i] = self._encode_piece(pieces[i])
-        return list(chain.from_iterable(vals))
-
-    def _encode_piece(self, piece: str) -> tuple[int, ...]:
-        data = piece.encode("utf-8")
-        if len(data) >= LONG_PIECE:
-            return tuple(merge_long(data, self.merge_table))  # not cached: rarely repeats
-        if self._mergeable_ranks is not None:
-            # tiktoken rule on a short piece: the byte-rank loop needs no merge table, so a
-            # one-off encode() never pays the table build (~1-2 s for 200K vocabularies);
-            # tests prove it equals the table-driven paths
-            ids = tuple(bpe_tiktoken(data, self._mergeable_ranks))
-        else:
-            ids = tuple(merge_small(data, self.merge_table))
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[piece] = ids
-        return ids
-
-
-class StreamDecoder(_RefStreamDecoder):
-    """Incremental decoding for an Encoding (see ``Encoding.stream_decoder``)."""
-
-    def __init__(self, encoding: Encoding, errors: str = "replace"):
-        super().__init__(encoding.decode_single_token_bytes, errors)
-
-
-def _as_int_list(tokens) -> list[int]:
-    if isinstance(tokens, np.ndarray):
-        return tokens.tolist()
-    return tokens
+        return special_args(self.model.special_set, allowed_special, disallowed_special)

@@ -17,14 +17,14 @@ import re
 from itertools import chain
 from pathlib import Path
 
-from cpu_ref.hf import BYTE_TO_UNICODE, UNICODE_TO_BYTE
+from .bytelevel import spell, unspell
 
 from .encoding import Encoding
 from .loaders.tiktoken_file import sidecar_path, write_ranks
 
 
 def _to_unicode(b: bytes) -> str:
-    return "".join(BYTE_TO_UNICODE[x] for x in b)
+    return spell(b)
 
 
 def _onig_pattern(pat: str) -> str:
@@ -116,7 +116,7 @@ def _class_end(pat: str, i: int) -> int:
 
 def mergeable_ranks(enc: Encoding) -> dict[bytes, int]:
     """The non-special tokens as ``{bytes: id}`` (for tiktoken-rule encodings, ids are ranks)."""
-    return enc._token_ids_by_bytes
+    return enc.model.token_ids_by_bytes
 
 
 def save_tiktoken(enc: Encoding, path: "str | Path") -> Path:
@@ -126,7 +126,7 @@ def save_tiktoken(enc: Encoding, path: "str | Path") -> Path:
     path = Path(path)
     write_ranks(path, mergeable_ranks(enc))
     sidecar_path(path).write_text(json.dumps(
-        {"name": enc.name, "pat_str": enc.pat_str, "special_tokens": enc._special_tokens},
+        {"name": enc.name, "pat_str": enc.pat_str, "special_tokens": dict(enc.model.specials)},
         indent=1, ensure_ascii=False), "utf-8")
     return path
 
@@ -146,12 +146,12 @@ def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
         raise ValueError(f"{enc.name}: only single-regex pre-tokenizers can be exported")
     ranks = mergeable_ranks(enc)
     vocab = {_to_unicode(b): i for b, i in sorted(ranks.items(), key=lambda kv: kv[1])}
-    if enc._mergeable_ranks is not None:
+    if enc.model.ranks is not None:
         merges = _tiktoken_rule_merges(ranks)
         ignore_merges = True
     else:  # an HF-rule encoding: its merge table, in priority order
-        table = enc.merge_table
-        dec = enc._decoder
+        table = enc.model.merge_table
+        dec = enc.model.decoder
         order = sorted(table.pairs.items(), key=lambda kv: kv[1][0])
         merges = [(dec[k >> 32], dec[k & 0xFFFFFFFF]) for k, _ in order]
         ignore_merges = table.whole is not None
@@ -167,14 +167,14 @@ def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
     # it after the vocab (ignoring the id written here): so the added tokens go into the vocab
     # too, as HF's own trainer writes them. (Only strings of byte-level characters, which is
     # what gputok.load reads back; others, e.g. with a space, keep HF's numbering.)
-    for s, i in chain(enc._special_tokens.items(), enc._plain_added.items()):
-        if all(ch in UNICODE_TO_BYTE for ch in s):
+    for s, i in chain(enc.model.specials.items(), enc.model.added.items()):
+        if unspell(s) is not None:
             vocab.setdefault(s, i)
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for s, i in sorted(
-                  enc._special_tokens.items(), key=lambda kv: kv[1])]
+                  enc.model.specials.items(), key=lambda kv: kv[1])]
     added += [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-               "normalized": False, "special": False} for s, i in enc._plain_added.items()]
+               "normalized": False, "special": False} for s, i in enc.model.added.items()]
     doc = {
         "version": "1.0",
         "truncation": None,

@@ -8,18 +8,19 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-from cpu_ref import patterns
-
+from . import patterns
 from .encoding import Encoding
-from .loaders.tiktoken_file import read_ranks, read_sidecar
+from .loaders.tiktoken_file import read_ranks
+from .model import Model
 
 ENDOFTEXT = "<|endoftext|>"
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 ENDOFPROMPT = "<|endofprompt|>"
 
 
-def _bundled_ranks(stem: str) -> dict[bytes, int]:
-    """Ranks from ``gputok/data/<stem>.tiktoken.gz``, checked against SHA256SUMS."""
+def _bundled_ranks(stem: str) -> tuple[dict[bytes, int], str]:
+    """Ranks from ``gputok/data/<stem>.tiktoken.gz``, checked against SHA256SUMS, and their
+    digest (the file's sha256: it names cached tables)."""
     data_dir = resources.files("gputok") / "data"
     raw = gzip.decompress((data_dir / f"{stem}.tiktoken.gz").read_bytes())
     sums = dict(line.split()[::-1] for line in
@@ -29,43 +30,50 @@ def _bundled_ranks(stem: str) -> dict[bytes, int]:
     if expected != actual:
         raise RuntimeError(f"bundled vocabulary {stem} is corrupt (sha256 {actual}, expected "
                            f"{expected}); reinstall gputok")
-    return read_ranks(f"gputok/data/{stem}.tiktoken.gz", raw)
+    return read_ranks(f"gputok/data/{stem}.tiktoken.gz", raw), actual[:32]
+
+
+def _named(name: str, pat_str: str, stem: str, specials: dict, *, extra: "dict | None" = None,
+           n_vocab: "int | None" = None) -> Encoding:
+    ranks, digest = _bundled_ranks(stem)
+    if extra:  # derived vocabularies (p50k) get their own digest
+        ranks = {**ranks, **extra}
+        digest = f"{digest}+{len(extra)}x{max(extra.values())}"
+    model = Model.from_ranks(name, pat_str=pat_str, ranks=ranks, specials=specials,
+                             digest=digest)
+    if n_vocab is not None and model.max_token_value != n_vocab - 1:
+        raise RuntimeError(f"{name}: expected {n_vocab} tokens, got {model.max_token_value + 1}")
+    return Encoding.from_model(model)
+
+
+# p50k_base is r50k_base plus 24 tokens for runs of 2..25 spaces (ranks 50257..50280)
+_P50K_SPACES = {b" " * n: 50255 + n for n in range(2, 26)}
 
 
 def _r50k(name: str) -> Encoding:
-    return Encoding(name, pat_str=patterns.GPT2_PATTERN, mergeable_ranks=_bundled_ranks("r50k_base"),
-                    special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=50257)
-
-
-def _p50k_ranks() -> dict[bytes, int]:
-    # p50k_base is r50k_base plus 24 tokens for runs of 2..25 spaces (ranks 50257..50280)
-    ranks = dict(_bundled_ranks("r50k_base"))
-    ranks.update({b" " * n: 50255 + n for n in range(2, 26)})
-    return ranks
+    return _named(name, patterns.GPT2, "r50k_base", {ENDOFTEXT: 50256}, n_vocab=50257)
 
 
 def _p50k_base() -> Encoding:
-    return Encoding("p50k_base", pat_str=patterns.GPT2_PATTERN, mergeable_ranks=_p50k_ranks(),
-                    special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=50281)
+    return _named("p50k_base", patterns.GPT2, "r50k_base", {ENDOFTEXT: 50256},
+                  extra=_P50K_SPACES, n_vocab=50281)
 
 
 def _p50k_edit() -> Encoding:
-    return Encoding("p50k_edit", pat_str=patterns.GPT2_PATTERN, mergeable_ranks=_p50k_ranks(),
-                    special_tokens={ENDOFTEXT: 50256, FIM_PREFIX: 50281, FIM_MIDDLE: 50282,
-                                    FIM_SUFFIX: 50283})
+    return _named("p50k_edit", patterns.GPT2, "r50k_base",
+                  {ENDOFTEXT: 50256, FIM_PREFIX: 50281, FIM_MIDDLE: 50282, FIM_SUFFIX: 50283},
+                  extra=_P50K_SPACES)
 
 
 def _cl100k_base() -> Encoding:
-    return Encoding("cl100k_base", pat_str=patterns.CL100K_PATTERN,
-                    mergeable_ranks=_bundled_ranks("cl100k_base"),
-                    special_tokens={ENDOFTEXT: 100257, FIM_PREFIX: 100258, FIM_MIDDLE: 100259,
-                                    FIM_SUFFIX: 100260, ENDOFPROMPT: 100276})
+    return _named("cl100k_base", patterns.CL100K, "cl100k_base",
+                  {ENDOFTEXT: 100257, FIM_PREFIX: 100258, FIM_MIDDLE: 100259,
+                   FIM_SUFFIX: 100260, ENDOFPROMPT: 100276})
 
 
 def _o200k_base() -> Encoding:
-    return Encoding("o200k_base", pat_str=patterns.O200K_PATTERN,
-                    mergeable_ranks=_bundled_ranks("o200k_base"),
-                    special_tokens={ENDOFTEXT: 199999, ENDOFPROMPT: 200018})
+    return _named("o200k_base", patterns.O200K, "o200k_base",
+                  {ENDOFTEXT: 199999, ENDOFPROMPT: 200018})
 
 
 def _o200k_harmony() -> Encoding:
@@ -76,8 +84,7 @@ def _o200k_harmony() -> Encoding:
                 "<|message|>": 200008, "<|reserved_200009|>": 200009,
                 "<|reserved_200010|>": 200010, "<|reserved_200011|>": 200011, "<|call|>": 200012}
     specials.update({f"<|reserved_{i}|>": i for i in range(200013, 201088)})
-    return Encoding("o200k_harmony", pat_str=patterns.O200K_PATTERN,
-                    mergeable_ranks=_bundled_ranks("o200k_base"), special_tokens=specials)
+    return _named("o200k_harmony", patterns.O200K, "o200k_base", specials)
 
 
 _CONSTRUCTORS = {
@@ -107,7 +114,7 @@ def get_encoding(encoding_name: str) -> Encoding:
     >>> gputok.get_encoding("o200k_base").encode("hello world")
     [24912, 2375]
     """
-    if encoding_name not in _CONSTRUCTORS:
+    if not isinstance(encoding_name, str) or encoding_name not in _CONSTRUCTORS:
         raise ValueError(f"unknown encoding {encoding_name!r}. Known encodings: "
                          f"{', '.join(_CONSTRUCTORS)}. For a vocabulary file use gputok.load(path).")
     return _CONSTRUCTORS[encoding_name]()
@@ -116,26 +123,14 @@ def get_encoding(encoding_name: str) -> Encoding:
 def load(path: "str | Path", *, pat_str: "str | None" = None,
          special_tokens: "dict[str, int] | None" = None, name: "str | None" = None) -> Encoding:
     """Load a vocabulary file: a HF ``tokenizer.json`` (byte-level BPE) or a ``.tiktoken`` ranks
-    file. A ``.tiktoken`` file carries no pattern: pass ``pat_str`` (a regex or one of
-    ``gpt2``/``cl100k``/``o200k``), or keep a ``<file>.json`` sidecar with ``pat_str`` and
-    ``special_tokens`` next to it (``gputok train`` writes one).
+    file, recognised by content. A ``.tiktoken`` file carries no pattern: pass ``pat_str`` (a
+    regex or one of ``gpt2``/``cl100k``/``o200k``/``llama3``/``qwen2``), or keep a
+    ``<file>.json`` sidecar with ``pat_str`` and ``special_tokens`` next to it (``gputok train``
+    writes one). A malformed file raises ``ValueError`` naming the file (and line or field).
 
     >>> enc = gputok.load("tokenizer.json")  # doctest: +SKIP
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such vocabulary file: {path}")
-    head = path.read_bytes()[:64].lstrip()
-    if head.startswith(b"{"):
-        from .loaders.hf_json import load_hf
+    from .loaders import load_model
 
-        return load_hf(path, name=name)
-    meta = read_sidecar(path) or {}
-    pat = pat_str or meta.get("pat_str")
-    if pat is None:
-        raise ValueError(f"{path}: a .tiktoken file has no pre-tokenizer pattern; pass pat_str= "
-                         f"(a regex, or one of {', '.join(patterns.NAMED_PATTERNS)})")
-    specials = special_tokens if special_tokens is not None else meta.get("special_tokens", {})
-    return Encoding(name or meta.get("name") or path.name.split(".")[0],
-                    pat_str=patterns.resolve_pattern(pat), mergeable_ranks=read_ranks(path),
-                    special_tokens=specials)
+    return Encoding.from_model(load_model(path, pat_str=pat_str, special_tokens=special_tokens,
+                                          name=name))

@@ -1,6 +1,11 @@
 // encode_common.cuh: types, constants and device helpers shared by the encode kernels
 // (encode_pretok.cu, encode_scan.cu, encode_merge.cu, encode_emit.cu), driven by
-// gputok/backends/cuda.py.
+// gputok/backends/driver.py.
+//
+// Every constant below is defined in Python (gputok/backends/kernels.py: KERNEL_CONSTANTS, which
+// takes each from the module that owns it) and injected as a #define block when a module is
+// built; the #ifndef defaults only let this file compile on its own (nvcc -ptx), and a test
+// asserts they equal the injected values.
 //
 // No standard headers: NVRTC (CuPy's compiler) ships none, so fixed-width types are spelled
 // out. Every kernel is a grid-stride loop, so any grid size is correct; the host caps grids at a
@@ -18,42 +23,88 @@ typedef long long enc_i64;
        i += (enc_i64)gridDim.x * blockDim.x)
 
 // ---------------------------------------------------------------- pre-tokenizer classes
-// The run classes of gputok/stages/scan.py (cl100k / gpt2 families), one per code point;
+// The run classes of gputok/stages/scan_rules.py (cl100k / gpt2 families), one per code point;
 // ENC_CONT marks UTF-8 continuation bytes (the kernels work in byte coordinates).
-#define ENC_X 0   // no character: outside every segment, or past a segment end
-#define ENC_L 1   // letter
-#define ENC_N 2   // digit (\p{N})
-#define ENC_P 3   // other (punctuation, symbols, ...)
-#define ENC_A 4   // "'"
+#ifndef ENC_X
+#define ENC_X 0  // no character: outside every segment, or past a segment end
+#endif
+#ifndef ENC_L
+#define ENC_L 1  // letter
+#endif
+#ifndef ENC_N
+#define ENC_N 2  // digit (\p{N})
+#endif
+#ifndef ENC_P
+#define ENC_P 3  // other (punctuation, symbols, ...)
+#endif
+#ifndef ENC_A
+#define ENC_A 4  // "'"
+#endif
+#ifndef ENC_SP
 #define ENC_SP 5  // " "
-#define ENC_S 6   // other whitespace
-#define ENC_E 7   // CR / LF (cl families; gpt2 maps them to ENC_S)
+#endif
+#ifndef ENC_S
+#define ENC_S 6  // other whitespace
+#endif
+#ifndef ENC_E
+#define ENC_E 7  // CR / LF (cl families; gpt2 maps them to ENC_S)
+#endif
+#ifndef ENC_CONT
 #define ENC_CONT 8
+#endif
 
-// window-rule bits (scan.py's B_PAIR / B_NEXT / B_PREV2)
+// window-rule bits (scan_rules.py's B_PAIR / B_NEXT / B_PREV2)
+#ifndef ENC_B_PAIR
 #define ENC_B_PAIR 1
+#endif
+#ifndef ENC_B_NEXT
 #define ENC_B_NEXT 2
+#endif
+#ifndef ENC_B_PREV2
 #define ENC_B_PREV2 4
+#endif
 
 // per-byte marks written by the host's segment plan (documents split at special tokens)
-#define ENC_SEG_START 1      // a (non-empty) segment starts at this byte
-#define ENC_SEG_END 2        // a segment ends here: the previous byte was its last
-#define ENC_OUTSIDE 4        // the byte belongs to a special token, not to any segment
-#define ENC_SPECIAL_START 8  // a special token starts here (it becomes one entry)
+#ifndef ENC_SEG_START
+#define ENC_SEG_START 1  // a (non-empty) segment starts at this byte
+#endif
+#ifndef ENC_SEG_END
+#define ENC_SEG_END 2  // a segment ends here: the previous byte was its last
+#endif
+#ifndef ENC_OUTSIDE
+#define ENC_OUTSIDE 4  // the byte belongs to a token span, not to any segment
+#endif
+#ifndef ENC_SPECIAL_START
+#define ENC_SPECIAL_START 8  // a token span starts here (it becomes one entry)
+#endif
 
 // ---------------------------------------------------------------- entries
-// An entry is a piece, a special token, or the sentinel at the end of the chunk. spec[e]:
+// An entry is a piece, a token span, or the sentinel at the end of the chunk. spec[e]:
+#ifndef ENC_NORMAL
 #define ENC_NORMAL 0xFFFFFFFFu  // a piece of text: merged
-#define ENC_GAP 0xFFFFFFFEu     // no tokens (the sentinel)
-//                 any other value: the id of a special token
+#endif
+#ifndef ENC_GAP
+#define ENC_GAP 0xFFFFFFFEu  // no ids: the sentinel, or whitespace an lstrip/rstrip token took
+#endif
+//                 any other value: the id of a special or added token
 // owner[e] after encode_piece_kind:
-#define ENC_DONE 0xFFFFFFFFu  // ids already final in scratch (special, whole-token piece)
+#ifndef ENC_DONE
+#define ENC_DONE 0xFFFFFFFFu  // ids already final in scratch (token, whole-token piece)
+#endif
 //                 e: this entry merges its own piece; another index: a duplicate of that entry
 
+#ifndef ENC_NO_MERGE
 #define ENC_NO_MERGE 0xFFFFFFFFu
+#endif
+#ifndef ENC_EMPTY_KEY
 #define ENC_EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
+#endif
+#ifndef ENC_EMPTY_SLOT
 #define ENC_EMPTY_SLOT 0xFFFFFFFFu
-#define ENC_HASH_MUL 0x9E3779B97F4A7C15ull  // Fibonacci hashing (gputok/stages/merge.py)
+#endif
+#ifndef ENC_HASH_MUL
+#define ENC_HASH_MUL 0x9E3779B97F4A7C15ull  // Fibonacci hashing (gputok/stages/table.py)
+#endif
 
 #ifndef ENC_LONG_PIECE
 #define ENC_LONG_PIECE 256  // bytes; pieces at least this long take encode_merge_long
@@ -79,19 +130,31 @@ __device__ __forceinline__ enc_u32 enc_decode(const enc_u8* buf, enc_i64 i, enc_
 }
 
 // ---------------------------------------------------------------- hashing
+#ifndef ENC_FNV_OFFSET
+#define ENC_FNV_OFFSET 0xCBF29CE484222325ull
+#endif
+#ifndef ENC_FNV_PRIME
+#define ENC_FNV_PRIME 0x100000001B3ull
+#endif
+#ifndef ENC_MIX1
+#define ENC_MIX1 0xFF51AFD7ED558CCDull
+#endif
+#ifndef ENC_MIX2
+#define ENC_MIX2 0xC4CEB9FE1A85EC53ull
+#endif
 // Byte-string hash of the whole-token table and the dedup table: FNV-1a over the bytes, then
 // a 64-bit finalizer so the top bits (the slot) depend on every byte. The host builds the
-// whole-token table with the same function (gputok/backends/cuda.py, _bytes_hash).
+// whole-token table with the same function (gputok/backends/device_tables.py, bytes_hash).
 __device__ __forceinline__ enc_u64 enc_bytes_hash(const enc_u8* p, enc_u32 len) {
-  enc_u64 h = 0xCBF29CE484222325ull;
+  enc_u64 h = ENC_FNV_OFFSET;
   for (enc_u32 k = 0; k < len; ++k) {
     h ^= p[k];
-    h *= 0x100000001B3ull;
+    h *= ENC_FNV_PRIME;
   }
   h ^= h >> 33;
-  h *= 0xFF51AFD7ED558CCDull;
+  h *= ENC_MIX1;
   h ^= h >> 33;
-  h *= 0xC4CEB9FE1A85EC53ull;
+  h *= ENC_MIX2;
   h ^= h >> 33;
   return h;
 }

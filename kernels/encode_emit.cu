@@ -1,4 +1,4 @@
-// encode_emit.cu: the ragged output of a chunk (driven by gputok/backends/cuda.py).
+// encode_emit.cu: the ragged output of a chunk (driven by gputok/backends/driver.py).
 //
 // After encode_merge.cu every entry e has count[e] ids in scratch at pstart[owner] (its own
 // pstart unless it duplicates another entry). The host scans count exclusively in place

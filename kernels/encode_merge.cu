@@ -1,4 +1,4 @@
-// encode_merge.cu: BPE of every entry of a chunk (driven by gputok/backends/cuda.py).
+// encode_merge.cu: BPE of every entry of a chunk (driven by gputok/backends/driver.py).
 //
 // Entries (see encode_common.cuh): entry e covers bytes [pstart[e], pstart[e + 1]) of the
 // chunk's buffer; spec[e] says whether it is a piece, a special token or the sentinel; the

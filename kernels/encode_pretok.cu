@@ -1,5 +1,5 @@
 // encode_pretok.cu: regex pre-tokenization on the GPU, in byte coordinates (driven by
-// gputok/backends/cuda.py).
+// gputok/backends/driver.py).
 //
 // This is gputok/stages/scan.py's method (read its module docstring first), for the cl100k
 // family (cl100k, Llama 3, Qwen2) and GPT-2 (r50k, p50k). Differences are only of coordinates:
@@ -36,7 +36,9 @@
 #include "encode_common.cuh"
 
 // scan.py's pair-table bits beyond the window bits of encode_common.cuh
+#ifndef ENC_B_SPECIAL
 #define ENC_B_SPECIAL 16
+#endif
 
 __device__ __forceinline__ enc_u8 enc_run_class(enc_u8 c) { return c == ENC_S ? ENC_SP : c; }
 

@@ -1,6 +1,6 @@
 // encode_scan.cu: prefix scans (sum and max) over uint32 arrays, reduce-then-scan.
 //
-// Used by the encode pipeline (gputok/backends/cuda.py) for: entry indices (exclusive sum of the
+// Used by the encode pipeline (gputok/backends/driver.py) for: entry indices (exclusive sum of the
 // piece-start flags), output offsets (exclusive sum of the token counts), character indices, and
 // run starts (inclusive max of "position + 1 where a run begins").
 //

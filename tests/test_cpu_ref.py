@@ -17,7 +17,8 @@ from conftest import HF_FILES, NAMED, hf_encoding, hf_oracle, testdata, tiktoken
 from cpu_ref import bpe, hf as hf_ref, patterns
 from cpu_ref.decode import StreamDecoder
 from cpu_ref.encoding import RefEncoding
-from gputok.stages.merge import MergeTable, merge_long, merge_rounds, merge_small
+from gputok.stages.merge import merge_long, merge_rounds, merge_small
+from gputok.stages.table import MergeTable, cache_key
 
 TRAPS = ["aaa", "\t" * 32, " " * 100, "a" * 3000, "", "hello world", "don't", "ab" * 700,
          "\u00e9" * 50, "😀😀😀", "=== ---- ____", "0123456789" * 5]
@@ -99,7 +100,7 @@ def test_table_merge_equals_tiktoken_rule(name, corpora):
 def test_table_merge_equals_hf_rule(key, corpora):
     ref = hf_ref.RefHF(testdata.vocab_path(HF_FILES[key]))
     enc = hf_encoding(key)
-    table = enc.merge_table
+    table = enc.model.merge_table
     words = sorted({w for d in _sample_docs(corpora, 3, 1500)
                     for w in hf_ref.pre_tokenize(ref.pre_tokenizer, hf_ref.normalize(ref.normalizer, d))})
     expect = [ref.encode_word(w) for w in words]
@@ -119,7 +120,7 @@ def test_merge_long_is_not_quadratic():
     enc = gputok.get_encoding("cl100k_base")
     ranks = tiktoken_oracle("cl100k_base")._mergeable_ranks
     for n in (257, 1000, 2001):
-        assert merge_long(b"a" * n, enc.merge_table) == bpe.bpe_tiktoken(b"a" * n, ranks)
+        assert merge_long(b"a" * n, enc.model.merge_table) == bpe.bpe_tiktoken(b"a" * n, ranks)
     ids = enc.encode("a" * 200_000)
     assert enc.decode(ids) == "a" * 200_000
 
@@ -128,7 +129,7 @@ def test_stream_decoder_matches_decode():
     enc = gputok.get_encoding("o200k_base")
     ids = enc.encode("€uro 😀 ж 日本 ok \U0001F469\u200d\U0001F4BB")
     for chunk in (1, 2, 3, 5):
-        dec = StreamDecoder(enc.decode_single_token_bytes)
+        dec = StreamDecoder(enc.decode_single_token_bytes)  # the reference decoder
         out = "".join(dec.feed(ids[i:i + chunk]) for i in range(0, len(ids), chunk)) + dec.flush()
         assert out == enc.decode(ids)
 
@@ -136,14 +137,36 @@ def test_stream_decoder_matches_decode():
 def test_merge_table_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
     ranks = tiktoken_oracle("r50k_base")._mergeable_ranks
-    built = MergeTable.from_ranks(ranks, cache_key="k1")
-    files = list(tmp_path.glob("merge-table-k1-*.npz"))
+    built = MergeTable.from_ranks(ranks, digest="k1")
+    files = list(tmp_path.glob(f"merge-table-{cache_key('k1')}.npz"))
     assert len(files) == 1
-    cached = MergeTable.from_ranks(ranks, cache_key="k1")
+    cached = MergeTable.from_ranks(ranks, digest="k1")
     assert cached.pairs == built.pairs
     for k, v in built.arrays().items():
         assert np.array_equal(cached.arrays()[k], v), k
     files[0].write_bytes(b"not an npz")  # a damaged cache is rebuilt, not trusted
-    again = MergeTable.from_ranks(ranks, cache_key="k1")
+    again = MergeTable.from_ranks(ranks, digest="k1")
     assert again.pairs == built.pairs
     assert merge_long(b"a" * 700, again) == bpe.bpe_tiktoken(b"a" * 700, ranks)
+
+
+def test_merge_table_cache_key_covers_hash_constant_and_builder(monkeypatch):
+    from gputok.stages import table
+
+    k = cache_key("vocab")
+    monkeypatch.setattr(table, "HASH_MUL", np.uint64(0x9E3779B97F4A7C17))
+    assert cache_key("vocab") != k
+    monkeypatch.undo()
+    monkeypatch.setattr(table, "BUILDER_VERSION", table.BUILDER_VERSION + 1)
+    assert cache_key("vocab") != k
+
+
+def test_stale_cached_table_is_detected_and_rebuilt(tmp_path, monkeypatch):
+    """A cache file that does not belong to the vocabulary (same key, other content: e.g. a
+    builder change without a version bump) fails the spot check and is rebuilt."""
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    ranks = tiktoken_oracle("r50k_base")._mergeable_ranks
+    MergeTable.from_ranks(tiktoken_oracle("cl100k_base")._mergeable_ranks, digest="shared")
+    table = MergeTable.from_ranks(ranks, digest="shared")  # finds cl100k's arrays under the key
+    assert table.pairs == MergeTable.from_ranks(ranks).pairs
+    assert len(table) == len(MergeTable.from_ranks(ranks))

@@ -172,7 +172,7 @@ def test_arrays_many_misses_take_the_vectorised_path(cl100k):
     rng = random.Random(0)
     words = ["".join(rng.choice("qxzjkvwy") for _ in range(rng.randint(3, 30))) for _ in range(3000)]
     texts = [" ".join(words[i:i + 50]) for i in range(0, len(words), 50)]
-    cl100k._cache.clear()
+    cl100k.model.piece_cache.clear()
     ids, off = cl100k.encode_batch_arrays(texts)
     tk = tiktoken_oracle("cl100k_base")
     assert (ids.tolist(), off.tolist()) == _ragged(tk.encode_ordinary_batch(texts))

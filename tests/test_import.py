@@ -15,6 +15,33 @@ def test_import_does_not_load_gpu_modules():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_the_product_never_imports_the_spec():
+    """cpu_ref is the specification, not a dependency: no module of gputok imports it (an
+    allow-list, empty today), and encoding with it unimportable works on every path."""
+    import ast
+
+    allowed: set = set()
+    found = set()
+    for path in (ROOT / "gputok").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "cpu_ref" or n.startswith("cpu_ref.") for n in names):
+                found.add(str(path.relative_to(ROOT)))
+    assert found <= allowed, found
+    code = ("import sys; sys.modules['cpu_ref'] = None\n"
+            "import gputok\n"
+            "for name in gputok.list_encoding_names():\n"
+            "    enc = gputok.get_encoding(name)\n"
+            "    ids = enc.encode('hi <|endoftext|> ' + 'x' * 300, allowed_special='all')\n"
+            "    assert enc.decode(ids).startswith('hi')\n"
+            "    enc.encode_batch_arrays(['a', 'b c'] * 200, backend='numpy')\n"
+            "enc = gputok.train_bpe(['low lower lowest'] * 20, vocab_size=260, pattern='gpt2')\n"
+            "assert enc.encode('lowest')\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_public_api():
     import gputok
 

@@ -66,7 +66,8 @@ def test_load_tiktoken_file_with_pattern_and_sidecar(tmp_path):
     (b"aGk= 0\nnot-a-line\n", r":2: expected"),
     (b"aGk= 0\n!!!! 1\n", r":2: bad base64"),
     (b"aGk= 0\naGk= 1\n", r":2: token b'hi' appears twice"),
-    (b"", "no tokens found"),
+    (b"", "the file is empty"),
+    (b"aGk= 0\naGU= 0\n", r":2: rank 0 was already given to the token on line 1"),
 ])
 def test_malformed_tiktoken_names_file_and_line(tmp_path, content, needle):
     bad = tmp_path / "bad.tiktoken"

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, compile_pattern
+from gputok import patterns, unicode as uni
 from gputok.stages import scan
 from gputok.stages.scan import scanner_for_pattern
 
@@ -91,10 +92,10 @@ def test_class_table_matches_regex_on_every_code_point():
     # the regex engine evaluates each property at every position of a string holding every
     # code point once (the table was built from runs of matches instead)
     cps, chars = _every_code_point()
-    table = scan.class_table()
+    table = uni.class_flags("tiktoken")["table"]
     assert table.dtype == np.uint8 and table.shape == (0x110000,)
     got = table[cps]
-    for bit, prop in scan.PROPERTIES.items():
+    for bit, prop in uni.PROPERTIES.items():
         matched = regex.findall(prop, chars)
         want = np.zeros(0x110000, bool)
         want[[ord(ch) for ch in matched]] = True
@@ -105,43 +106,32 @@ def test_class_table_matches_regex_on_every_code_point():
 
 def test_contraction_letters_match_regex_case_folding():
     cps, chars = _every_code_point()
-    letters = scan.FOLD_LETTERS
+    letters = uni.FOLD_LETTERS
     probe = regex.compile("(?i:" + "|".join(f"({c})" for c in letters) + ")")
     want = {c: [] for c in letters}
     for ch in chars:
         m = probe.fullmatch(ch)
         if m:
             want[letters[m.lastindex - 1]].append(ord(ch))
-    tabs = scan.unicode_tables()
+    tabs = uni.class_flags("tiktoken")
     for c in letters:
         assert tabs["fold_" + c].tolist() == want[c], c
     assert 0x17F in want["s"]  # LATIN SMALL LETTER LONG S matches (?i:s)
 
 
 def test_class_assumptions_behind_the_rules():
-    t = scan.class_table()
-    is_l, is_n, is_s, is_m = ((t & b) != 0 for b in (scan.F_L, scan.F_N, scan.F_S, scan.F_M))
+    t = uni.class_flags("tiktoken")["table"]
+    is_l, is_n, is_s, is_m = ((t & b) != 0 for b in (uni.F_L, uni.F_N, uni.F_S, uni.F_M))
     assert not (is_l & is_n).any() and not (is_l & is_s).any() and not (is_n & is_s).any()
     assert not (is_m & (is_l | is_n | is_s)).any()
-    nl = np.flatnonzero(t & scan.F_NL).tolist()
-    assert nl == [0x0A, 0x0D] and all(t[c] & scan.F_S for c in nl)
+    nl = np.flatnonzero(t & uni.F_NL).tolist()
+    assert nl == [0x0A, 0x0D] and all(t[c] & uni.F_S for c in nl)
     # o200k: every letter is in one of its two letter classes, every mark in both
-    up, lo = (t & scan.F_UP) != 0, (t & scan.F_LO) != 0
+    up, lo = (t & uni.F_UP) != 0, (t & uni.F_LO) != 0
     assert not (is_l & ~(up | lo)).any()
     assert (up & lo)[is_m].all() and not ((up | lo) & ~(is_l | is_m)).any()
     # the rules' special characters are plain punctuation / whitespace
-    assert t[0x27] == 0 and t[0x2F] == 0 and t[0x20] == scan.F_S
-
-
-def test_unicode_tables_rebuild_matches_cache(tmp_path, monkeypatch):
-    fresh = scan.build_unicode_tables()
-    cached = scan.unicode_tables()
-    assert set(fresh) == set(cached)
-    for key in fresh:
-        assert np.array_equal(fresh[key], cached[key]), key
-    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
-    path = scan._cache_path()
-    assert str(tmp_path) in path and regex.__version__ in path
+    assert t[0x27] == 0 and t[0x2F] == 0 and t[0x20] == uni.F_S
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,13 +141,13 @@ def test_unicode_tables_rebuild_matches_cache(tmp_path, monkeypatch):
 
 def test_scanner_for_pattern_recognises_exactly_the_supported_strings():
     assert set(NAMES) == {"cl100k", "llama3", "qwen2", "gpt2", "gpt2_hf", "o200k"}
-    for pat in (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, scan.LLAMA3_PATTERN,
-                scan.QWEN2_PATTERN, scan.GPT2_HF_PATTERN):
+    for pat in (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, patterns.LLAMA3,
+                patterns.QWEN2, patterns.BYTELEVEL):
         sc = scanner_for_pattern(pat)
         assert sc is not None and sc.pattern == pat
         assert scanner_for_pattern(pat) is sc
     for other in (CL100K_PATTERN + "|x", CL100K_PATTERN.replace("{1,3}", "{1,4}"), r"\w+|\W",
-                  scan.LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}{1,2}"), ""):
+                  patterns.LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}{1,2}"), ""):
         assert scanner_for_pattern(other) is None
 
 

@@ -68,7 +68,7 @@ def train_numpy(texts, vocab_size, pattern, specials, min_frequency):
                            special_tokens=specials, min_frequency=min_frequency, backend="numpy")
     to_u = lambda i: "".join(BYTE_TO_UNICODE[b] for b in enc.decode_single_token_bytes(i))  # noqa
     merges = [(to_u(a), to_u(b)) for a, b, _ in enc.trained_merges]
-    vocab = {to_u(i): i for i in range(enc.n_vocab) if i not in enc._special_token_values}
+    vocab = {to_u(i): i for i in range(enc.n_vocab) if not enc.is_special_token(i)}
     vocab.update(enc._special_tokens)
     return merges, vocab
 

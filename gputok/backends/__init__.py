@@ -1,28 +1,75 @@
-"""Backends: one module each (numpy, cuda, metal), the same ``encode_documents`` protocol.
+"""Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``).
+
+A backend encodes ``(model, documents, allowed, disallowed) -> (ids, offsets)``. The numpy
+backend composes the numpy stages of ``gputok.stages``; a device backend is the one
+device-neutral driver (``driver.py``) over a device adapter (``cuda.py`` for CuPy; the tests
+use the kernel emulator), running on the device every stage it has kernels for and the numpy
+stage on the host for the rest. Each such host stage, or any part of a batch that goes to the
+CPU (out of device memory), is a *fallback*: counted in ``backend.fallbacks`` and warned about
+once (``FallbackWarning``), so tests can assert that the device path really ran.
 
 ``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, else
-numpy. Asking for an unavailable backend by name raises ``RuntimeError`` saying why and which
-``pip install`` fixes it. Heavy modules (cupy, mlx) are imported only here, on demand.
+numpy. A name that is not available raises ``RuntimeError`` saying why and which ``pip install``
+fixes it. cupy and mlx are imported only here, on demand (``import gputok`` stays light).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
+import threading
+import warnings
+from collections import Counter
 
 import numpy as np
 
 BACKENDS = ("numpy", "cuda", "metal")
+AUTO_ORDER = ("cuda", "metal")  # then numpy
 
 
-class Backend(Protocol):
-    name: str
-
-    def encode_documents(self, encoding, docs, allowed: frozenset, disallowed: frozenset
-                         ) -> tuple[np.ndarray, np.ndarray]: ...
+class FallbackWarning(RuntimeWarning):
+    """Part of a batch ran on the host instead of the backend's device (a stage the device does
+    not implement for this model, out of device memory, an oversized document)."""
 
 
-_instances: dict[str, Backend] = {}
+class Backend:
+    """Base of every backend: a name, and fallback accounting."""
+
+    name = "?"
+
+    def __init__(self):
+        self.fallbacks: Counter = Counter()  # (stage, reason) -> times
+        self._warned: set = set()
+        self._warn_lock = threading.Lock()
+
+    def encode(self, model, docs, allowed: frozenset, disallowed: frozenset
+               ) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def plan(self, model) -> dict:
+        """Where each stage runs for ``model``: {stage: description}."""
+        raise NotImplementedError
+
+    def describe(self, model) -> str:
+        return f"{model.name} on {self.name}: " + "; ".join(f"{k} {v}" for k, v in
+                                                             self.plan(model).items())
+
+    def fallback(self, stage: str, reason: str, message: str, *, once_key=None) -> None:
+        """Count a fallback, and warn about it once per ``once_key`` (default: stage+reason)."""
+        self.fallbacks[(stage, reason)] += 1
+        key = once_key if once_key is not None else (stage, reason)
+        with self._warn_lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        warnings.warn(f"gputok {self.name}: {message}", FallbackWarning, stacklevel=4)
+
+
+_instances: dict = {}
+_lock = threading.RLock()  # "auto" resolves to another name inside
+
+
+def _module(kind: str):
+    return importlib.import_module(f"gputok.backends.{kind}")
 
 
 def availability() -> dict[str, tuple[bool, str]]:
@@ -30,34 +77,50 @@ def availability() -> dict[str, tuple[bool, str]]:
     out = {}
     for name in BACKENDS:
         try:
-            mod = importlib.import_module(f"gputok.backends.{name}")
-            ok, why = mod.available()
+            ok, why = _module(name).available()
         except Exception as e:  # a broken optional install must not break `gputok info`
             ok, why = False, f"{type(e).__name__}: {e}"
         out[name] = (ok, why)
     return out
 
 
-def get_backend(name: str = "auto") -> Backend:
-    if isinstance(name, str) and name in _instances:
-        return _instances[name]
+def get_backend(name="auto") -> Backend:
+    """A backend by name (``"auto"``, ``"numpy"``, ``"cuda"``, ``"cuda:1"``, ``"metal"``), built
+    once per process; a ``Backend`` object is returned as is.
+
+    >>> get_backend("numpy").name
+    'numpy'
+    """
     if not isinstance(name, str):
-        return name  # an already-built backend object
+        if not hasattr(name, "encode"):
+            raise TypeError(f"backend must be a name or a backend object, not {type(name)}")
+        return name
+    got = _instances.get(name)
+    if got is not None:
+        return got
+    with _lock:
+        got = _instances.get(name)
+        if got is None:
+            got = _instances[name] = _create(name)
+    return got
+
+
+def _create(name: str) -> Backend:
     if name == "auto":
-        for cand in ("cuda", "metal"):
-            mod = importlib.import_module(f"gputok.backends.{cand}")
-            if mod.available()[0]:
-                backend = get_backend(cand)
-                break
-        else:
-            backend = get_backend("numpy")
-        _instances["auto"] = backend
-        return backend
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of: auto, {', '.join(BACKENDS)}")
-    mod = importlib.import_module(f"gputok.backends.{name}")
+        for cand in AUTO_ORDER:
+            try:
+                ok = _module(cand).available()[0]
+            except Exception:
+                ok = False
+            if ok:
+                return get_backend(cand)
+        return get_backend("numpy")
+    kind, _, index = name.partition(":")
+    if kind not in BACKENDS or (index and not index.isdigit()):
+        raise ValueError(f"unknown backend {name!r}; choose one of: auto, "
+                         f"{', '.join(BACKENDS)} (cuda:N picks a GPU)")
+    mod = _module(kind)
     ok, why = mod.available()
     if not ok:
         raise RuntimeError(f"backend {name!r} is not available: {why}")
-    _instances[name] = mod.create()
-    return _instances[name]
+    return mod.create(int(index)) if index else mod.create()

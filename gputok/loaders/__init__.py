@@ -1,1 +1,74 @@
-"""One module per vocabulary file format; ``load`` dispatches on the file's content."""
+"""Vocabulary files -> ``Model``: one module per format, chosen by the file's content.
+
+    tokenizer.json   hf_json.py        a JSON object with a "model"
+    .tiktoken        tiktoken_file.py  lines of "<base64 token> <rank>" (optionally gzipped)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import patterns
+from ..model import Model
+
+
+def sniff(path: Path, head: bytes) -> str:
+    """The format of a file from its first bytes: "hf_json" | "tiktoken"; else ``ValueError``
+    saying what the file looks like."""
+    if not head:
+        raise ValueError(f"{path}: the file is empty (expected a tokenizer.json or a .tiktoken "
+                         "ranks file)")
+    if head[:2] == b"\x1f\x8b":
+        return "tiktoken"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"{":
+        return "hf_json"
+    if text[:1] == b"[":
+        raise ValueError(f"{path}: a JSON array, not a tokenizer.json (which is a JSON object "
+                         "with a 'model' field)")
+    first = text.split(b"\n", 1)[0].split()
+    if len(first) == 2 and first[1].isdigit():
+        return "tiktoken"
+    raise ValueError(f"{path}: not a vocabulary file gputok reads (expected a HF tokenizer.json, "
+                     f"or a .tiktoken file of '<base64 token> <rank>' lines); it starts with "
+                     f"{head[:40]!r}")
+
+
+def load_model(path, *, pat_str: "str | None" = None,
+               special_tokens: "dict[str, int] | None" = None,
+               name: "str | None" = None) -> Model:
+    """The Model of a vocabulary file (see ``gputok.load``)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such vocabulary file: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; pass the vocabulary file inside it")
+    with open(path, "rb") as f:
+        head = f.read(256)
+    kind = sniff(path, head)
+    if kind == "hf_json":
+        from .hf_json import load_hf
+
+        if pat_str is not None or special_tokens is not None:
+            raise ValueError(f"{path}: pat_str and special_tokens come from the tokenizer.json "
+                             "itself; do not pass them")
+        return load_hf(path, name=name)
+    from .tiktoken_file import read_ranks_digest, read_sidecar
+
+    meta = read_sidecar(path) or {}
+    pat = pat_str or meta.get("pat_str")
+    if pat is None:
+        raise ValueError(f"{path}: a .tiktoken file has no pre-tokenizer pattern; pass pat_str= "
+                         f"(a regex, or one of {', '.join(patterns.NAMED)}), or put a "
+                         f"{path.name}.json sidecar with 'pat_str' next to it")
+    specials = special_tokens if special_tokens is not None else meta.get("special_tokens", {})
+    if not isinstance(specials, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) for k, v in specials.items()):
+        raise ValueError(f"{path}: special_tokens must map strings to int ids")
+    ranks, digest = read_ranks_digest(path)
+    try:
+        return Model.from_ranks(name or meta.get("name") or path.name.split(".")[0],
+                                pat_str=patterns.resolve(pat), ranks=ranks, specials=specials,
+                                digest=digest)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

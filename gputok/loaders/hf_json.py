@@ -1,77 +1,161 @@
 """Hugging Face ``tokenizer.json`` with a byte-level BPE model (GPT-2, Llama 3, Qwen2 families).
 
-The file's pieces become gputok's: the normalizer and pre-tokenizer become an
-``HFPretokenizer``; ``merges`` become the merge table (priority = index, merged id =
-``vocab[a + b]``); added tokens marked ``special`` become special tokens under tiktoken's
-allowed/disallowed contract, the others are always split out (they are vocabulary).
+The file's parts become a ``Model``: the normalizer becomes a tuple of steps, the pre-tokenizer
+a ``PretokSpec`` of the "hf" Unicode family (Oniguruma's tables), ``merges`` the HF-rule merge
+list (priority = index, merged id = ``vocab[a + b]``), added tokens marked ``special`` special
+tokens under tiktoken's allowed/disallowed contract, the other added tokens vocabulary that is
+always cut out. Ids equal ``Tokenizer.encode(text, add_special_tokens=False)``: the
+post-processor (e.g. Llama 3's BOS) is not applied.
+
+What is not supported is refused with an error naming the file and the field, never ignored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+import regex
 
-from cpu_ref.hf import UNICODE_TO_BYTE
+from .. import patterns
+from ..bytelevel import unspell
+from ..model import Model
+from ..stages.pretok import PrefixSpace, PretokSpec, Split
 
-from ..encoding import Encoding
-from ..stages.merge import MergeTable
-from ..stages.pretok import HFPretokenizer
-
-
-def _fail(path, msg) -> ValueError:
-    return ValueError(f"{path}: {msg}")
+_NORMALIZERS = {"NFC": "NFC", "NFD": "NFD", "NFKC": "NFKC", "NFKD": "NFKD",
+                "Lowercase": "Lowercase"}
 
 
-def load_hf(path: "str | Path", *, name: "str | None" = None) -> Encoding:
+class _Fail(ValueError):
+    pass
+
+
+def load_hf(path: "str | Path", *, name: "str | None" = None) -> Model:
     path = Path(path)
+    raw = path.read_bytes()
     try:
-        cfg = json.loads(path.read_text("utf-8"))
+        cfg = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise _fail(path, f"invalid JSON at line {e.lineno}: {e.msg}") from None
-    model = cfg.get("model") or {}
-    if model.get("type") != "BPE":
-        raise _fail(path, f"model type {model.get('type')!r} is not supported (byte-level BPE only)")
+        raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: "
+                         f"{e.msg}") from None
+    try:
+        return _model(cfg, name or path.parent.name or path.stem,
+                      hashlib.sha256(raw).hexdigest()[:32])
+    except _Fail as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _need(cond, msg: str) -> None:
+    if not cond:
+        raise _Fail(msg)
+
+
+def _model(cfg, name: str, digest: str) -> Model:
+    _need(isinstance(cfg, dict), "expected a JSON object (a tokenizer.json)")
+    model = cfg.get("model")
+    _need(isinstance(model, dict), "no 'model' object: this is not a tokenizer.json")
+    _need(model.get("type", "BPE") == "BPE",
+          f"model.type {model.get('type')!r} is not supported (byte-level BPE only)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
-        if model.get(key):
-            raise _fail(path, f"model.{key} is not supported")
-    if model.get("byte_fallback"):
-        raise _fail(path, "model.byte_fallback (sentencepiece-style BPE) is not supported yet")
-    vocab: dict[str, int] = model["vocab"]
+        _need(not model.get(key), f"model.{key} is not supported")
+    _need(not model.get("byte_fallback"),
+          "model.byte_fallback (sentencepiece-style BPE) is not supported")
+    vocab = model.get("vocab")
+    _need(isinstance(vocab, dict) and vocab, "model.vocab must be a non-empty object")
+    _need("merges" in model, "model.merges is missing (a BPE model needs its merge list)")
+    merges_in = model["merges"]
+    _need(isinstance(merges_in, list), "model.merges must be a list")
+    added = cfg.get("added_tokens") or []
+    _need(isinstance(added, list), "added_tokens must be a list")
+    added_ids = set()
+    for k, t in enumerate(added):
+        _need(isinstance(t, dict) and isinstance(t.get("content"), str)
+              and isinstance(t.get("id"), int), f"added_tokens[{k}] needs 'content' and 'id'")
+        _need(not t.get("single_word"), f"added token {t['content']!r}: single_word is not "
+                                        "supported")
+        added_ids.add(t["id"])
+
     decoder: dict[int, bytes] = {}
     for tok, i in vocab.items():
-        try:
-            decoder[i] = bytes(UNICODE_TO_BYTE[ch] for ch in tok)
-        except KeyError:
-            raise _fail(path, f"vocab entry {tok!r} is not in the byte-level alphabet; only "
-                              "byte-level BPE models are supported") from None
-    by_bytes = {b: i for i, b in decoder.items()}
+        _need(isinstance(i, int) and i >= 0, f"model.vocab[{tok!r}] = {i!r} is not an id")
+        b = unspell(tok)
+        if b is None:
+            # entries outside the byte alphabet can only be added tokens, spelled as text
+            _need(i in added_ids, f"model.vocab entry {tok!r} is not in the byte-level alphabet "
+                                  "(only byte-level BPE models are supported)")
+            b = tok.encode("utf-8")
+        _need(i not in decoder, f"model.vocab gives id {i} to two tokens")
+        decoder[i] = b
+    by_bytes = {b: i for i, b in decoder.items() if i not in added_ids}
     missing = [b for b in range(256) if bytes([b]) not in by_bytes]
-    if missing:
-        raise _fail(path, f"vocab lacks {len(missing)} single-byte tokens (byte-level BPE needs all)")
+    _need(not missing, f"model.vocab lacks {len(missing)} single-byte tokens (first: byte "
+                       f"{missing[0] if missing else 0}); byte-level BPE needs all 256")
     byte_ids = np.array([by_bytes[bytes([b])] for b in range(256)], dtype=np.uint32)
 
     merges = []
-    for k, m in enumerate(model.get("merges", [])):
-        a, b = (m.split(" ", 1) if isinstance(m, str) else m)
-        try:
-            merges.append((vocab[a], vocab[b], vocab[a + b]))
-        except KeyError as e:
-            raise _fail(path, f"merges[{k}] = {m!r} refers to {e.args[0]!r}, not in vocab") from None
+    for k, m in enumerate(merges_in):
+        if isinstance(m, str):
+            ab = m.split(" ")
+        elif isinstance(m, list):
+            ab = m
+        else:
+            ab = None
+        _need(isinstance(ab, list) and len(ab) == 2 and all(isinstance(x, str) for x in ab),
+              f"model.merges[{k}] = {m!r}: expected 'a b' or [a, b]")
+        a, b = ab
+        for part in (a, b, a + b):
+            _need(part in vocab, f"model.merges[{k}] = {m!r} refers to {part!r}, not in vocab")
+        merges.append((vocab[a], vocab[b], vocab[a + b]))
 
     specials, plain = {}, {}
-    for t in cfg.get("added_tokens", []):
-        if t.get("single_word"):
-            raise _fail(path, f"added token {t['content']!r}: single_word is not supported")
+    for t in added:
         (specials if t.get("special") else plain)[t["content"]] = t["id"]
-        if t["id"] in decoder and decoder[t["id"]] != t["content"].encode("utf-8"):
-            pass  # an added token may shadow a vocab id with the same text; HF keeps the vocab bytes
-    pretok = HFPretokenizer(cfg.get("normalizer"), cfg.get("pre_tokenizer"))
+        decoder.setdefault(t["id"], t["content"].encode("utf-8"))
     whole = by_bytes if model.get("ignore_merges") else None
-    return Encoding._from_parts(
-        name or path.parent.name or path.stem, pretok=pretok, pat_str=pretok.pattern,
-        decoder=decoder, special_tokens=specials, plain_added=plain,
-        table_factory=lambda: MergeTable.from_merges(merges, byte_ids, whole), whole=whole,
-        lstrip={t["content"] for t in cfg.get("added_tokens", []) if t.get("lstrip")},
-        rstrip={t["content"] for t in cfg.get("added_tokens", []) if t.get("rstrip")})
+    return Model(
+        name=name, pretok=PretokSpec(_pretok_steps(cfg.get("pre_tokenizer")), family="hf"),
+        normalizer=_normalizer_steps(cfg.get("normalizer")), decoder=decoder,
+        byte_ids=byte_ids, merges=merges, whole=whole, specials=specials, added=plain,
+        lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
+        rstrip=frozenset(t["content"] for t in added if t.get("rstrip")), digest=digest)
+
+
+def _normalizer_steps(spec) -> tuple:
+    if spec is None:
+        return ()
+    _need(isinstance(spec, dict), "normalizer must be an object or null")
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return tuple(s for sub in spec.get("normalizers", []) for s in _normalizer_steps(sub))
+    _need(kind in _NORMALIZERS, f"normalizer {kind!r} is not supported (supported: "
+                                f"{', '.join(_NORMALIZERS)}, Sequence)")
+    return (_NORMALIZERS[kind],)
+
+
+def _pretok_steps(spec) -> tuple:
+    if spec is None:
+        return ()
+    _need(isinstance(spec, dict), "pre_tokenizer must be an object or null")
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return tuple(s for sub in spec.get("pretokenizers", []) for s in _pretok_steps(sub))
+    if kind == "Split":
+        pat = spec.get("pattern") or {}
+        _need(isinstance(pat, dict) and ("Regex" in pat or "String" in pat),
+              "pre_tokenizer Split needs pattern.Regex or pattern.String")
+        _need(spec.get("behavior", "Isolated") == "Isolated",
+              f"pre_tokenizer Split behavior {spec.get('behavior')!r} is not supported")
+        _need(not spec.get("invert"), "pre_tokenizer Split with invert=true is not supported")
+        source = pat["Regex"] if "Regex" in pat else regex.escape(pat["String"])
+        return (Split(source, keep_gaps=True),)
+    if kind == "ByteLevel":
+        steps: tuple = (PrefixSpace(),) if spec.get("add_prefix_space") else ()
+        if spec.get("use_regex", True):
+            steps += (Split(patterns.BYTELEVEL, keep_gaps=True),)
+        return steps
+    raise _Fail(f"pre_tokenizer {kind!r} is not supported (supported: Split, ByteLevel, "
+                "Sequence)")

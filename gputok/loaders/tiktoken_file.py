@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,8 +16,12 @@ def read_ranks(path: "str | Path", data: "bytes | None" = None) -> dict[bytes, i
     if data is None:
         data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"{path}: damaged gzip data ({e})") from None
     ranks: dict[bytes, int] = {}
+    rank_line: dict[int, int] = {}
     for lineno, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
@@ -30,10 +35,22 @@ def read_ranks(path: "str | Path", data: "bytes | None" = None) -> dict[bytes, i
             raise ValueError(f"{path}:{lineno}: bad base64 token or rank: {line[:60]!r}") from None
         if tok in ranks:
             raise ValueError(f"{path}:{lineno}: token {tok!r} appears twice")
+        if rank < 0 or rank >= 1 << 32:
+            raise ValueError(f"{path}:{lineno}: rank {rank} is out of range")
+        if rank in rank_line:
+            raise ValueError(f"{path}:{lineno}: rank {rank} was already given to the token on "
+                             f"line {rank_line[rank]}")
+        rank_line[rank] = lineno
         ranks[tok] = rank
     if not ranks:
         raise ValueError(f"{path}: no tokens found (is this a .tiktoken file?)")
     return ranks
+
+
+def read_ranks_digest(path: "str | Path") -> tuple[dict[bytes, int], str]:
+    """``read_ranks`` and a digest of the file's bytes (names cached merge tables)."""
+    data = Path(path).read_bytes()
+    return read_ranks(path, data), hashlib.sha256(data).hexdigest()[:32]
 
 
 def write_ranks(path: "str | Path", ranks: dict[bytes, int]) -> None:

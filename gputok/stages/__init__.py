@@ -1,11 +1,31 @@
-"""The batch pipeline, stage by stage (backend-neutral definitions + numpy implementations).
+"""The encode pipeline, stage by stage: what each stage computes, and its numpy implementation.
 
-    pack    texts -> uint8 buffer + int64 document offsets          (pack.py)
-    split   special tokens (only when allowed)  -> segments          (specials in encoding.py)
-    pretok  regex pre-tokenization               -> pieces            (pretok.py)
-    dedup   unique pieces + inverse index                             (dedup in merge.py)
-    merge   BPE of every unique piece, table-driven                    (merge.py)
-    emit    ids scattered into one ragged output + per-doc offsets    (emit.py)
+Every stage reads the ``Model`` (never the ``Encoding``) and one batch; backends compose them
+(``gputok.backends``), and a device backend replaces a stage with kernels where it has them:
 
-GPU backends replace stages with kernels; every kernel is tested against the numpy stage here.
+    stage      module        numpy implementation                   device (kernels/)
+    pack       pack.py       texts -> Documents (str or packed UTF-8) host
+    split      split.py      special/added tokens -> segments       host (buffer form)
+    normalize  normalize.py  HF normalisers (quick check + spans)   host
+    pretok     pretok.py     regex / vectorised scanner -> pieces    encode_pretok.cu
+               scan*.py      the scanner (the kernels' specification)
+    dedup      dedup.py      piece cache: one merge per distinct piece
+    merge      merge.py      table-driven BPE (rounds, heap, scalar) encode_merge.cu
+               table.py      the merge table (dict + hash arrays)
+    emit       emit.py       ids + per-document offsets             encode_scan.cu, encode_emit.cu
+
+``counters`` counts which implementation did the work (pieces merged in vectorised rounds, by
+the heap, ...), so tests can assert that the path they mean to test really ran.
 """
+
+from __future__ import annotations
+
+from collections import Counter
+
+#: work done per implementation, e.g. ``counters["merge.rounds"]`` pieces; see reset_counters
+counters: Counter = Counter()
+
+
+def reset_counters() -> None:
+    """Zero ``counters`` (tests do this before asserting which path ran)."""
+    counters.clear()

@@ -1,169 +1,70 @@
-"""Table-driven BPE merging: the stage every backend implements.
+"""Table-driven BPE merging: the stage every backend implements, and its algorithms.
 
-Both BPE rules (see ``cpu_ref.bpe``) reduce to one *merge table*
+Both BPE rules reduce to the merge table of ``table.py`` plus one flag, the whole-piece lookup
+(``table.whole``): a piece whose bytes are a token is emitted whole before merging (tiktoken:
+always; HF: only with ``ignore_merges``). Five exact implementations of the one rule "merge the
+adjacent pair of lowest priority, leftmost on ties, until none is left":
 
-    (left_id, right_id) -> (priority, merged_id)
-
-and one flag, ``whole_lookup``: whether a piece whose bytes are already a token is emitted whole
-before merging (tiktoken: always; HF: only with ``ignore_merges``).
-
-Three implementations of the same rule, all exact:
-
-* ``merge_small``: the sequential loop on one short piece (Python ints; cheapest for a handful
-  of cache misses).
-* ``merge_rounds``: all pieces of a batch at once, vectorised with numpy. Each *round* merges the
-  best pair (lowest priority, leftmost on ties) of every piece that still has one. One merge per
-  piece per round is what makes it exact: merging every locally-best pair at once is wrong,
-  because a merge can create a better pair next to it (``"aaa"``, ``"\\t" * 32``). The number of
-  rounds is the longest piece's merge count, so only short pieces go here. This is the algorithm
-  the GPU kernels run (one thread per piece).
-* ``merge_long``: one long piece in O(n log n): a doubly linked list of parts plus a heap of
-  candidate pairs keyed by (priority, position) with lazy invalidation. tiktoken's loop is
-  quadratic here (``"a" * 100_000``); this is not.
+* ``merge_ranks``: one short piece straight from tiktoken ranks, no table (a one-off
+  ``encode()`` of a 200K vocabulary never pays the table build);
+* ``merge_small``: one short piece on the table's dict;
+* ``merge_rounds``: all pieces of a batch at once, vectorised. Each round merges the best pair of
+  every piece that still has one. One merge per piece per round is what makes it exact: merging
+  every locally best pair at once is wrong, because a merge can create a better pair next to it
+  (``"aaa"``, ``"\t" * 32``). Rounds = the longest piece's merge count, so only pieces shorter
+  than ``LONG_PIECE`` go here. The GPU kernels run this rule one thread per piece;
+* ``merge_long``: one long piece in O(n log n): a linked list of parts plus a heap of candidate
+  pairs keyed by (priority, position) with lazy invalidation;
+* ``merge_pieces``: the stage: picks among them for a batch of distinct pieces.
 
 Performance notes: a Python loop over a dict keyed by ``left << 32 | right`` beat tuple keys by
 ~15%. The vectorised lookup first used ``np.searchsorted`` over sorted keys: it was 70% of a
-cold-cache batch (18 dependent probes per lookup); the open-addressing table (load <= 1/2,
-Fibonacci hash, linear probing, ~1.3 probes on average) is ~5x faster and is what the GPU
-probes too. ``merge_rounds`` first lexsorted all pairs every round; a segmented minimum
-(``np.minimum.reduceat``) over the already piece-ordered pairs plus dropping finished pieces
-from the active set made it O(active tokens) per round.
+cold-cache batch (18 dependent probes per lookup); the open-addressing table (~1.3 probes on
+average) is ~5x faster and is what the GPU probes too. ``merge_rounds`` first lexsorted all
+pairs every round; a segmented minimum (``np.minimum.reduceat``) over the already
+piece-ordered pairs plus dropping finished pieces from the active set made it O(active tokens)
+per round. Vectorised merging only pays for many pieces: below ``VECTOR_MIN`` the scalar loop
+is cheaper.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
-import os
 
 import numpy as np
 
-NO_MERGE = np.uint32(0xFFFFFFFF)
-LONG_PIECE = 256  # bytes; longer pieces take merge_long
+from . import counters
+from .table import NO_MERGE, MergeTable
+
+LONG_PIECE = 256  # bytes; longer pieces take merge_long (the kernels get it as a define)
+VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 
-EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
-HASH_MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
+def merge_ranks(piece: bytes, ranks) -> list[int]:
+    """tiktoken rule on one short piece, from the ranks alone.
 
-
-class MergeTable:
-    """The merge table, as a dict (scalar paths) and as an open-addressing hash table in flat
-    arrays (vectorised and GPU paths: the CUDA kernels probe exactly this layout)."""
-
-    def __init__(self, pairs: dict[int, tuple[int, int]], byte_ids: np.ndarray,
-                 whole: "dict[bytes, int] | None", *, arrays: "dict | None" = None):
-        # pairs: key (left << 32 | right) -> (priority, merged_id); or ``arrays`` holding
-        # pair_keys/pair_prio/pair_merged (and optionally the hash arrays) instead
-        self.byte_ids = np.asarray(byte_ids, dtype=np.uint32)  # id of each single byte
-        self.byte_id_list = [int(x) for x in self.byte_ids]
-        self.whole = whole  # bytes -> id when whole-piece lookup applies, else None
-        if arrays is None:
-            keys = np.fromiter(pairs.keys(), dtype=np.uint64, count=len(pairs))
-            vals = np.array(list(pairs.values()), dtype=np.uint32).reshape(-1, 2)
-            arrays = {"pair_keys": keys, "pair_prio": vals[:, 0].copy(),
-                      "pair_merged": vals[:, 1].copy()}
-            self.__dict__["pairs"] = pairs
-        self.pair_keys = arrays["pair_keys"]
-        self.pair_prio = arrays["pair_prio"]
-        self.pair_merged = arrays["pair_merged"]
-        if "h_keys" in arrays:
-            self.h_keys, self.h_prio, self.h_merged = (arrays["h_keys"], arrays["h_prio"],
-                                                       arrays["h_merged"])
-            self.hash_bits = int(len(self.h_keys)).bit_length() - 1
-        else:
-            self._build_hash(self.pair_keys, self.pair_prio, self.pair_merged)
-
-    @functools.cached_property
-    def pairs(self) -> dict[int, tuple[int, int]]:
-        """The table as a dict (scalar paths); rebuilt from the arrays on first use."""
-        return dict(zip(self.pair_keys.tolist(),
-                        zip(self.pair_prio.tolist(), self.pair_merged.tolist())))
-
-    def arrays(self) -> dict:
-        return {"pair_keys": self.pair_keys, "pair_prio": self.pair_prio,
-                "pair_merged": self.pair_merged, "h_keys": self.h_keys, "h_prio": self.h_prio,
-                "h_merged": self.h_merged}
-
-    def _build_hash(self, keys, prio, merged) -> None:
-        """Linear probing at load factor <= 1/2, built vectorised: each pass places, for every
-        free slot, the first key that probes it; the rest move one slot on."""
-        bits = max(4, int(len(keys) * 2 - 1).bit_length())
-        self.hash_bits = bits
-        cap = 1 << bits
-        self.h_keys = np.full(cap, EMPTY_KEY, dtype=np.uint64)
-        self.h_prio = np.full(cap, NO_MERGE, dtype=np.uint32)
-        self.h_merged = np.zeros(cap, dtype=np.uint32)
-        pending = np.arange(len(keys))
-        slot = self._home(keys)
-        while len(pending):
-            s = slot[pending]
-            free = self.h_keys[s] == EMPTY_KEY
-            cand = pending[free]
-            _, first = np.unique(s[free], return_index=True)
-            win = cand[first]
-            self.h_keys[slot[win]] = keys[win]
-            self.h_prio[slot[win]] = prio[win]
-            self.h_merged[slot[win]] = merged[win]
-            placed = np.zeros(len(keys), dtype=bool)
-            placed[win] = True
-            pending = pending[~placed[pending]]
-            slot[pending] = (slot[pending] + 1) & (cap - 1)
-
-    def _home(self, q: np.ndarray) -> np.ndarray:
-        return ((q * HASH_MUL) >> np.uint64(64 - self.hash_bits)).astype(np.int64)
-
-    @classmethod
-    def from_ranks(cls, ranks: dict[bytes, int], *, cache_key: "str | None" = None
-                   ) -> "MergeTable":
-        """tiktoken rule: pair (a, b) merges when bytes(a)+bytes(b) is a token; priority = its rank.
-
-        Building it walks every split of every token (~1 s per 100K tokens in Python), so with a
-        ``cache_key`` (a digest of the ranks) the arrays are kept in the user cache directory.
-        """
-        byte_ids = np.array([ranks[bytes([b])] for b in range(256)], dtype=np.uint32)
-        cached = _load_cached(cache_key)
-        if cached is not None:
-            return cls({}, byte_ids, ranks, arrays=cached)
-        pairs: dict[int, tuple[int, int]] = {}
-        get = ranks.get
-        for tok, rank in ranks.items():
-            for k in range(1, len(tok)):
-                left = get(tok[:k])
-                if left is None:
-                    continue
-                right = get(tok[k:])
-                if right is not None:
-                    pairs[left << 32 | right] = (rank, rank)
-        table = cls(pairs, byte_ids, ranks)
-        _store_cached(cache_key, table.arrays())
-        return table
-
-    @classmethod
-    def from_merges(cls, merges: list[tuple[int, int, int]], byte_ids, whole) -> "MergeTable":
-        """HF rule: ``merges[i] = (left_id, right_id, merged_id)``; priority = i (first wins)."""
-        pairs: dict[int, tuple[int, int]] = {}
-        for i, (a, b, m) in enumerate(merges):
-            pairs.setdefault(a << 32 | b, (i, m))
-        return cls(pairs, byte_ids, whole)
-
-    def lookup(self, left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised table lookup: (priority, merged) with priority NO_MERGE where absent."""
-        q = (left.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
-        prio = np.full(len(q), NO_MERGE, dtype=np.uint32)
-        merged = np.zeros(len(q), dtype=np.uint32)
-        mask = np.uint64(len(self.h_keys) - 1)
-        slot = self._home(q)
-        todo = np.arange(len(q))
-        while len(todo):
-            s = slot[todo]
-            k = self.h_keys[s]
-            hit = k == q[todo]
-            prio[todo[hit]] = self.h_prio[s[hit]]
-            merged[todo[hit]] = self.h_merged[s[hit]]
-            go_on = ~hit & (k != EMPTY_KEY)  # an empty slot ends the probe: absent
-            todo = todo[go_on]
-            slot[todo] = (slot[todo] + 1) & np.int64(mask)
-        return prio, merged
+    ``pr[k]`` is the rank of the token that merging parts k and k+1 would make; after a merge
+    only the two neighbouring entries change, so each step is one ``min`` over the pairs.
+    """
+    tok = ranks.get(piece)
+    if tok is not None:
+        return [tok]
+    get = ranks.get
+    never = 1 << 62
+    bounds = list(range(len(piece) + 1))  # part k is piece[bounds[k]:bounds[k + 1]]
+    pr = [get(piece[i:i + 2], never) for i in range(len(piece) - 1)]
+    while pr:
+        best = min(pr)
+        if best == never:
+            break
+        k = pr.index(best)  # the leftmost pair of the lowest rank
+        del bounds[k + 1]
+        del pr[k]
+        if k < len(pr):
+            pr[k] = get(piece[bounds[k]:bounds[k + 2]], never)
+        if k:
+            pr[k - 1] = get(piece[bounds[k - 1]:bounds[k + 1]], never)
+    return [ranks[piece[a:b]] for a, b in zip(bounds, bounds[1:])]
 
 
 def merge_small(piece: bytes, table: MergeTable) -> list[int]:
@@ -292,34 +193,60 @@ def merge_rounds(tokens: np.ndarray, piece_offsets: np.ndarray, table: MergeTabl
     return all_toks[order], offsets
 
 
-_TABLE_FORMAT = 1
+def merge_pieces(model, pieces: list) -> list:
+    """The merge stage: ids (tuples) of distinct pieces (str), aligned with ``pieces``.
 
-
-def _cache_file(key: str) -> str:
-    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "gputok")
-    return os.path.join(root, f"merge-table-{key}-f{_TABLE_FORMAT}.npz")
-
-
-def _load_cached(key: "str | None") -> "dict | None":
-    if key is None:
-        return None
-    try:
-        with np.load(_cache_file(key)) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError, KeyError):  # absent or damaged: rebuild
-        return None
-
-
-def _store_cached(key: "str | None", arrays: dict) -> None:
-    if key is None:
-        return
-    path = _cache_file(key)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
-    except OSError:
-        pass  # a read-only home only costs the rebuild next time
+    A handful of pieces of a tiktoken-rule model merge from the ranks, without building the
+    table; otherwise whole tokens are looked up first, long pieces take the heap and the rest
+    merge in vectorised rounds (or one by one when there are few).
+    """
+    if not pieces:
+        return []
+    raw = [p.encode("utf-8") for p in pieces]
+    if len(raw) < VECTOR_MIN and model.ranks is not None and not model.has_merge_table:
+        ranks = model.ranks
+        out = []
+        for b in raw:
+            if len(b) >= LONG_PIECE and b not in ranks:
+                out.append(tuple(merge_long(b, model.merge_table)))
+                counters["merge.long"] += 1
+            else:
+                out.append(tuple(merge_ranks(b, ranks)))
+                counters["merge.ranks"] += 1
+        return out
+    table = model.merge_table
+    out: list = [None] * len(raw)
+    todo = range(len(raw))
+    if table.whole is not None:  # a piece that is a token is emitted whole
+        get = table.whole.get
+        rest = []
+        for i in todo:
+            t = get(raw[i])
+            if t is None:
+                rest.append(i)
+            else:
+                out[i] = (t,)
+        counters["merge.whole"] += len(raw) - len(rest)
+        todo = rest
+    short = []
+    for i in todo:
+        if len(raw[i]) >= LONG_PIECE:
+            out[i] = tuple(merge_long(raw[i], table))
+            counters["merge.long"] += 1
+        else:
+            short.append(i)
+    if len(short) >= VECTOR_MIN:
+        sub = [raw[i] for i in short]
+        tokens = table.byte_ids[np.frombuffer(b"".join(sub), dtype=np.uint8)]
+        offsets = np.zeros(len(sub) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in sub], out=offsets[1:])
+        ids, out_off = merge_rounds(tokens, offsets, table)
+        ids_l, off_l = ids.tolist(), out_off.tolist()
+        for i, a, b in zip(short, off_l, off_l[1:]):
+            out[i] = tuple(ids_l[a:b])
+        counters["merge.rounds"] += len(short)
+    else:
+        for i in short:
+            out[i] = tuple(merge_small(raw[i], table))
+        counters["merge.small"] += len(short)
+    return out

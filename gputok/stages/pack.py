@@ -10,7 +10,7 @@ objects are made to pack them. CPU pre-tokenization then decodes one document at
 Invalid UTF-8 in bytes input: ``errors="strict"`` (the default) raises ``ValueError`` naming the
 document and byte offset; ``errors="replace"`` decodes invalid sequences to U+FFFD (as Python's
 codec and HF ``tokenizers`` do); ids are then those of the replaced text. Lone surrogates in str
-input are handled exactly as tiktoken does (see ``cpu_ref.specials.fix_surrogates``).
+input are handled exactly as tiktoken does (``fix_surrogates``).
 Null entries of an Arrow array are refused (they are not empty documents).
 """
 
@@ -20,7 +20,23 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from cpu_ref.specials import fix_surrogates
+
+
+def fix_surrogates(text: str) -> str:
+    """tiktoken's handling of a str that is not a sequence of Unicode scalar values.
+
+    A Python str may hold surrogate code points, which have no UTF-8 form. tiktoken round-trips
+    such text through UTF-16 with ``surrogatepass`` (so a *pair* of surrogates becomes the
+    character it encodes), replacing each remaining lone surrogate with U+FFFD.
+
+    >>> fix_surrogates("a\ud83d\ude00 \ud800")
+    'a😀 �'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 class Documents:

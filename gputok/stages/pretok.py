@@ -1,113 +1,152 @@
-"""Pre-tokenization: text -> pieces (the regex stage).
+"""Pre-tokenize: segments -> pieces (the regex stage).
 
-A pre-tokenizer is anything with ``split(text) -> list[str]``; the pieces are what BPE runs on.
-The numpy backend calls ``split`` per document; GPU backends compile the pattern into a device
-state machine and are checked against ``piece_spans`` below.
+A model's pre-tokenizer is data, a ``PretokSpec``: a tuple of steps plus the Unicode *family*
+whose tables its patterns use (``"tiktoken"``: Rust's regex crate; ``"hf"``: Oniguruma), and
+``Pretokenizer`` runs it:
 
-Performance notes: ``regex.findall`` is the fastest way we found to get the pieces in CPython
-(finditer + slicing is ~1.6x slower; splitting the document on newlines first and caching lines
-did not pay on prose). ``findall`` drops unmatched characters; every named pattern matches every
-character, and HF's ``Split(isolated)`` keeps the gaps (handled in ``HFPretokenizer``).
+* ``Split(pattern)``: the pieces are the leftmost-first matches (tiktoken drops unmatched text;
+  every named pattern matches every character anyway); ``Split(pattern, keep_gaps=True)`` is HF's
+  ``Split(behavior="isolated")``, where unmatched stretches are pieces too;
+* ``PrefixSpace()``: HF ``ByteLevel(add_prefix_space=true)``: a word without a leading space gets one.
+
+Each step applies to every piece of the previous one. Patterns are compiled with the family's
+pinned tables (``gputok.unicode.compile_pinned``), never the installed ``regex``'s. A spec that is
+one ``Split`` of a pattern the vectorised scanner knows (``scan.py``) runs on the scanner.
+
+Performance notes: ``regex.findall`` is the fastest regex route to the pieces in CPython
+(finditer + slicing is ~1.6x slower; splitting documents on newlines and caching lines did not
+pay on prose); below ``_SCAN_MIN`` characters one findall beats the scanner's numpy passes.
 """
 
 from __future__ import annotations
 
-import unicodedata
+from dataclasses import dataclass
 
 import numpy as np
 
-from cpu_ref import hf as _hf_ref  # the HF normalizer/pre-tokenizer definitions live in the spec
-from cpu_ref.patterns import compile_pattern
+from . import counters
+from .. import unicode as _unicode
+
+_SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
 
 
-class RegexPretokenizer:
-    """tiktoken style: the pieces are the leftmost-first matches of one pattern.
+@dataclass(frozen=True)
+class Split:
+    pattern: str
+    keep_gaps: bool = False
 
-    For the named patterns the vectorised scanner (``scan.py``) produces the same pieces several
-    times faster; any other pattern runs on the reference regex engine.
-    """
 
-    def __init__(self, pattern: str):
-        self.pattern = pattern
-        self._findall = compile_pattern(pattern).findall
+@dataclass(frozen=True)
+class PrefixSpace:
+    pass
+
+
+@dataclass(frozen=True)
+class PretokSpec:
+    """What cuts text into pieces; see the module docstring."""
+
+    steps: tuple
+    family: str = "tiktoken"
+
+    @classmethod
+    def regex(cls, pattern: str, family: str = "tiktoken") -> "PretokSpec":
+        """tiktoken style: the matches of one pattern."""
+        return cls((Split(pattern),), family)
+
+    @property
+    def pattern(self) -> "str | None":
+        """The pattern when the spec is one regex step (what scanners and kernels run)."""
+        if len(self.steps) == 1 and isinstance(self.steps[0], Split):
+            return self.steps[0].pattern
+        return None
+
+
+class Pretokenizer:
+    """Runs a ``PretokSpec``: ``split(text)`` and ``split_batch(texts)``."""
+
+    def __init__(self, spec: PretokSpec):
+        self.spec = spec
+        self.pattern = spec.pattern
+        self._keep_gaps = bool(self.pattern is not None and spec.steps[0].keep_gaps)
+        self._compiled = [(_unicode.compile_pinned(s.pattern, spec.family), s.keep_gaps)
+                          if isinstance(s, Split) else None for s in spec.steps]
+        if self.pattern is not None:
+            self._findall = self._compiled[0][0].findall
         self._scanner = "unset"
 
     @property
     def scanner(self):
-        if self._scanner == "unset":  # lazy: building the class table costs ~0.2 s once
+        """The vectorised scanner for this spec's pattern, or None (built lazily: ~0.1 s)."""
+        if self._scanner == "unset":
             from .scan import scanner_for_pattern
 
-            self._scanner = scanner_for_pattern(self.pattern)
+            self._scanner = (scanner_for_pattern(self.pattern, self.spec.family)
+                             if self.pattern is not None else None)
         return self._scanner
 
-    def split(self, text: str) -> list[str]:
+    def split(self, text: str) -> list:
+        if self.pattern is None:
+            return self._steps(text)
         if len(text) < _SCAN_MIN or self.scanner is None:
-            return self._findall(text)
-        return self.scanner.split(text)
+            pieces = self._findall(text)
+        else:
+            pieces = self.scanner.split(text)
+        if self._keep_gaps and sum(map(len, pieces)) != len(text):
+            return self._steps(text)  # isolated split keeps unmatched gaps; they are rare
+        return pieces
 
-    def split_batch(self, texts: list[str]) -> list[list[str]]:
-        if self.scanner is None:
-            return [self._findall(t) for t in texts]
-        return self.scanner.split_batch(texts)
-
-
-_SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
-
-class HFPretokenizer:
-    """tokenizer.json style: an optional normalizer, then Split / ByteLevel steps."""
-
-    _NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
-
-    def __init__(self, normalizer: "dict | None", pre_tokenizer: "dict | None"):
-        self.normalizer = normalizer
-        self.pre_tokenizer = pre_tokenizer
-        steps = _hf_ref._flatten(pre_tokenizer)
-        # fast path: the common "one Split(regex, isolated) + ByteLevel(use_regex=false)" shape
-        self._single = None
-        if (len(steps) == 2 and steps[0].get("type") == "Split" and "Regex" in steps[0]["pattern"]
-                and steps[0].get("behavior", "Isolated") == "Isolated"
-                and steps[1].get("type") == "ByteLevel" and not steps[1].get("use_regex", True)
-                and not steps[1].get("add_prefix_space")):
-            self._single = RegexPretokenizer(steps[0]["pattern"]["Regex"])
-        elif steps:
-            _hf_ref.pre_tokenize(pre_tokenizer, "")  # refuse unsupported steps now, not mid-batch
-        self._nf = normalizer.get("type") if normalizer else None
-        if self._nf not in (None, *self._NORMAL_FORMS):
-            _hf_ref.normalize(normalizer, "")  # raises for unsupported normalizers
-        self.pattern = steps[0]["pattern"].get("Regex") if self._single else None
-
-    def split(self, text: str) -> list[str]:
-        if self._nf in self._NORMAL_FORMS:
-            text = unicodedata.normalize(self._nf, text)
-        elif self._nf is not None:
-            text = _hf_ref.normalize(self.normalizer, text)
-        if self._single is not None:
-            pieces = self._single.split(text)
-            # isolated split keeps unmatched gaps; they only exist if the matches don't tile
-            if sum(map(len, pieces)) == len(text):
-                return pieces
-        return _hf_ref.pre_tokenize(self.pre_tokenizer, text)
-
-    def split_batch(self, texts: list[str]) -> list[list[str]]:
-        if self._single is None or self._nf is not None:
-            return [self.split(t) for t in texts]
-        out = self._single.split_batch(texts)
-        for i, (t, pieces) in enumerate(zip(texts, out)):
-            if sum(map(len, pieces)) != len(t):  # gaps: the isolated split keeps them
-                out[i] = _hf_ref.pre_tokenize(self.pre_tokenizer, t)
+    def split_batch(self, texts: list) -> list:
+        if self.pattern is None:
+            counters["pretok.steps"] += len(texts)
+            return [self._steps(t) for t in texts]
+        sc = self.scanner
+        if sc is None:
+            counters["pretok.regex"] += len(texts)
+            out = [self._findall(t) for t in texts]
+        else:
+            counters["pretok.scanner"] += len(texts)
+            out = sc.split_batch(texts)
+        if self._keep_gaps:
+            for i, (t, pieces) in enumerate(zip(texts, out)):
+                if sum(map(len, pieces)) != len(t):
+                    out[i] = self._steps(t)
         return out
 
+    def _steps(self, text: str) -> list:
+        words = [text]
+        for step, comp in zip(self.spec.steps, self._compiled):
+            if comp is None:  # PrefixSpace
+                words = [w if w.startswith(" ") else " " + w for w in words]
+                continue
+            pat, keep_gaps = comp
+            if not keep_gaps:
+                words = [p for w in words for p in pat.findall(w)]
+                continue
+            out = []
+            for w in words:
+                pos = 0
+                for m in pat.finditer(w):
+                    if m.start() > pos:
+                        out.append(w[pos:m.start()])
+                    if m.end() > m.start():
+                        out.append(m.group())
+                    pos = m.end()
+                if pos < len(w):
+                    out.append(w[pos:])
+            words = out
+        return words
 
-def piece_spans(buf: bytes, doc_offsets: np.ndarray, pretok) -> tuple[np.ndarray, np.ndarray]:
-    """Array form of the stage, the contract GPU pre-tokenizers are checked against.
+
+def piece_spans(buf: bytes, doc_offsets: np.ndarray, pretok: Pretokenizer
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The stage in array form, the contract device pre-tokenizers are checked against.
 
     ``buf``: the packed UTF-8 of all documents; ``doc_offsets``: int64, len n_docs + 1.
-    Returns ``(piece_offsets, doc_piece_offsets)``: byte offsets into ``buf`` of every piece
-    (start of piece k = piece_offsets[k], end = piece_offsets[k + 1] for pieces of one document;
-    pieces tile each document, so they tile the buffer), and for each document the index of its
-    first piece (len n_docs + 1).
+    Returns ``(piece_offsets, doc_piece_offsets)``: the byte offset in ``buf`` where every piece
+    starts (pieces tile each document, so they tile the buffer; one final entry = the end), and
+    for each document the index of its first piece (len n_docs + 1).
     """
-    starts: list[int] = []
+    starts: list = []
     doc_piece = [0]
     for d in range(len(doc_offsets) - 1):
         lo, hi = int(doc_offsets[d]), int(doc_offsets[d + 1])

@@ -1,4 +1,5 @@
-"""Training byte-level BPE vocabularies, with HF ``BpeTrainer``'s exact rule (``cpu_ref.train``).
+"""Training byte-level BPE vocabularies, with HF ``BpeTrainer``'s exact rule (stated in
+``cpu_ref.train``).
 
 Two phases:
 
@@ -15,7 +16,7 @@ writes it as a ``tokenizer.json`` (the merges verbatim) or a ``.tiktoken`` file 
 The two rules give the same ids on such a vocabulary: every learned token has a distinct string
 and a larger id than its parts, and tiktoken's "merge the adjacent pair whose concatenation has
 the lowest rank" then always picks the pair HF's merge list would (the argument in
-``cpu_ref.train`` rule 7: a piece's symbols are segmented as when its token was made). The one
+rule 7 of ``cpu_ref.train``: a piece's symbols are segmented as when its token was made). The one
 exception is a learned token spelled like a special token, which takes the special's small id.
 """
 
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cpu_ref import patterns
+from .. import patterns
+from ..unicode import compile_pinned
 
 from .vocab import Vocab
 from .words import corpus_texts, count_words
@@ -85,9 +87,9 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if isinstance(special_tokens, str):
         raise ValueError("special_tokens must be a list of strings, not one string")
-    pat = patterns.resolve_pattern(pattern)
+    pat = patterns.resolve(pattern)
     try:
-        patterns.compile_pattern(pat)
+        compile_pinned(pat, "hf")
     except Exception as e:
         raise ValueError(f"invalid pattern {pattern!r}: {e}") from None
     vocab = Vocab(list(special_tokens))
@@ -129,23 +131,17 @@ def _merge_backend(backend: str):
 
 
 def build_encoding(name: str, pat: str, vocab: Vocab, merges: list[tuple[int, int, int]]):
-    """An HF-rule ``Encoding``: merge priority = merge index, ids as trained."""
+    """An HF-rule ``Encoding``: merge priority = merge index, ids as trained, pre-tokenized as
+    HF's Split(pattern, isolated) + ByteLevel (the same words the trainer counted)."""
     from ..encoding import Encoding
-    from ..stages.merge import MergeTable
-    from ..stages.pretok import HFPretokenizer
+    from ..model import Model
+    from ..stages.pretok import PretokSpec, Split
 
-    decoder = vocab.decoder()
-    byte_ids = vocab.byte_ids.astype(np.uint32)
     merges = list(merges)
-    # HF's Split(isolated) + ByteLevel: the same words the trainer counted (gaps included)
-    pretok = HFPretokenizer(None, {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-         "use_regex": False}]})
-    enc = Encoding._from_parts(
-        name, pretok=pretok, pat_str=pat, decoder=decoder,
-        special_tokens=dict(vocab.special_tokens), plain_added={},
-        table_factory=lambda: MergeTable.from_merges(merges, byte_ids, None), whole=None)
+    model = Model(name=name, pretok=PretokSpec((Split(pat, keep_gaps=True),), family="hf"),
+                  decoder=vocab.decoder(), byte_ids=vocab.byte_ids.astype(np.uint32),
+                  merges=merges, specials=dict(vocab.special_tokens))
+    enc = Encoding.from_model(model)
     enc.trained_merges = merges
     return enc
 

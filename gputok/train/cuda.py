@@ -10,15 +10,10 @@ of memory, training restarts on the CPU backend with a warning.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import warnings
 from collections import Counter
 
 from .vocab import Vocab
-
-KERNEL_FILE = "train_bpe.cu"
-
 
 def available() -> tuple[bool, str]:
     """Same requirement as the encode backend: CuPy and a visible CUDA device."""
@@ -28,33 +23,22 @@ def available() -> tuple[bool, str]:
 
 
 def kernel_source() -> tuple[str, str]:
-    """(source text, include directory) of the training kernels."""
-    from .._resources import source_dir
+    """(source text, headers expanded; include directory) of the training kernels."""
+    from ..backends import kernels
 
-    d = source_dir("kernels")
-    return (d / KERNEL_FILE).read_text("utf-8"), str(d)
-
-
-@functools.lru_cache(maxsize=None)
-def _module(device_id: int, source_hash: str, block: int):
-    # keyed on the device and the source's hash (a new source is a new module), never the name
-    import cupy
-
-    source, include_dir = kernel_source()
-    header = f"#define TRAIN_BLOCK {block}\n"
-    with cupy.cuda.Device(device_id):
-        return cupy.RawModule(code=header + source,
-                              options=("-std=c++17", f"-I{include_dir}"))
+    return kernels.source(kernels.TRAIN_FILE), str(kernels.kernel_dir())
 
 
 def _launcher():
+    """A launch function over the training module on the current GPU (one module per device,
+    source digest and defines: the loader the encode kernels use)."""
     import cupy
 
+    from ..backends import kernels
     from .device import BLOCK
 
-    source, _ = kernel_source()
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    mod = _module(cupy.cuda.Device().id, digest, BLOCK)
+    mod = kernels.cupy_module(cupy.cuda.Device().id, kernels.TRAIN_FILE,
+                              (("TRAIN_BLOCK", BLOCK),))
     functions: dict = {}
 
     def launch(name, grid, block, args):

@@ -1,4 +1,4 @@
-"""Token ids during training, HF ``BpeTrainer``'s way (see ``cpu_ref.train`` rules 2 and 7).
+"""Token ids during training, HF ``BpeTrainer``'s way (the rules 2 and 7 that ``cpu_ref.train`` states).
 
 Ids are handed out to token *strings*: special tokens verbatim, everything else in the GPT-2
 byte-level alphabet. Specials come first, then the 256 single bytes sorted by their byte-level
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cpu_ref.hf import BYTE_TO_UNICODE, UNICODE_TO_BYTE
+from ..bytelevel import BYTE_TO_CHAR as BYTE_TO_UNICODE, unspell
 
 
 class Vocab:
@@ -61,7 +61,7 @@ class Vocab:
 
     def token_bytes(self, i: int) -> bytes:
         """The bytes of a learned (non-special) token."""
-        return bytes(UNICODE_TO_BYTE[ch] for ch in self.strings[i])
+        return unspell(self.strings[i])
 
     def decoder(self) -> dict[int, bytes]:
         """id -> bytes for every id. Raises ``ValueError`` when a special token shares its id with

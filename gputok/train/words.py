@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from cpu_ref.patterns import compile_pattern, split_isolated
-from cpu_ref.specials import fix_surrogates
+from ..stages.pack import fix_surrogates
+from ..stages.pretok import Pretokenizer, PretokSpec, Split
 
 
 def _is_pathlike(x) -> bool:
@@ -88,24 +88,10 @@ def _file_texts(paths, field, errors):
 
 
 def batch_splitter(pattern: str) -> Callable[[list[str]], Iterable[list[str]]]:
-    """The pre-tokenizer stage on a batch of texts, with HF's *isolated* semantics: the
-    vectorised scanner (``gputok.stages.scan``) when it knows the pattern, else the regex."""
-    from ..stages.scan import scanner_for_pattern
-
-    scanner = scanner_for_pattern(pattern)
-    if scanner is not None:
-        return scanner.split_batch
-    findall = compile_pattern(pattern).findall
-
-    def split_one(text: str) -> list[str]:
-        pieces = findall(text)
-        # the named patterns match every character; a user pattern may leave gaps, which HF
-        # keeps as words of their own
-        if sum(map(len, pieces)) != len(text):
-            return split_isolated(pattern, text)
-        return pieces
-
-    return lambda texts: map(split_one, texts)
+    """The pre-tokenizer stage on a batch of texts, as HF's trainer splits words:
+    ``Split(pattern, behavior="isolated")`` with HF's (Oniguruma's) Unicode tables; the
+    vectorised scanner when it knows the pattern, else the regex, gaps kept as words."""
+    return Pretokenizer(PretokSpec((Split(pattern, keep_gaps=True),), family="hf")).split_batch
 
 
 def count_words(texts: Iterable[tuple[str, int]], pattern: str, *,

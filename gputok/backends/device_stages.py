@@ -1,0 +1,159 @@
+"""The encode stages on a device: each takes and returns device arrays (kernels/encode_*.cu).
+
+``DeviceStages`` knows kernels and buffers, nothing of tokenizers: the driver (``driver.py``)
+hands it the model's uploaded ``tables`` and a chunk's arrays. The stages, in order:
+
+    pretok   encode_pretok.cu: UTF-8 decode + the scanner's class table, its window rule and
+             sparse corrections, in byte coordinates -> one flag per entry start
+    entries  encode_scan.cu (exclusive scan of the flags) + compaction -> piece starts, token
+             spans and a sentinel as one entry list, plus each document's first entry
+    merge    encode_merge.cu: whole-token lookup (hash of the bytes, hits confirmed by comparing
+             bytes), pieces < LONG_PIECE bytes one thread each (the sequential rule), longer
+             pieces one thread each in O(L log L) (linked list + indexed heap)
+    emit     encode_scan.cu + encode_emit.cu: counts -> exclusive scan -> ids scattered into one
+             output (uint16 when the vocabulary fits) + per-document offsets
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+i32, i64, u32, u64 = np.int32, np.int64, np.uint32, np.uint64
+EMPTY64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass
+class Tables:
+    """A model's tables on one device (``device_tables.upload_tables``)."""
+
+    arrays: dict = field(default_factory=dict)
+    scalars: dict = field(default_factory=dict)
+
+
+class DeviceStages:
+    """The encode stages on ``dev``; ``dedup`` merges each distinct piece of a chunk once."""
+
+    def __init__(self, dev, *, dedup: bool = False):
+        self.dev = dev
+        self.dedup = dedup
+
+    def grid(self, count: int) -> tuple:
+        return (max(1, min(self.dev.max_blocks, -(-int(count) // self.dev.block))),)
+
+    def go(self, name: str, count: int, args: list) -> None:
+        self.dev.launch(name, self.grid(count), (self.dev.block,), args)
+
+    def scan(self, arr, n: int, op: str, exclusive: bool) -> None:
+        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan."""
+        dev = self.dev
+        tile = dev.scan_block * dev.scan_items
+        blk = (dev.scan_block,)
+        if n <= tile:
+            dev.launch(f"encode_scan_apply_{op}", (1,), blk,
+                       [arr, arr, i64(n), dev.dummy(np.uint32), i32(0), i32(exclusive)])
+            return
+        tiles = -(-n // tile)
+        sums = dev.empty(tiles, np.uint32)
+        dev.launch(f"encode_scan_reduce_{op}", (tiles,), blk, [arr, i64(n), sums])
+        self.scan(sums, tiles, op, True)
+        dev.launch(f"encode_scan_apply_{op}", (tiles,), blk,
+                   [arr, arr, i64(n), sums, i32(1), i32(exclusive)])
+
+    # The stages below take and return device arrays; the tests drive them one by one.
+
+    def pretok(self, tables, n: int, d_buf, d_mpos, d_mbits, n_marks: int):
+        """encode_pretok.cu: returns ``ent`` (uint32, n + 2): 1 where an entry starts."""
+        dev = self.dev
+        a, s = tables.arrays, tables.scalars
+        m = n + 2
+        mark = dev.zeros(m, np.uint8)
+        if n_marks:
+            self.go("encode_pretok_marks", n_marks, [d_mpos, d_mbits, i64(n_marks), mark])
+        cls = dev.empty(m, np.uint8)
+        self.go("encode_pretok_classify", n + 1, [d_buf, i64(n), mark, a["cls_table"], cls])
+        if s["runs"]:
+            runv = dev.empty(n, np.uint32)
+            cidx = dev.empty(n, np.uint32)
+            self.go("encode_pretok_runs", n, [i64(n), mark, cls, runv, cidx])
+            self.scan(runv, n, "max", False)  # run start + 1
+            if s["digit_group"] > 1:
+                self.scan(cidx, n, "add", True)  # character index
+            ws_next = dev.empty(m, np.uint8)
+        else:
+            runv = cidx = dev.dummy(np.uint32)
+            ws_next = dev.dummy(np.uint8)
+        ent = dev.empty(m, np.uint32)
+        self.go("encode_pretok_window", n + 2,
+                 [d_buf, i64(n), mark, cls, a["pair"], s["pair_bits"], s["next_lo"],
+                  s["next_n"], s["prev2_lo"], s["prev2_n"], runv, i32(s["runs"]), ws_next, ent])
+        self.go("encode_pretok_fix", n,
+                 [d_buf, i64(n), mark, cls, a["pair"], s["pair_bits"], a["letters"],
+                  s["n_letters"], runv, cidx, ws_next, s["gpt2"], s["digit_group"],
+                  s["end_whole"], ent])
+        return ent
+
+    def entries(self, n: int, ent, d_off, n_docs: int, d_sp_pos, d_sp_id,
+                n_spans: int):
+        """Flags -> entries: (pstart, spec, doc_entry, n_entries (a 1-element device view),
+        capacity). ``ent`` is scanned in place."""
+        dev = self.dev
+        m = n + 2
+        self.scan(ent, m, "add", True)  # entry index of every flagged byte
+        pstart = dev.empty(m, np.uint32)
+        spec = dev.empty(m, np.uint32)
+        self.go("encode_entries_compact", n + 1, [ent, i64(n), pstart, spec])
+        if n_spans:
+            self.go("encode_entries_specials", n_spans,
+                     [ent, d_sp_pos, d_sp_id, i64(n_spans), spec])
+        doc_entry = dev.empty(n_docs + 1, np.uint32)
+        self.go("encode_doc_entries", n_docs + 1, [ent, d_off, i64(n_docs + 1), doc_entry])
+        return pstart, spec, doc_entry, ent[n + 1:n + 2], m
+
+    def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
+        """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
+        scratch at pstart[e] (pstart[owner[e]] for a duplicate)."""
+        dev = self.dev
+        a, s = tables.arrays, tables.scalars
+        owner = dev.empty(cap, np.uint32)
+        count = dev.zeros(cap + 1, np.uint32)  # one spare zero: the scan's total lands there
+        scratch = dev.empty(n, np.uint32)
+        if self.dedup:
+            dbits = max(4, int(2 * cap - 1).bit_length())
+            slots = dev.full(1 << dbits, EMPTY64, np.uint64)
+        else:
+            dbits, slots = 0, dev.dummy(np.uint64)
+        self.go("encode_piece_kind", cap,
+                 [d_buf, pstart, spec, n_entries, a["w_slot_tag"], a["w_slot_entry"],
+                  a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"], s["w_bits"], slots,
+                  u32(dbits), owner, count, scratch, i64(cap)])
+        del slots
+        table = [a["t_keys"], a["t_prio"], a["t_merged"], s["t_bits"], a["byte_ids"]]
+        prio_ws = dev.empty(n, np.uint32)
+        self.go("encode_merge_short", cap,
+                 [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
+        ws = [dev.empty(n, np.uint32) for _ in range(4)]  # next, prev, heap, where
+        self.go("encode_merge_long", cap,
+                 [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, *ws, count,
+                  i64(cap)])
+        del ws, prio_ws
+        if self.dedup:
+            self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
+        return owner, count, scratch
+
+    def emit(self, n: int, pstart, n_entries, cap: int, owner, count, scratch,
+                    doc_entry, n_docs: int, out_dtype):
+        """encode_scan.cu + encode_emit.cu: (ids (n slots, the first total used), document
+        offsets (int64, n_docs + 1)). ``count`` is scanned in place into output offsets."""
+        dev = self.dev
+        self.scan(count, cap + 1, "add", True)
+        out = dev.empty(n, out_dtype)
+        kern = "encode_emit_u16" if np.dtype(out_dtype).itemsize == 2 else "encode_emit_u32"
+        self.go(kern, cap, [n_entries, pstart, owner, count, scratch, out, i64(cap)])
+        out_doc = dev.empty(n_docs + 1, np.int64)
+        self.go("encode_doc_offsets", n_docs + 1, [doc_entry, count, i64(n_docs + 1), out_doc])
+        return out, out_doc
+
+

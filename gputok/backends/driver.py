@@ -1,0 +1,368 @@
+"""The device-neutral driver: one encode pipeline for every device (CuPy, the emulator, ...).
+
+Documents are packed into one UTF-8 buffer and cut into chunks of whole documents (a few hundred
+MB at most, sized from the device's free memory). Per chunk:
+
+    host     split: the active tokens' byte spans (``stages.split.token_spans``; disallowed ones
+             raise first); normalise and, where the device cannot, cut pieces (``hostplan.py``)
+    device   pretok -> entries -> merge -> emit (``device_stages.py``)
+
+Two chunks are in flight, each on its own stream slot with its own staging buffers: while chunk
+k's kernels run, chunk k+1 is prepared on the host and uploaded, and chunk k-1's ids come down.
+Out of device memory, a chunk is retried with half the budget (the batch is split); a single
+document that still does not fit, or a budget below ``MIN_CHUNK``, goes to the numpy backend.
+Documents over 2 GiB (positions are uint32) always do. Every stage the host runs instead of the
+device, and every part of a batch the numpy backend encodes, is a counted fallback with a
+warning once (``Backend.fallback``).
+
+The device adapter (``devices.py``) is small on purpose: memory, copies, streams and
+``launch(name, grid, block, args)``; this module knows nothing of CUDA.
+
+Performance notes (nothing here was measured on a GPU yet; ``bench/bench_cuda.py`` reports
+end-to-end and per-stage times). To measure first: (1) dedup off vs on; (2) the stage split of
+kernel time and whether merge_short wants a register path; (3) end-to-end vs kernel-only (host
+packing, specials, pinned copies) and whether 256 MiB chunks with two streams hide the copies;
+(4) o200k end to end, whose pieces are cut on the host. Decisions so far:
+* No piece dedup by default: whole-token hits skip merging for most pieces of natural text, so
+  the simplest exact design merges every remaining piece where it stands. ``dedup=True`` adds a
+  device hash set (one CAS per remaining piece; duplicates copy their owner's ids).
+* Device memory is planned at ``BYTES_PER_BYTE`` per input byte (flags, classes, scans, entry
+  arrays, scratch ids, long-piece workspace); temporaries are released between stages so the
+  pool reuses them within the chunk's stream.
+* The token search (``re`` over bytes, ~600 MB/s on one core) runs only when tokens are active
+  or disallowed; ``disallowed_special=()`` on a model without added tokens skips it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import Backend, get_backend
+from .device_stages import DeviceStages, Tables
+from .device_tables import upload_tables
+from .hostplan import HostChunk, prepare
+from ..stages import counters
+from ..stages.emit import assemble
+from ..stages.pack import Documents
+from ..stages.split import check_buffer, token_spans
+
+DEVICE_FAMILIES = ("cl3", "cl1", "gpt2")  # scanner families the pretok kernels implement
+BYTES_PER_BYTE = 64  # device memory planned per input byte of a chunk (see the notes above)
+MAX_CHUNK = 256 << 20  # bytes of text per chunk at most
+MIN_CHUNK = 1 << 20  # below this an out-of-memory chunk goes to the host
+CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
+PRETOK_MODES = ("auto", "device", "scanner", "split")
+
+
+@dataclass
+class ModelPlan:
+    """Where a model's stages run on one device, and its uploaded tables."""
+
+    mode: str  # where pieces are cut: "device" | "scanner" (host) | "split" (host)
+    why: str
+    pretok: object  # the model's Pretokenizer
+    tables: Tables
+    normalizer: tuple
+
+
+@dataclass
+class _InFlight:
+    hc: HostChunk
+    slot: int
+    out: object
+    doc: object  # a pending download of the document offsets
+    ids: object = None
+    marks: list = field(default_factory=list)
+
+
+def pretok_mode(model) -> tuple[str, str]:
+    """(mode, reason): where a model's pieces are cut on a device backend."""
+    pre = model.pretokenizer
+    if pre.pattern is None:
+        return "split", ("its pre-tokenizer has several steps: pieces are cut on the host")
+    sc = pre.scanner
+    if sc is None:
+        return "split", "its pattern has no vectorised form: pieces are cut on the host (regex)"
+    if sc.family.name in DEVICE_FAMILIES:
+        return "device", f"pre-tokenization on the device ({sc.name} rules)"
+    return "scanner", (f"the {sc.name} pattern has spans only the reference regex resolves: "
+                       "pieces are cut on the host (vectorised scanner)")
+
+
+class DeviceBackend(Backend):
+    """The encode pipeline on one device.
+
+    ``chunk_bytes`` caps the text per chunk (default: from free device memory, at most
+    ``MAX_CHUNK``); ``dedup`` merges each distinct piece once per chunk; ``pretok`` forces where
+    pieces are cut ("auto", "device", "scanner" or "split"; "device" only for the pattern
+    families the kernels know).
+    """
+
+    def __init__(self, device, *, name: str = "device", chunk_bytes: "int | None" = None,
+                 dedup: bool = False, pretok: str = "auto"):
+        super().__init__()
+        if pretok not in PRETOK_MODES:
+            raise ValueError(f"pretok must be one of {', '.join(PRETOK_MODES)}")
+        self.name = name
+        self.dev = device
+        self.stages = DeviceStages(device, dedup=dedup)
+        self.chunk_bytes = chunk_bytes
+        self.pretok = pretok
+        self._plans: dict = {}
+        self._class_tables: dict = {}
+        self._lock = threading.RLock()
+        self.profile: "list | None" = None  # set to a list to collect per-stage times
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} on {self.dev.name}>"
+
+    # ---- public --------------------------------------------------------------------------------
+
+    def plan(self, model) -> dict:
+        mode, why = self._mode(model)
+        where = f"device ({self.dev.name})"
+        return {"split": "host", "normalize": "host" if model.normalizer else "none",
+                "pretok": where if mode == "device" else f"host: {why}", "merge": where,
+                "emit": where}
+
+    def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
+        buf, doc_off = docs.packed()
+        doc_off = np.asarray(doc_off, np.int64)
+        if disallowed:
+            check_buffer(buf, doc_off, disallowed)
+        spans = token_spans(model, buf, doc_off, allowed)
+        with self._lock:
+            parts = self._encode(model, buf, doc_off, spans, allowed)
+        return assemble(parts, len(doc_off) - 1, model.id_dtype)
+
+    def time_kernels(self, model, texts, repeat: int = 3) -> dict:
+        """Kernel-only timing of one chunk (the first ``chunk_bytes`` of ``texts``, no tokens):
+        the input is uploaded once, then every stage is timed with device events.
+        Returns {"bytes", "docs", "mode", "ms": {stage: best ms}, "total_ms"}."""
+        buf, doc_off = Documents(texts).packed()
+        doc_off = np.asarray(doc_off, np.int64)
+        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
+        with self._lock:
+            plan = self._plan(model)
+            d1 = self._chunk_end(doc_off, 0, self._chunk_budget())
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1, plan.normalizer)
+            best: dict = {}
+            with self.dev.stream(0):
+                ins = self.dev.upload(hc.inputs)
+                for _ in range(max(1, repeat)):
+                    marks = [("start", self.dev.mark())]
+                    self._kernels(plan, hc, ins, model.id_dtype, marks)
+                    for (_, a), (name, b) in zip(marks, marks[1:]):
+                        ms = self.dev.elapsed_ms(a, b)
+                        best[name] = min(best.get(name, ms), ms)
+        return {"bytes": hc.n, "docs": d1, "mode": hc.mode, "ms": best,
+                "total_ms": sum(best.values())}
+
+    # ---- planning ------------------------------------------------------------------------------
+
+    def _mode(self, model) -> tuple[str, str]:
+        mode, why = pretok_mode(model)
+        want = self.pretok
+        if want == "auto" or want == mode:
+            return mode, why
+        if want == "device":
+            raise ValueError(f"{model.name}: pre-tokenization cannot run on the device ({why})")
+        if want == "scanner":
+            if model.pretokenizer.pattern is None or model.pretokenizer.scanner is None:
+                raise ValueError(f"{model.name}: no vectorised scanner for this pre-tokenizer")
+            return "scanner", "pieces cut on the host (vectorised scanner, forced)"
+        return "split", "pieces cut on the host (pre-tokenizer split, forced)"
+
+    def model_plan(self, model) -> ModelPlan:
+        """The model's plan on this device (tables uploaded on first use)."""
+        with self._lock:
+            return self._plan(model)
+
+    def _plan(self, model) -> ModelPlan:
+        key = id(model)
+        got = self._plans.get(key)
+        if got is not None and got[0]() is model:
+            return got[1]
+        for k in [k for k, (ref, _) in self._plans.items() if ref() is None]:
+            del self._plans[k]  # tables of models that are gone
+        mode, why = self._mode(model)
+        scanner = model.pretokenizer.scanner if mode == "device" else None
+        arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables)
+        self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
+        plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
+                         tuple(model.normalizer))
+        self._plans[key] = (weakref.ref(model), plan)
+        return plan
+
+    def _chunk_budget(self) -> int:
+        cap = self.chunk_bytes or MAX_CHUNK
+        fit = self.dev.memory_budget() // (2 * BYTES_PER_BYTE)  # two chunks in flight
+        return int(max(min(cap, fit, CHUNK_LIMIT), 1))
+
+    @staticmethod
+    def _chunk_end(doc_off, d0: int, budget: int) -> int:
+        end = int(np.searchsorted(doc_off, doc_off[d0] + budget, "right")) - 1
+        return max(end, d0 + 1)
+
+    # ---- the loop over chunks ------------------------------------------------------------------
+
+    def _encode(self, model, buf, doc_off, spans, allowed) -> list:
+        n_docs = len(doc_off) - 1
+        parts: list = []
+        dev = self.dev
+        try:
+            plan = self._plan(model)
+        except dev.oom_errors as e:
+            dev.release()
+            self.fallback("tables", "out of memory",
+                          f"out of device memory uploading {model.name}'s tables ({e}); "
+                          "encoding this batch on the host")
+            return [self._host_part(model, buf, doc_off, 0, n_docs, allowed)]
+        if plan.mode != "device":
+            self.fallback("pretok", plan.mode, f"{model.name}: {plan.why}",
+                          once_key=("pretok", id(model)))
+        if plan.normalizer:
+            self.fallback("normalize", "host", f"{model.name}: its normaliser "
+                          f"({', '.join(plan.normalizer)}) runs on the host",
+                          once_key=("normalize", id(model)))
+        budget = self._chunk_budget()
+        start = 0
+        while start < n_docs:
+            try:
+                self._run(model, plan, buf, doc_off, spans, start, budget, parts, allowed)
+                break
+            except dev.oom_errors as e:
+                dev.release()
+                start = max((p[0] + len(p[2]) for p in parts), default=start)  # kept
+                if start >= n_docs:
+                    break
+                end = self._chunk_end(doc_off, start, budget)
+                size = int(doc_off[min(end, n_docs)] - doc_off[start])
+                one_doc = end == start + 1
+                if one_doc or budget // 2 < MIN_CHUNK:
+                    end = start + 1 if one_doc and budget // 2 >= MIN_CHUNK else n_docs
+                    self.fallback("chunk", "out of memory",
+                                  f"out of device memory ({e}) on {size} bytes of text; "
+                                  f"documents {start}..{end - 1} are encoded on the host")
+                    parts.append(self._host_part(model, buf, doc_off, start, end, allowed))
+                    start = end
+                else:
+                    budget //= 2
+        return parts
+
+    def _run(self, model, plan, buf, doc_off, spans, start, budget, parts, allowed) -> None:
+        """Chunks from document ``start`` on, two in flight; finished chunks go to ``parts``."""
+        n_docs = len(doc_off) - 1
+        flight: collections.deque = collections.deque()
+        k = 0
+        d0 = start
+        while d0 < n_docs:
+            d1 = self._chunk_end(doc_off, d0, budget)
+            n = int(doc_off[d1] - doc_off[d0])
+            if n > CHUNK_LIMIT:  # one document too big for uint32 positions
+                while flight:
+                    self._finish(flight.popleft(), parts)
+                self.fallback("chunk", "oversized", f"document {d0} has {n} bytes (over 2 GiB); "
+                              "it is encoded on the host", once_key=("oversized", d0))
+                parts.append(self._host_part(model, buf, doc_off, d0, d1, allowed))
+                d0 = d1
+                continue
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1, plan.normalizer)
+            if hc.n == 0:  # only empty documents (or only token spans that emit nothing)
+                while flight:
+                    self._finish(flight.popleft(), parts)
+                parts.append((d0, np.zeros(0, model.id_dtype), np.zeros(d1 - d0, np.int64)))
+                d0 = d1
+                continue
+            if len(flight) == 2:
+                self._finish(flight.popleft(), parts)  # frees its slot
+            slot = k % 2
+            k += 1
+            self.dev.begin_chunk()
+            with self.dev.stream(slot):
+                flight.append(self._enqueue(plan, hc, slot, model.id_dtype))
+            if len(flight) == 2:
+                self._advance(flight[0])  # start the older chunk's ids download
+            d0 = d1
+        while flight:
+            self._finish(flight.popleft(), parts)
+
+    def _enqueue(self, plan: ModelPlan, hc: HostChunk, slot: int, out_dtype) -> _InFlight:
+        """Upload one chunk, queue its kernels and the download of its document offsets on the
+        current stream; nothing here waits for the device."""
+        marks: list = []
+        if self.profile is not None:
+            marks.append(("start", self.dev.mark()))
+        ins = self.dev.upload(hc.inputs)
+        if self.profile is not None:
+            marks.append(("h2d", self.dev.mark()))
+        out, out_doc = self._kernels(plan, hc, ins, out_dtype,
+                                     marks if self.profile is not None else None)
+        doc = self.dev.download("doc", out_doc, hc.n_docs + 1)
+        counters["device.chunks"] += 1
+        return _InFlight(hc, slot, out, doc, marks=marks)
+
+    def _kernels(self, plan: ModelPlan, hc: HostChunk, ins: list, out_dtype, marks=None):
+        """The device stages of one uploaded chunk; (ids, document offsets) on the device."""
+        st = self.stages
+
+        def mark(name):
+            if marks is not None:
+                marks.append((name, self.dev.mark()))
+
+        d_buf = ins[0]
+        if hc.mode == "device":
+            ent = st.pretok(plan.tables, hc.n, d_buf, ins[2], ins[3], hc.n_marks)
+            mark("pretok")
+            pstart, spec, doc_entry, n_entries, cap = st.entries(
+                hc.n, ent, ins[1], hc.n_docs, ins[4], ins[5], hc.n_spans)
+            del ent
+            mark("entries")
+        else:
+            _, pstart, spec, doc_entry, n_entries = ins
+            cap = hc.n_entries
+        owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries, cap)
+        mark("merge")
+        out, out_doc = st.emit(hc.n, pstart, n_entries, cap, owner, count, scratch, doc_entry,
+                               hc.n_docs, out_dtype)
+        mark("emit")
+        return out, out_doc
+
+    def _advance(self, st: _InFlight) -> None:
+        if st.ids is None:
+            doc = st.doc.result()  # waits for the chunk's kernels
+            st.doc = _Done(doc)
+            with self.dev.stream(st.slot):
+                st.ids = self.dev.download("ids", st.out, int(doc[-1]))
+
+    def _finish(self, st: _InFlight, parts: list) -> None:
+        self._advance(st)
+        ids = st.ids.result()
+        doc = st.doc.result()
+        if self.profile is not None and st.marks:
+            names = [m[0] for m in st.marks]
+            times = {names[i + 1]: self.dev.elapsed_ms(st.marks[i][1], st.marks[i + 1][1])
+                     for i in range(len(names) - 1)}
+            self.profile.append({"bytes": st.hc.n, "docs": st.hc.n_docs, "ms": times})
+        st.out = None
+        parts.append((st.hc.d0, ids, np.diff(doc)))
+
+    def _host_part(self, model, buf, doc_off, d0, d1, allowed):
+        docs = Documents([buf[int(doc_off[d]):int(doc_off[d + 1])] for d in range(d0, d1)])
+        ids, off = get_backend("numpy").encode(model, docs, allowed, frozenset())
+        return (d0, ids.astype(model.id_dtype, copy=False), np.diff(off))
+
+
+class _Done:
+    """A finished download (the interface of a pending one)."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+
+    def result(self) -> np.ndarray:
+        return self.value

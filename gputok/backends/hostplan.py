@@ -1,0 +1,206 @@
+"""Host planning for a device chunk: token-span marks, and pieces cut on the host.
+
+When pre-tokenization runs on the device, the host only marks where segments start and end
+around token spans (``segment_marks``), in the chunk's byte coordinates. When it cannot (a
+pattern without kernels, or a multi-step HF pre-tokenizer), the host cuts the pieces — with the
+vectorised scanner (``entries_from_scanner``) or the pre-tokenizer's ``split`` per segment
+(``entries_from_split``) — and the device merges and emits. A model's normaliser runs here too:
+a chunk whose text it changes is rebuilt (``normalize_chunk``) before pieces are cut.
+
+An *entry* is a piece, a token span (``spec`` = its id, or ``NO_IDS``), or the sentinel at the
+end of the chunk (``spec`` = ``NO_IDS``); ``pstart[e]`` is its first byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..stages.normalize import normalize_text
+from ..stages.split import NO_IDS
+
+# per-byte marks (the kernels get these as ENC_* defines)
+SEG_START, SEG_END, OUTSIDE, SPECIAL_START = 1, 2, 4, 8
+NORMAL = 0xFFFFFFFF  # spec[e]: a piece of text, merged
+GAP = NO_IDS  # spec[e]: no ids
+
+
+def normalize_chunk(steps: tuple, chunk: bytes, off: np.ndarray, ss: np.ndarray, se: np.ndarray):
+    """Normalise every segment (the text between token spans) of a chunk; returns the chunk,
+    document offsets and span positions, rebuilt only where the normaliser changed something."""
+    bounds = np.unique(np.concatenate([off, ss, se])).tolist()
+    is_span = set(ss.tolist())
+    pieces: list = []
+    changed = False
+    for a, b in zip(bounds, bounds[1:]):
+        raw = chunk[a:b]
+        if a not in is_span:
+            text = raw.decode("utf-8")
+            norm = normalize_text(steps, text)
+            if norm != text:
+                raw, changed = norm.encode("utf-8"), True
+        pieces.append(raw)
+    if not changed:
+        return chunk, off, ss, se
+    new_pos = np.zeros(len(bounds), np.int64)
+    np.cumsum([len(p) for p in pieces], out=new_pos[1:])
+    remap = dict(zip(bounds, new_pos.tolist()))
+    f = np.vectorize(remap.__getitem__, otypes=[np.int64])
+    return (b"".join(pieces), f(off) if len(off) else off, f(ss) if len(ss) else ss,
+            f(se) if len(se) else se)
+
+
+def segment_marks(doc_off: np.ndarray, sp_start: np.ndarray, sp_end: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The per-byte marks of a chunk as unique (positions uint32, bits uint8).
+
+    Segments are the non-empty stretches of a document between token spans: SEG_START at
+    their first byte, SEG_END just past their last; the bytes of every span are OUTSIDE and
+    its first is SPECIAL_START (a span becomes one entry: a token's id, or no ids).
+    """
+    doc_off = np.asarray(doc_off, np.int64)
+    if len(sp_start):
+        b = np.unique(np.concatenate([doc_off, sp_start, sp_end]))
+        lo, hi = b[:-1], b[1:]
+        seg = ~np.isin(lo, sp_start)
+        lo, hi = lo[seg], hi[seg]
+        ln = sp_end - sp_start
+        inside = np.repeat(sp_start - np.cumsum(ln) + ln, ln) + np.arange(int(ln.sum()))
+        pos = np.concatenate([lo, hi, inside, sp_start])
+        bits = np.concatenate([np.full(len(lo), SEG_START), np.full(len(hi), SEG_END),
+                               np.full(len(inside), OUTSIDE), np.full(len(sp_start),
+                                                                      SPECIAL_START)])
+    else:
+        nonempty = doc_off[1:] > doc_off[:-1]
+        lo, hi = doc_off[:-1][nonempty], doc_off[1:][nonempty]
+        pos = np.concatenate([lo, hi])
+        bits = np.concatenate([np.full(len(lo), SEG_START), np.full(len(hi), SEG_END)])
+    upos, inv = np.unique(pos, return_inverse=True)
+    ubits = np.zeros(len(upos), np.uint8)
+    np.bitwise_or.at(ubits, inv.reshape(-1), bits.astype(np.uint8))
+    return upos.astype(np.uint32), ubits
+
+
+def entries_from_scanner(scanner, data: np.ndarray, doc_off, sp_start, sp_end, sp_id):
+    """Entries of a chunk with pieces cut on the CPU by ``scanner.boundaries`` (code points),
+    in the chunk's own byte coordinates: (pstart, spec, doc_entry), uint32."""
+    n = len(data)
+    is_cs = (data & 0xC0) != 0x80
+    char_pos = np.flatnonzero(is_cs)
+    cps = np.frombuffer(data.tobytes().decode("utf-8").encode("utf-32-le"), np.uint32)
+    doc_off = np.asarray(doc_off, np.int64)
+    b = np.unique(np.concatenate([doc_off, sp_start, sp_end]))
+    is_sp = np.isin(b[:-1], sp_start)
+    cp_b = np.searchsorted(char_pos, b)  # code points before each boundary
+    cuts = scanner.boundaries(cps, cp_b.astype(np.int64))
+    cuts = cuts[cuts < len(char_pos)]
+    seg = np.searchsorted(cp_b, cuts, "right") - 1
+    starts = char_pos[cuts[~is_sp[seg]]]
+    pstart = np.concatenate([starts, sp_start, [n]]).astype(np.int64)
+    pstart.sort()
+    spec = np.full(len(pstart), NORMAL, np.uint32)
+    spec[np.searchsorted(pstart, sp_start)] = sp_id
+    spec[-1] = GAP
+    doc_entry = np.searchsorted(pstart, doc_off, "left")
+    return pstart.astype(np.uint32), spec, doc_entry.astype(np.uint32)
+
+
+def entries_from_split(split, data: bytes, doc_off, sp_start, sp_end, sp_id):
+    """Entries with pieces from ``split(text)`` per segment (any pre-tokenizer, a normaliser
+    included: the chunk's buffer is rebuilt from the pieces). Returns (buffer, pstart, spec,
+    doc_entry)."""
+    parts: list = []
+    starts: list = []
+    spec: list = []
+    doc_entry = [0]
+    pos = 0
+    k = 0
+    n_sp = len(sp_start)
+    for d in range(len(doc_off) - 1):
+        lo, hi = int(doc_off[d]), int(doc_off[d + 1])
+        cur = lo
+        while True:
+            nxt = int(sp_start[k]) if k < n_sp and sp_start[k] < hi else hi
+            if nxt > cur:
+                for p in split(data[cur:nxt].decode("utf-8")):
+                    b = p.encode("utf-8")
+                    if b:
+                        parts.append(b)
+                        starts.append(pos)
+                        spec.append(NORMAL)
+                        pos += len(b)
+            if nxt >= hi:
+                break
+            end = int(sp_end[k])
+            parts.append(data[nxt:end])
+            starts.append(pos)
+            spec.append(int(sp_id[k]))
+            pos += end - nxt
+            cur = end
+            k += 1
+        doc_entry.append(len(starts))
+    starts.append(pos)
+    spec.append(GAP)
+    return (b"".join(parts), np.array(starts, np.uint32), np.array(spec, np.uint32),
+            np.array(doc_entry, np.uint32))
+
+
+@dataclass
+class HostChunk:
+    """One chunk's host work, ready to upload (``inputs``, in the order the driver unpacks)."""
+
+    d0: int
+    d1: int
+    n: int  # bytes of text (after host-side normalisation)
+    mode: str
+    inputs: list
+    n_docs: int
+    n_entries: int = 0  # host-cut modes
+    n_spans: int = 0
+    n_marks: int = 0
+
+
+def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
+            normalizer: tuple = ()) -> HostChunk:
+    """The host side of one chunk (documents d0..d1-1): its inputs, ready to upload.
+
+    ``mode``: where pieces are cut ("device", "scanner": the vectorised scanner on the host,
+    "split": the pre-tokenizer's ``split`` per segment); ``spans``: (starts, ends, ids) of the
+    batch's token spans (``stages.split.token_spans``); ``normalizer``: the model's steps, run on
+    the host here (a chunk whose text they change is rebuilt before its pieces are cut)."""
+    b0, b1 = int(doc_off[d0]), int(doc_off[d1])
+    n = b1 - b0
+    off = doc_off[d0:d1 + 1] - b0
+    sp_start, sp_end, sp_id = spans
+    i0, i1 = np.searchsorted(sp_start, [b0, b1])
+    ss, se, sid = sp_start[i0:i1] - b0, sp_end[i0:i1] - b0, sp_id[i0:i1]
+    nd = d1 - d0
+    if n == 0:
+        return HostChunk(d0, d1, 0, mode, [], nd)
+    chunk = buf[b0:b1]
+    if normalizer and mode != "split":
+        chunk, off, ss, se = normalize_chunk(normalizer, chunk, off, ss, se)
+        n = len(chunk)
+    data = np.frombuffer(chunk, np.uint8)
+    if mode == "device":
+        mpos, mbits = segment_marks(off, ss, se)
+        inputs = [data, off.astype(np.uint32), mpos, mbits, ss.astype(np.uint32), sid]
+        return HostChunk(d0, d1, n, "device", inputs, nd, n_spans=len(ss),
+                          n_marks=len(mpos))
+    if mode == "scanner":
+        pstart, spec, doc_entry = entries_from_scanner(pretok.scanner, data, off, ss, se, sid)
+    else:
+        if normalizer:
+            def cut(text, _split=pretok.split):
+                return _split(normalize_text(normalizer, text))
+        else:
+            cut = pretok.split
+        raw, pstart, spec, doc_entry = entries_from_split(cut, chunk, off, ss, se, sid)
+        data = np.frombuffer(raw, np.uint8)
+        n = len(data)
+        if n == 0:
+            return HostChunk(d0, d1, 0, mode, [], nd)
+    inputs = [data, pstart, spec, doc_entry, np.array([len(pstart)], np.uint32)]
+    return HostChunk(d0, d1, n, mode, inputs, nd, n_entries=len(pstart))
+

@@ -1,0 +1,117 @@
+"""Kernel sources, the constants they share with Python, and compiled-module caching.
+
+One loader for every device and every kernel file (encode and training):
+
+* ``source(file)``: the text of ``kernels/<file>`` with its local ``#include "..."`` headers
+  expanded in place, so a compiler cache keyed on the source text (CuPy's, ours) sees every
+  change, headers included;
+* ``KERNEL_CONSTANTS``: every constant a kernel shares with Python, taken from the Python module
+  that owns it (class codes and rule bits: ``stages/scan_rules.py``; hash constants:
+  ``stages/table.py`` and ``device_tables.py``; marks: ``hostplan.py``; ...). ``build_source``
+  prepends them as a ``#define`` block; the headers' ``#ifndef`` defaults only let a file compile
+  alone, and a test asserts the defaults equal these values;
+* ``cupy_module``: one compiled CuPy module per (device, file, source digest, defines).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+
+ENCODE_FILES = ("encode_pretok.cu", "encode_scan.cu", "encode_merge.cu", "encode_emit.cu")
+TRAIN_FILE = "train_bpe.cu"
+
+ENC_CONT = 8  # class of a UTF-8 continuation byte (device-only: the host works on code points)
+ENC_DONE = 0xFFFFFFFF  # owner[e]: the entry's ids are final
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_constants() -> dict:
+    """{define name: int} of everything the encode kernels share with Python."""
+    from ..stages import merge, scan_rules as r, split, table
+    from . import device_tables as dt, hostplan as hp
+
+    return {
+        "ENC_X": r.X, "ENC_L": r.L, "ENC_N": r.N, "ENC_P": r.P, "ENC_A": r.A, "ENC_SP": r.SP,
+        "ENC_S": r.S, "ENC_E": r.E, "ENC_CONT": ENC_CONT,
+        "ENC_B_PAIR": r.B_PAIR, "ENC_B_NEXT": r.B_NEXT, "ENC_B_PREV2": r.B_PREV2,
+        "ENC_B_SPECIAL": r.B_SPECIAL,
+        "ENC_SEG_START": hp.SEG_START, "ENC_SEG_END": hp.SEG_END, "ENC_OUTSIDE": hp.OUTSIDE,
+        "ENC_SPECIAL_START": hp.SPECIAL_START,
+        "ENC_NORMAL": hp.NORMAL, "ENC_GAP": split.NO_IDS, "ENC_DONE": ENC_DONE,
+        "ENC_NO_MERGE": int(table.NO_MERGE), "ENC_EMPTY_KEY": int(table.EMPTY_KEY),
+        "ENC_EMPTY_SLOT": dt.EMPTY_SLOT, "ENC_HASH_MUL": int(table.HASH_MUL),
+        "ENC_LONG_PIECE": merge.LONG_PIECE,
+        "ENC_FNV_OFFSET": dt.FNV_OFFSET, "ENC_FNV_PRIME": dt.FNV_PRIME, "ENC_MIX1": dt.MIX1,
+        "ENC_MIX2": dt.MIX2,
+    }
+
+
+def c_literal(value: int) -> str:
+    """An unsigned C literal of the right width (``u`` / ``ull``) for large values."""
+    if value >= 1 << 32:
+        return f"0x{value:X}ull"
+    if value >= 1 << 31:
+        return f"0x{value:X}u"
+    return str(value)
+
+
+def defines_block(defines) -> str:
+    return "".join(f"#define {k} {v if isinstance(v, str) else c_literal(int(v))}\n"
+                   for k, v in defines)
+
+
+def kernel_dir():
+    from .._resources import source_dir
+
+    return source_dir("kernels")
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def source(file: str) -> str:
+    """``kernels/<file>`` with local includes expanded (each header once, as ``#pragma once``)."""
+    seen: set = set()
+    d = kernel_dir()
+
+    def expand(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        text = (d / name).read_text("utf-8")
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
+
+    return expand(file)
+
+
+def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:
+    """(full source, its sha256, the defines) for one kernel file: the constants of
+    ``kernel_constants()`` (encode files) plus ``extra_defines``, then the expanded source."""
+    defines = tuple(extra_defines)
+    if file.startswith("encode_"):
+        defines = tuple(kernel_constants().items()) + defines
+    text = defines_block(defines) + source(file)
+    return text, hashlib.sha256(text.encode()).hexdigest(), defines
+
+
+def kernel_names(text: str) -> list[str]:
+    """The ``extern "C" __global__`` functions of a source."""
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', text)
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_module(device_id: int, digest: str, text: str):
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=text, options=("-std=c++17",))
+
+
+def cupy_module(device_id: int, file: str, extra_defines=()):
+    """The compiled CuPy module of ``file`` on one GPU (compiled once per process; CuPy keeps
+    the binary on disk, keyed by the full source text)."""
+    text, digest, _ = build_source(file, extra_defines)
+    return _cupy_module(device_id, digest, text)
