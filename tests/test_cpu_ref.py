@@ -170,3 +170,33 @@ def test_stale_cached_table_is_detected_and_rebuilt(tmp_path, monkeypatch):
     table = MergeTable.from_ranks(ranks, digest="shared")  # finds cl100k's arrays under the key
     assert table.pairs == MergeTable.from_ranks(ranks).pairs
     assert len(table) == len(MergeTable.from_ranks(ranks))
+
+
+# ---------------------------------------------------------------- gputok states the same data
+
+def test_gputok_and_the_spec_state_the_same_data():
+    """gputok owns its data (patterns, byte alphabet, special-token contract, surrogate repair);
+    cpu_ref states it independently. They must agree."""
+    from cpu_ref import hf as hf_ref, patterns as ref_patterns, specials as ref_specials
+
+    from gputok import bytelevel, patterns, specials
+    from gputok.stages.pack import fix_surrogates
+
+    assert patterns.GPT2 == ref_patterns.GPT2_PATTERN
+    assert patterns.CL100K == ref_patterns.CL100K_PATTERN
+    assert patterns.O200K == ref_patterns.O200K_PATTERN
+    assert patterns.BYTELEVEL == hf_ref.BYTELEVEL_PATTERN
+    assert bytelevel.BYTE_TO_CHAR == hf_ref.BYTE_TO_UNICODE
+    specs = frozenset({"<|endoftext|>", "<|fim_prefix|>"})
+    for allowed, disallowed in [("all", "all"), (frozenset(), "all"), ({"<|endoftext|>"}, "all"),
+                                (frozenset(), ()), ({"<|endoftext|>"}, {"<|fim_prefix|>"})]:
+        assert specials.special_args(specs, allowed, disallowed) == \
+            ref_specials.normalize_special_args(specs, allowed, disallowed)
+    texts = ["a<|x|>b  <|y|>  c", "<|y|><|x|>", "  <|x|>\u3000", "x\x1c<|x|>", "", "<|x|>"]
+    for t in texts:
+        for ls, rs in [((), ()), ({"<|x|>"}, ()), ((), {"<|y|>"}), ({"<|x|>", "<|y|>"},) * 2]:
+            ref = ref_specials.strip_around(
+                ref_specials.split_specials(t, frozenset({"<|x|>", "<|y|>"})), ls, rs)
+            assert specials.split_text(t, frozenset({"<|x|>", "<|y|>"}), ls, rs) == ref, (t, ls)
+    for t in ["a\ud83d\ude00 \ud800", "ok", "\udfff\ud800"]:
+        assert fix_surrogates(t) == ref_specials.fix_surrogates(t)

@@ -648,3 +648,52 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
                                                                       "merge", "emit"}
     finally:
         kernels._cupy_module.cache_clear()
+
+
+# ---------------------------------------------------------------- 3. what runs where
+
+def _with_strip_tokens(tmp_path, key: str, lstrip: str, rstrip: str):
+    import json
+
+    cfg = json.loads(testdata.vocab_path(f"{key}_tokenizer_json").read_text("utf-8"))
+    for t in cfg["added_tokens"]:
+        t["lstrip"] = t["content"] == lstrip
+        t["rstrip"] = t["content"] == rstrip
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(cfg, ensure_ascii=False), "utf-8")
+    from tokenizers import Tokenizer
+
+    return gputok.load(path), Tokenizer.from_file(str(path))
+
+
+def test_lstrip_rstrip_tokens_run_on_the_device(tmp_path):
+    """HF added tokens that swallow whitespace: cut on the host as no-id spans, every other
+    stage on the device, no fallback."""
+    enc, hf = _with_strip_tokens(tmp_path, "llama3", "<|start_header_id|>", "<|end_header_id|>")
+    s, e = "<|start_header_id|>", "<|end_header_id|>"
+    docs = [f"a  {s}  b{e} \n c", f"\t{s}x {e}\u3000y", f"x\x1c{s}", f"{e}   ", f"  {s}{e}  z",
+            f"{e}\u2028 \u2029{s}", "plain  ", "", s, f"{e}  {s}"] + e2e_docs()[:20]
+    be = DeviceBackend(emu_device("shuffle", 5), chunk_bytes=700)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert_same(enc, be, docs, [x.ids for x in hf.encode_batch(docs, add_special_tokens=False)],
+                    allowed=frozenset(enc.special_tokens_set))
+    assert not be.fallbacks and be.dev.launches["encode_pretok_window"] >= 2
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()),
+    ("o200k_base", {("pretok", "scanner")}), ("qwen2", {("normalize", "host")})])
+def test_fallbacks_are_exactly_the_host_stages(name, expected):
+    enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
+    be = DeviceBackend(emu_device())
+    docs = ["e\u0301t\u00e9 caf\u0065\u0301 ", "plain text", ""]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    assert set(be.fallbacks) == expected
+    want = [enc.encode(d) for d in docs]
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+    if name == "qwen2":  # normalised on the host, then cut on the device
+        assert be.model_plan(enc.model).mode == "device"
+        assert be.dev.launches["encode_pretok_window"] >= 1

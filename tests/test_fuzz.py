@@ -12,7 +12,9 @@ Unicode text is drawn from categories and code points that Python's own ``unicod
 
 from __future__ import annotations
 
+import functools
 import unicodedata
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -57,3 +59,51 @@ def test_fuzz_roundtrip(text):
     enc = gputok.get_encoding("o200k_base")
     fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     assert enc.decode(enc.encode_ordinary(text)) == fixed
+
+
+# ---------------------------------------------------------------- HF tokenizer.json files
+
+HF_TRICKY = TRICKY + ["e\u0301", "\u0041\u030a", "\u1100\u1161\u11a8", "\ufb01", "\u212b",
+                      "\u0301\u0323", "\u1e0b\u0323", "<|im_start|>", "<|im_end|>",
+                      "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                      "<|eot_id|>", " \u3000 ", "\t \n"]
+hf_texts = st.one_of(general, st.lists(st.sampled_from(HF_TRICKY), max_size=40).map("".join),
+                     st.lists(st.one_of(general, st.sampled_from(HF_TRICKY)), max_size=8)
+                     .map("".join))
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_pair(key: str, strip: bool):
+    """(gputok Encoding, HF Tokenizer) for a tokenizer.json, optionally with lstrip/rstrip set
+    on two of its added tokens."""
+    import json
+    import tempfile
+
+    from tokenizers import Tokenizer
+
+    import testdata
+    from conftest import HF_FILES
+
+    path = testdata.vocab_path(HF_FILES[key])
+    if strip:
+        cfg = json.loads(path.read_text("utf-8"))
+        names = {"qwen2": ("<|im_start|>", "<|im_end|>"),
+                 "llama3": ("<|start_header_id|>", "<|end_header_id|>")}[key]
+        for t in cfg["added_tokens"]:
+            t["lstrip"], t["rstrip"] = t["content"] == names[0], t["content"] == names[1]
+        path = Path(tempfile.mkdtemp()) / "tokenizer.json"
+        path.write_text(json.dumps(cfg, ensure_ascii=False), "utf-8")
+    return gputok.load(path), Tokenizer.from_file(str(path))
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["plain", "lstrip-rstrip"])
+@pytest.mark.parametrize("key", ["llama3", "qwen2"])
+@SETTINGS
+@given(text=hf_texts)
+def test_fuzz_vs_hf_tokenizers(key, strip, text):
+    enc, hf = _hf_pair(key, strip)
+    fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    want = hf.encode(fixed, add_special_tokens=False).ids
+    assert enc.encode(text, allowed_special="all") == want
+    ids, off = enc.encode_batch_arrays([text, "x", text], allowed_special="all")
+    assert ids.tolist() == want + enc.encode("x") + want

@@ -99,3 +99,57 @@ def test_emulator_wraps_a_metal_body_file(tmp_path):
     (out,) = kern(inputs=[a, np.uint32(5)], output_shapes=[(10,)], output_dtypes=[np.uint32],
                   grid=(10, 1, 1), threadgroup=(4, 1, 1), template=[("N", 4)])
     np.testing.assert_array_equal(out, a * 3 + 5 + 4)
+
+
+# ---------------------------------------------------------------- constants from one source
+
+def _header_defaults() -> dict:
+    """{name: value} of every ``#ifndef X / #define X v`` default in the encode kernels."""
+    import re
+
+    out = {}
+    for f in list(KERNELS.glob("encode_*.cu")) + list(KERNELS.glob("encode_*.cuh")):
+        for name, val in re.findall(r"#ifndef (ENC_\w+)\n#define \1 ([^\s/]+)", f.read_text()):
+            out[name] = int(val.rstrip("uUlL"), 0)
+    return out
+
+
+def test_kernel_constants_come_from_python():
+    """Every constant the encode kernels share with Python is injected from its Python owner;
+    the headers' #ifndef defaults (for compiling a file alone) equal those values."""
+    import re
+
+    from gputok.backends import kernels
+
+    py = kernels.kernel_constants()
+    defaults = _header_defaults()
+    launch = {"ENC_SCAN_BLOCK", "ENC_SCAN_ITEMS"}  # launch shape: the device adapter's defines
+    assert set(defaults) - launch == set(py), set(defaults) ^ set(py)
+    assert {k: defaults[k] for k in py} == py
+    # a kernel names no ENC_ constant that is neither injected nor defined in the sources
+    used = set()
+    local = set()
+    for f in KERNELS.glob("encode_*"):
+        text = f.read_text()
+        used |= set(re.findall(r"\b(ENC_[A-Z0-9_]+)\b", text))
+        local |= set(re.findall(r"#define (ENC_[A-Z0-9_]+)", text))
+    assert used <= local | set(py) | launch
+    # the built source carries the values (what CuPy and the emulator compile)
+    text = kernels.build_source("encode_merge.cu")[0]
+    assert f"#define ENC_HASH_MUL {kernels.c_literal(py['ENC_HASH_MUL'])}" in text
+    assert '#include "encode_common.cuh"' not in text  # headers expanded: the digest sees them
+
+
+def test_changing_a_python_constant_changes_the_kernel_digest(monkeypatch):
+    from gputok.backends import kernels
+
+    before = kernels.build_source("encode_merge.cu")[1]
+    kernels.kernel_constants.cache_clear()
+    from gputok.stages import merge
+
+    monkeypatch.setattr(merge, "LONG_PIECE", 512)
+    try:
+        after = kernels.build_source("encode_merge.cu")
+        assert after[1] != before and "#define ENC_LONG_PIECE 512" in after[0]
+    finally:
+        kernels.kernel_constants.cache_clear()

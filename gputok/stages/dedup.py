@@ -32,8 +32,11 @@ class PieceCache(dict):
     def store(self, pieces: list, values: list) -> None:
         if len(self) + len(pieces) > self.limit:
             self.clear()
-        self.update([(p, v) for p, v in zip(pieces, values)
-                     if len(p) * 4 < LONG_PIECE or len(p.encode("utf-8")) < LONG_PIECE])
+        self.update(zip(pieces, values))
+        # a str of fewer than LONG_PIECE / 4 characters is shorter than LONG_PIECE bytes
+        for p in [p for p in pieces if len(p) * 4 >= LONG_PIECE
+                  and len(p.encode("utf-8")) >= LONG_PIECE]:
+            del self[p]
 
 
 def ids_of_pieces(model, pieces: list) -> list:
@@ -63,8 +66,11 @@ def ids_of_documents(model, items_per_doc: list) -> list:
         cache.store(misses, [got[p] for p in misses])
         for d in missing_docs:
             items = items_per_doc[d]
-            vals_per_doc[d] = [v if v is not None else _resolve(model, got, p)
-                               for p, v in zip(items, vals_per_doc[d])]
+            vals = list(map(get, items))  # a second probe, now that the cache is filled
+            if None in vals:  # tokens, long pieces, or a cache reset mid-batch
+                vals = [v if v is not None else _resolve(model, got, p)
+                        for p, v in zip(items, vals)]
+            vals_per_doc[d] = vals
     counters["dedup.documents"] += len(items_per_doc)
     return vals_per_doc
 

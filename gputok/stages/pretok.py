@@ -113,7 +113,7 @@ class Pretokenizer:
         return out
 
     def _steps(self, text: str) -> list:
-        words = [text]
+        words = [text] if text else []  # empty text has no words (no prefix space either)
         for step, comp in zip(self.spec.steps, self._compiled):
             if comp is None:  # PrefixSpace
                 words = [w if w.startswith(" ") else " " + w for w in words]

@@ -195,10 +195,11 @@ def _stripped_whitespace(buf, doc_off, starts, ends, lstrip, rstrip) -> list:
             if w > b:
                 out.append((b, w))
     # a run between an rstrip and an lstrip token is swallowed from both sides: merge overlaps
+    # (not mere neighbours: those may lie in two documents)
     out.sort()
     merged: list = []
     for lo, hi in out:
-        if merged and lo <= merged[-1][1]:
+        if merged and lo < merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
         else:
             merged.append((lo, hi))
