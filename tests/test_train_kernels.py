@@ -11,7 +11,6 @@ A real GPU run (CuPy) is at the end, skipped without one.
 
 from __future__ import annotations
 
-
 import functools
 import os
 import shutil
