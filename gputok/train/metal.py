@@ -114,15 +114,17 @@ class KernelFactory:
 
     ``make`` has ``mx.fast.metal_kernel``'s signature; the default is MLX's. The tests pass an
     emulator-backed one (``tests/emulator/mlx_bridge.py``) taking and returning ``mx.array``s,
-    so this module runs unchanged on Linux.
+    so this module runs unchanged on Linux (with a small ``max_groups``: the emulator runs one
+    fiber per thread, so fewer threads that loop longer are quicker there).
 
     >>> k = KernelFactory()("train_find_matches")    # on a Mac
     >>> k.shader.interface.output_names
     ['is_start']
     """
 
-    def __init__(self, make: "Callable | None" = None):
+    def __init__(self, make: "Callable | None" = None, *, max_groups: int = MAX_GROUPS):
         self._make = make
+        self.max_groups = int(max_groups)  # threadgroups per launch that train_words asks for
         self._built: dict[tuple[str, str], Kernel] = {}
         self._shaders: dict[str, metal_iface.Shader] = {}
 
@@ -178,7 +180,8 @@ def train_words(words: Counter, vocab: Vocab, *, vocab_size: int, min_frequency:
 
     ids, offsets, counts = cpu.word_arrays(words, vocab)
     return train_on_metal(ids, offsets, counts, vocab, vocab_size=vocab_size,
-                          min_frequency=min_frequency, kernels=factory, on_merge=on_merge)
+                          min_frequency=min_frequency, kernels=factory,
+                          max_groups=factory.max_groups, on_merge=on_merge)
 
 
 # ---------------------------------------------------------------- the loop
