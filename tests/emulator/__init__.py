@@ -13,6 +13,7 @@ from .metal import (
     compile_metal,
     kernel_for,
     metal_interface,
+    syntax_check,
 )
 from .runner import (
     ORDERS,
@@ -29,5 +30,5 @@ from .runner import (
 __all__ = [
     "MLX_ATTRIBUTES", "ORDERS", "CompileError", "EmulatorError", "Kernel", "KernelError",
     "MetalError", "MetalKernel", "Module", "cache_dir", "check_metal_file", "compile_cuda",
-    "compile_metal", "find_kernels", "kernel_for", "metal_interface",
+    "compile_metal", "find_kernels", "kernel_for", "metal_interface", "syntax_check",
 ]

@@ -110,9 +110,15 @@ def _strip_metal_includes(text: str) -> str:
 
 def rewrite_threadgroup(text: str) -> str:
     """Metal ``threadgroup`` qualifiers: declarations become per-threadgroup static storage
-    (``GPUEMU_SHARED``), pointer/reference qualifiers are dropped."""
+    (``GPUEMU_SHARED``) and register their exact sizes (``GPUEMU_TG_SIZE``, for the 32 KiB
+    check; the section's own size would include the host compiler's alignment padding);
+    pointer/reference qualifiers are dropped. Comments are blanked first (same line numbers):
+    the word "threadgroup" in prose is no declaration."""
+    text = strip_comments(text)
     out, pos = [], 0
     for m in re.finditer(r"\bthreadgroup\b", text):
+        if m.start() < pos:
+            continue
         j, depth, kind = m.end(), 0, "decl"
         while j < len(text):
             c = text[j]
@@ -127,10 +133,92 @@ def rewrite_threadgroup(text: str) -> str:
                 break
             j += 1
         out.append(text[pos:m.start()])
-        out.append("" if kind == "ptr" else "GPUEMU_SHARED")
-        pos = m.end()
+        if kind == "ptr":
+            pos = m.end()
+            continue
+        end = _statement_end(text, m.end())
+        names = _declarator_names(text[m.end():end])
+        out.append("GPUEMU_SHARED" + text[m.end():end + 1])
+        if names and end < len(text):
+            out.append(" GPUEMU_TG_SIZE(" + ", ".join(f"sizeof({n})" for n in names) + ")")
+        pos = end + 1
     out.append(text[pos:])
     return "".join(out)
+
+
+def _statement_end(text: str, i: int) -> int:
+    """Index of the ``;`` ending the declaration that starts at ``i`` (brackets skipped)."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == ";" and depth <= 0:
+            return i
+        i += 1
+    return len(text) - 1
+
+
+def _declarator_names(decl: str) -> list[str]:
+    """The variable names of ``T a[N], b`` (the text after ``threadgroup``, before ``;``)."""
+    chunks, depth, cur = [], 0, ""
+    for c in decl:
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == "," and depth == 0:
+            chunks.append(cur)
+            cur = ""
+        else:
+            cur += c
+    chunks.append(cur)
+    names = []
+    for chunk in chunks:
+        head = re.split(r"[\[=]", chunk, maxsplit=1)[0]
+        found = re.findall(r"[A-Za-z_]\w*", head)
+        if found:
+            names.append(found[-1])
+    return names
+
+
+_TEMPLATE_HEAD = re.compile(r"^template <([^\n]*)>\n(?=\[\[kernel\]\] void (\w+)\()", re.M)
+_INSTANCE = re.compile(r'^template \[\[host_name\("(\w+)"\)\]\] \[\[kernel\]\] '
+                       r"decltype\(\w+<([^\n]*)>\) \w+<[^\n]*>;$", re.M)
+
+
+def detemplate(text: str) -> str:
+    """MLX's source with the kernel's template arguments bound at namespace scope
+    (``using T = float; constexpr int N = 4;``) in place of ``template <...>``, and the explicit
+    instantiation dropped; line numbers unchanged. Why: g++ puts the static locals of a template
+    instantiation in their own sections, so the emulator's threadgroup storage (one section,
+    poisoned between threadgroups) and the size records of the 32 KiB check must not be in one."""
+    return "".join(detemplate_parts(["", text, "", ""], tail_index=1))
+
+
+def detemplate_parts(parts: list[str], tail_index: int = 3) -> list[str]:
+    """``detemplate`` on ``MetalKernel._parts`` (header, signature, body, rest): the template
+    head is in the signature, the instantiation in ``parts[tail_index]``."""
+    parts = list(parts)
+    head = _TEMPLATE_HEAD.search(parts[1])
+    if head is None:
+        return parts
+    inst = _INSTANCE.search(parts[tail_index], head.end() if tail_index == 1 else 0)
+    if inst is None or inst.group(1) != head.group(2):
+        raise MetalError(f"{head.group(2)}: a kernel template without MLX's explicit "
+                         "instantiation")
+    binds = []
+    for p, a in zip(head.group(1).split(","), inst.group(2).split(",")):
+        kind, name = p.strip().rsplit(" ", 1)
+        binds.append(f"using {name} = {a.strip()};" if kind == "typename"
+                     else f"constexpr {kind} {name} = {a.strip()};")
+    t = parts[tail_index]
+    parts[tail_index] = t[:inst.start()] + t[inst.end():]
+    sig = parts[1]
+    parts[1] = sig[:head.start()] + " ".join(binds) + "\n" + sig[head.end():]
+    return parts
 
 
 def check_metal_text(text: str, label: str) -> None:
@@ -243,10 +331,11 @@ class MetalKernel:
 
     def generate(self, inputs: Sequence[Sequence[Any]], output_dtypes: Sequence[Any],
                  template: Any = None) -> str:
-        """The C++ translation unit: MLX's Metal source (``metal_source``) for the shim, plus a
-        launcher that passes the buffers and the thread attributes."""
-        fname, (header, sig, body, tail) = self._parts(inputs, output_dtypes, template)
-        targs = [_template_param(v)[1] for _, v in _template_items(template)]
+        """The C++ translation unit: MLX's Metal source (``metal_source``) for the shim, with its
+        template arguments bound (``detemplate``), plus a launcher that passes the buffers and
+        the thread attributes."""
+        fname, parts = self._parts(inputs, output_dtypes, template)
+        header, sig, body, tail = detemplate_parts(parts)
         call, slot = [], 0
         for d, (sh, st, nd) in zip(inputs, self.shape_infos):
             dt, ndim, _ = _input_desc(d)
@@ -279,8 +368,7 @@ class MetalKernel:
                  "  void** a = static_cast<void**>(p);",
                  "  const ::gpuemu::MetalAttrs A = ::gpuemu::metal_attrs();",
                  "  (void)a; (void)A;",
-                 f"  {fname}{'<' + ', '.join(targs) + '>' if targs else ''}("
-                 + ", ".join(call) + ");",
+                 f"  {fname}(" + ", ".join(call) + ");",
                  "}", "}  // namespace",
                  "GPUEMU_EXPORT int gpuemu_metal_launch(void** a, const unsigned* g, "
                  "const unsigned* t, const long long* o) "
@@ -406,6 +494,17 @@ def check_init_value(value: Any, output_dtypes: Sequence[Any], name: str) -> Non
             if not ok:
                 raise MetalError(f"{name}: init_value={value!r} does not fit an output of "
                                  f"dtype {dt}")
+
+
+def syntax_check(text: str, label: str) -> None:
+    """Compile a complete Metal source as MLX generated it (``metal_source``, or MLX's own
+    printout) against the shim: what the emulator runs, less the launcher. Raises CompileError
+    or MetalError."""
+    check_metal_text(text, label)
+    code = rewrite_threadgroup(_strip_metal_includes(text))
+    _build(f'#line 1 "{label}"\n' + code, METAL_SHIM, [], [], label)  # as written: a template
+    lib = _build(f'#line 1 "{label}"\n' + detemplate(code), METAL_SHIM, [], [], label)
+    check_threadgroup_bytes(lib, label)
 
 
 def compile_metal(name: str, input_names: Sequence[str], output_names: Sequence[str],

@@ -514,11 +514,25 @@ inline int metal_launch(const unsigned* grid, const unsigned* tg, const long lon
 
 }  // namespace gpuemu
 
-// Static threadgroup memory of this kernel (its `threadgroup` declarations, see runner.py's
-// rewrite): the runner rejects more than Metal's 32 KiB.
+// Static threadgroup memory of this kernel: metal.py's rewrite follows every `threadgroup`
+// declaration with GPUEMU_TG_SIZE(sizeof(var), ...), which records the exact sizes in their own
+// section; the runner rejects a total over Metal's 32 KiB. (The gpuemu_shared section's size
+// would include the host compiler's alignment padding.)
+#define GPUEMU_TG_CAT2(a, b) a##b
+#define GPUEMU_TG_CAT(a, b) GPUEMU_TG_CAT2(a, b)
+#define GPUEMU_TG_SIZE(...)                                                               \
+  static unsigned long long __attribute__((section("gpuemu_tgsize"), used))               \
+  GPUEMU_TG_CAT(gpuemu_tg_size_, __COUNTER__)[] = {__VA_ARGS__};
+extern "C" {
+extern unsigned long long __start_gpuemu_tgsize[] __attribute__((weak));
+extern unsigned long long __stop_gpuemu_tgsize[] __attribute__((weak));
+}
 GPUEMU_EXPORT unsigned long long gpuemu_metal_threadgroup_bytes() {
-  if (!__start_gpuemu_shared || !__stop_gpuemu_shared) return 0;
-  return (unsigned long long)(__stop_gpuemu_shared - __start_gpuemu_shared);
+  unsigned long long total = 0;
+  if (__start_gpuemu_tgsize && __stop_gpuemu_tgsize)
+    for (const unsigned long long* p = __start_gpuemu_tgsize; p < __stop_gpuemu_tgsize; ++p)
+      total += *p;
+  return total;
 }
 
 // Metal has no double: using it in a kernel or header fails to compile here as on a Mac.
