@@ -219,3 +219,19 @@ def test_every_shader_is_listed_and_loads():
         assert shader.kernel_name == f"{name}_{shader.digest[:12]}"
     with pytest.raises(KeyError, match="no shader named 'nope'.*train_apply_merge"):
         metal_iface.load("nope")
+
+
+def test_shaders_load_from_the_wheel_layout(tmp_path: Path):
+    """In the wheel, kernels/ and shaders/ become gputok/_kernels and gputok/_shaders: the
+    headers' includes resolve by search path, not by the checkout's relative layout."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "kernels", tmp_path / "_kernels")
+    shutil.copytree(root / "shaders", tmp_path / "_shaders")
+    for name in ("train_merge_deltas", "train_fold_best"):
+        packaged = metal_iface.load_file(tmp_path / "_shaders" / f"{name}.metal",
+                                         search=(tmp_path / "_kernels",))
+        here = metal_iface.load(name)
+        assert (packaged.source, packaged.header, packaged.digest) == \
+            (here.source, here.header, here.digest)
