@@ -26,6 +26,19 @@ compacted on the host once half of it is dead.
 
 Small inputs are padded to 8 elements: MLX passes an array of fewer elements in Metal's constant
 address space, which the shared rules' ``device`` pointers do not accept.
+
+Performance notes (design choices; nothing here is timed yet, for want of Apple hardware):
+
+* Counting pairs by sorting (``mx.argsort`` of 64-bit keys, then segmented sums) would need no
+  atomics at all, but costs a sort of every live position per step, where the table costs the
+  matches' few updates plus one pass over the slots (the fold, which the best-pair scan needs
+  anyway). Kept as the fallback idea if 32-bit compare-and-swap contention proves slow.
+* The fold is fused with the per-threadgroup best pair: the table is read once per step.
+* Compaction runs on the host (``arrays.compact``): MLX has no boolean-mask indexing (its shapes
+  must be known before running), and with unified memory the round trip is a copy, not a
+  transfer; it happens O(log n) times.
+* Grid-stride loops with at most ``MAX_GROUPS`` threadgroups, as in CUDA: one launch size fits
+  any state, and the emulator (one fiber per thread) runs the same shaders with small grids.
 """
 
 from __future__ import annotations
