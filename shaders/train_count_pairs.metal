@@ -1,4 +1,5 @@
-// gpuemu: inputs=tok:int32,nxt:int32,word_of:int32,wcount:int64,key_hi:uint32,key_lo:uint32,n:int64:0,mask:uint32:0
+// gpuemu: inputs=tok:int32,nxt:int32,word_of:int32,wcount:int64,key_hi:uint32,key_lo:uint32
+// gpuemu: inputs=n:int64:0,mask:uint32:0
 // gpuemu: outputs=d_hi:uint32,d_lo:uint32,c_lo:uint32,c_hi:uint32 atomic_outputs=true
 // gpuemu: header=train_common.metal
 // train_count_pairs: every adjacent pair of live symbols, weighted by its word's count, added to

@@ -1,5 +1,7 @@
-// gpuemu: inputs=key_hi:uint32,key_lo:uint32,count:int64,d_hi:uint32,d_lo:uint32,c_lo:uint32,c_hi:uint32,cap:int64:0,merged_hi:uint32:0,merged_lo:uint32:0
-// gpuemu: outputs=out_hi:uint32,out_lo:uint32,out_count:int64,part_count:int64,part_key:uint64,part_used:int64
+// gpuemu: inputs=key_hi:uint32,key_lo:uint32,count:int64,d_hi:uint32,d_lo:uint32,c_lo:uint32
+// gpuemu: inputs=c_hi:uint32,cap:int64:0,merged_hi:uint32:0,merged_lo:uint32:0
+// gpuemu: outputs=out_hi:uint32,out_lo:uint32,out_count:int64,part_count:int64,part_key:uint64
+// gpuemu: outputs=part_used:int64
 // gpuemu: template=BLOCK:256 header=train_common.metal
 // train_fold_best: the main table plus a delta table -> the new main table, and per threadgroup
 // the best pair among its slots (THE COMPARATOR) and the number of used slots.

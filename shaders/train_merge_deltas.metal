@@ -1,4 +1,5 @@
-// gpuemu: inputs=tok:int32,prv:int32,nxt:int32,word_of:int32,wcount:int64,is_start:uint8,key_hi:uint32,key_lo:uint32,n:int64:0,a:int32:0,b:int32:0,c:int32:0,mask:uint32:0
+// gpuemu: inputs=tok:int32,prv:int32,nxt:int32,word_of:int32,wcount:int64,is_start:uint8
+// gpuemu: inputs=key_hi:uint32,key_lo:uint32,n:int64:0,a:int32:0,b:int32:0,c:int32:0,mask:uint32:0
 // gpuemu: outputs=d_hi:uint32,d_lo:uint32,c_lo:uint32,c_hi:uint32 atomic_outputs=true
 // gpuemu: header=train_common.metal
 // train_merge_deltas: the pair-count changes of every match (THE DELTA RULE), added to a delta

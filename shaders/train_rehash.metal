@@ -1,4 +1,5 @@
-// gpuemu: inputs=old_hi:uint32,old_lo:uint32,old_count:int64,old_cap:int64:0,key_hi:uint32,key_lo:uint32,mask:uint32:0
+// gpuemu: inputs=old_hi:uint32,old_lo:uint32,old_count:int64,old_cap:int64:0,key_hi:uint32
+// gpuemu: inputs=key_lo:uint32,mask:uint32:0
 // gpuemu: outputs=d_hi:uint32,d_lo:uint32,c_lo:uint32,c_hi:uint32 atomic_outputs=true
 // gpuemu: header=train_common.metal
 // train_rehash: every live entry (count != 0) of an old main table, inserted into a delta table
