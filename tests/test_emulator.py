@@ -464,7 +464,7 @@ def test_metal_threadgroup_reduction(metal_reduce, order):
 
 def test_metal_signature_mirrors_mlx(metal_reduce):
     """The Metal text MLX 0.32 writes around a body (tests/test_metal_fidelity.py compares it
-    with MLX itself); the emulator compiles exactly this text."""
+    with MLX itself); the emulator compiles this text, template arguments bound."""
     name, src = metal_reduce.metal_source([(np.uint32, 1, 1024)], [np.uint32] * 3,
                                           [("T", np.uint32)])
     assert name == "custom_kernel_tg_reduce__uint32_t_uint32_t_uint32_t_uint32_t_uint32_t"
