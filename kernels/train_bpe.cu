@@ -21,13 +21,12 @@
 // Every kernel is a grid-stride loop: any grid size is correct (the emulator tests run small
 // grids in forward, reverse and shuffled thread orders, tests/test_train_kernels.py).
 // Parameters come as #defines from the driver; the defaults let this file compile on its own.
+// The rules themselves (THE COMPARATOR, THE MATCH RULE, THE DELTA RULE) live in
+// common/train_rules.h, shared with the Metal shaders (shaders/train_*.metal).
 #include "train_hash.cuh"
 
 #ifndef TRAIN_BLOCK
 #define TRAIN_BLOCK 256  // threads per block of the reductions (a power of two)
-#endif
-#ifndef TRAIN_DEAD
-#define TRAIN_DEAD (-1)
 #endif
 
 #define TRAIN_GRID_STRIDE(i, n)                                                      \
@@ -66,13 +65,6 @@ extern "C" __global__ void train_rehash(const train_u64* __restrict__ old_keys,
 }
 
 // ---------------------------------------------------------------- best pair
-
-// THE COMPARATOR: a higher count wins; on equal counts the smaller key, i.e. the smaller
-// (left_id, right_id), since key = left << 32 | right (HF BpeTrainer's rule).
-__device__ __forceinline__ bool train_better(train_i64 c1, train_u64 k1, train_i64 c2,
-                                             train_u64 k2) {
-  return c1 > c2 || (c1 == c2 && k1 < k2);
-}
 
 __device__ __forceinline__ void train_block_best(train_i64* s_count, train_u64* s_key) {
   for (unsigned stride = TRAIN_BLOCK / 2; stride > 0; stride >>= 1) {
@@ -151,38 +143,21 @@ extern "C" __global__ void train_best_final(const train_i64* __restrict__ part_c
 
 // ---------------------------------------------------------------- merge
 
-// is_start[i] = 1 when the merge of (a, b) starts at position i. HF scans each word left to
-// right and merges every (a, b) it meets, without overlap; for a != b matches cannot overlap,
-// for a == b a run of r symbols a merges at run positions 0, 2, 4, ... (pairs (0,1), (2,3), ..).
+// is_start[i] = 1 when the merge of (a, b) starts at position i (THE MATCH RULE).
 // stats[1] += matches found.
 extern "C" __global__ void train_find_matches(const int* __restrict__ tok,
                                               const int* __restrict__ prv,
                                               const int* __restrict__ nxt, train_i64 n, int a,
                                               int b, unsigned char* is_start, train_u64* stats) {
   TRAIN_GRID_STRIDE(i, n) {
-    unsigned char m = 0;
-    const int j = nxt[i];
-    if (tok[i] == a && j >= 0 && tok[j] == b) {
-      m = 1;
-      if (a == b) {
-        // position of i in its run of a's: the number of a's right before it
-        int k = 0;
-        for (int p = prv[i]; p >= 0 && tok[p] == a; p = prv[p]) ++k;
-        m = (k & 1) == 0;
-      }
-    }
+    const unsigned char m = train_match_starts(tok, prv, nxt, i, a, b) ? 1 : 0;
     is_start[i] = m;
     if (m) atomicAdd(&stats[1], 1ull);
   }
 }
 
-// The pair-count changes of every match (i, j = nxt[i]) with neighbours p = prv[i], q = nxt[j]:
-//   left:  (tok[p], a) -1 and (tok[p], c) +1; but when p is itself the right half of a match
-//          (prv[p] starts one), the new left pair is (c, c) and the old one, (b, a), is that
-//          match's right pair, counted there
-//   right: (b, tok[q]) -1, and (c, tok[q]) +1 unless q starts a match (whose left side adds
-//          the (c, c))
-// Changes to (a, b) itself are skipped: train_best_final already zeroed it.
+// The pair-count changes of every match (THE DELTA RULE), applied with atomics (new pairs claim
+// table slots). Changes to (a, b) itself are left out: train_best_final already zeroed it.
 extern "C" __global__ void train_merge_deltas(const int* __restrict__ tok,
                                               const int* __restrict__ prv,
                                               const int* __restrict__ nxt,
@@ -192,33 +167,16 @@ extern "C" __global__ void train_merge_deltas(const int* __restrict__ tok,
                                               train_i64 n, int a, int b, int c, train_u64* keys,
                                               train_u64* counts, train_u64 mask,
                                               train_u64* stats) {
-  const train_u64 merged = train_pair_key(a, b);
   TRAIN_GRID_STRIDE(i, n) {
     if (!is_start[i]) continue;
-    const int j = nxt[i];
-    const int p = prv[i];
-    const int q = nxt[j];
-    const train_i64 w = wcount[word_of[i]];
-    if (p >= 0) {
-      const int pp = prv[p];
-      if (pp >= 0 && is_start[pp]) {
-        train_table_add(keys, counts, mask, train_pair_key(c, c), w, &stats[0]);
-      } else {
-        const train_u64 old = train_pair_key(tok[p], a);
-        if (old != merged) train_table_add(keys, counts, mask, old, -w, &stats[0]);
-        train_table_add(keys, counts, mask, train_pair_key(tok[p], c), w, &stats[0]);
-      }
-    }
-    if (q >= 0) {
-      const train_u64 old = train_pair_key(b, tok[q]);
-      if (old != merged) train_table_add(keys, counts, mask, old, -w, &stats[0]);
-      if (!is_start[q]) train_table_add(keys, counts, mask, train_pair_key(c, tok[q]), w,
-                                        &stats[0]);
-    }
+    const train_deltas d = train_match_deltas(tok, prv, nxt, is_start, i, a, b, c,
+                                              wcount[word_of[i]]);
+    for (int k = 0; k < d.n; ++k)
+      train_table_add(keys, counts, mask, d.key[k], d.delta[k], &stats[0]);
   }
 }
 
-// The rewrite: position i becomes c, its right half j dies, links skip j. Thread i writes only
+// THE MERGE REWRITE: position i becomes c, its right half j dies, links skip j. Thread i writes only
 // tok[i], tok[j], nxt[i] and prv[q], which no other match touches, and reads only nxt[j],
 // which no thread writes (j never starts a match).
 extern "C" __global__ void train_apply_merge(int* tok, int* prv, int* nxt,

@@ -9,26 +9,11 @@
 // rebuilds the table (train_rehash). The host keeps the load under 3/4, so probing ends.
 #pragma once
 
+#include "common/train_rules.h"  // train_u64, train_pair_key, THE PAIR HASH
+
 #ifndef TRAIN_EMPTY_KEY
 #define TRAIN_EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 #endif
-
-typedef unsigned long long train_u64;
-typedef long long train_i64;
-
-__device__ __forceinline__ train_u64 train_pair_key(int left, int right) {
-  return ((train_u64)(unsigned)left << 32) | (train_u64)(unsigned)right;
-}
-
-// murmur3's 64-bit finalizer: consecutive ids spread over the whole table
-__device__ __forceinline__ train_u64 train_hash(train_u64 k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdull;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ull;
-  k ^= k >> 33;
-  return k;
-}
 
 // counts[key] += delta, claiming a slot for a new key. `n_used` counts claimed slots.
 __device__ __forceinline__ void train_table_add(train_u64* keys, train_u64* counts, train_u64 mask,

@@ -463,12 +463,23 @@ def test_metal_threadgroup_reduction(metal_reduce, order):
 
 
 def test_metal_signature_mirrors_mlx(metal_reduce):
+    """The Metal text MLX 0.32 writes around a body (tests/test_metal_fidelity.py compares it
+    with MLX itself); the emulator compiles this text, template arguments bound."""
+    name, src = metal_reduce.metal_source([(np.uint32, 1, 1024)], [np.uint32] * 3,
+                                          [("T", np.uint32)])
+    assert name == "custom_kernel_tg_reduce__uint32_t_uint32_t_uint32_t_uint32_t_uint32_t"
+    assert src.startswith(
+        "template <typename T>\n[[kernel]] void " + name + "(\n"
+        "  const device uint32_t* inp [[buffer(0)]],\n"
+        "  const constant int* inp_shape [[buffer(1)]],\n"
+        "  device atomic<uint32_t>* total [[buffer(2)]],\n")
+    assert "  uint3 thread_position_in_grid [[thread_position_in_grid]]" in src
+    assert src.endswith(f"decltype({name}<uint32_t>) {name}<uint32_t>;\n\n")
+    assert "inp_strides" not in src and "thread_index_in_simdgroup" not in src
+    # a small input is in the constant address space
+    _, small = metal_reduce.metal_source([(np.uint32, 1, 7)], [np.uint32] * 3, [("T", np.uint32)])
+    assert "  const constant uint32_t* inp [[buffer(0)]],\n" in small
     tu = metal_reduce.generate([(np.uint32, 1)], [np.uint32] * 3, [("T", np.uint32)])
-    assert "template <typename T>" in tu
-    assert ("void custom_kernel_tg_reduce(\n    const uint32_t* inp,\n    const int* inp_shape,\n"
-            "    atomic<uint32_t>* total,") in tu
-    assert "uint3 thread_position_in_grid" in tu and "uint3 threads_per_threadgroup" in tu
-    assert "inp_strides" not in tu and "thread_index_in_simdgroup" not in tu
     assert "GPUEMU_SHARED T partial[256];" in tu
 
 

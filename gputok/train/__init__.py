@@ -36,7 +36,7 @@ from .words import corpus_texts, count_words
 
 __all__ = ["train_bpe", "TrainStats"]
 
-BACKENDS = ("auto", "numpy", "cuda")
+BACKENDS = ("auto", "numpy", "cuda", "metal")
 
 
 @dataclass
@@ -69,7 +69,8 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
       ordinary text (as in HF).
     - ``min_frequency``: stop when the best pair occurs fewer times (HF's ``BpeTrainer``
       defaults to 0, which acts as 1; ``ByteLevelBPETokenizer.train`` and gputok to 2).
-    - ``backend``: ``"auto"`` (CUDA when CuPy sees a GPU, else numpy), ``"numpy"`` or ``"cuda"``.
+    - ``backend``: ``"auto"`` (CUDA when CuPy sees a GPU, else numpy), ``"numpy"``, ``"cuda"`` or
+      ``"metal"`` (Apple GPUs through MLX; asked for by name only, see ``train/metal.py``).
 
     >>> enc = gputok.train_bpe(["low lower lowest"] * 10, vocab_size=260, pattern="gpt2")
     >>> [enc.decode_single_token_bytes(i) for i in range(256, 260)]
@@ -117,6 +118,13 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
 
 
 def _merge_backend(backend: str):
+    if backend == "metal":
+        from . import metal
+
+        ok, why = metal.kernel_factory().available()
+        if not ok:
+            raise RuntimeError(f"the metal training backend is not available: {why}")
+        return "metal", metal.train_words
     if backend in ("auto", "cuda"):
         from . import cuda
 

@@ -5,25 +5,30 @@ run with one fiber per GPU thread, so barriers, warp collectives and atomics beh
 and CI without a GPU can check every kernel against the numpy reference. See README.md.
 """
 
-from .runner import (
+from .metal import (
     MLX_ATTRIBUTES,
+    MetalError,
+    MetalKernel,
+    check_metal_file,
+    compile_metal,
+    kernel_for,
+    metal_interface,
+    syntax_check,
+)
+from .runner import (
     ORDERS,
     CompileError,
     EmulatorError,
     Kernel,
     KernelError,
-    MetalKernel,
     Module,
     cache_dir,
-    check_metal_file,
     compile_cuda,
-    compile_metal,
     find_kernels,
-    metal_interface,
 )
 
 __all__ = [
     "MLX_ATTRIBUTES", "ORDERS", "CompileError", "EmulatorError", "Kernel", "KernelError",
-    "MetalKernel", "Module", "cache_dir", "check_metal_file", "compile_cuda", "compile_metal",
-    "find_kernels", "metal_interface",
+    "MetalError", "MetalKernel", "Module", "cache_dir", "check_metal_file", "compile_cuda",
+    "compile_metal", "find_kernels", "kernel_for", "metal_interface", "syntax_check",
 ]

@@ -1,10 +1,10 @@
 // metal_shim.h: lets MLX-style Metal kernel bodies (mx.fast.metal_kernel) compile with g++ (C++17)
-// and run on the gpuemu fiber runtime. runner.py generates the kernel function around the body
+// and run on the gpuemu fiber runtime. metal.py writes the kernel function around the body
 // the way MLX does (named buffers, <name>_shape/_strides/_ndim, the attributes the body mentions,
 // template parameters) and rewrites `threadgroup` declarations (see below).
 //
 // Covered:
-//   address spaces  device constant thread (erased); `threadgroup T x[N];` declarations become
+//   address spaces  device thread (erased), constant (volatile); `threadgroup T x[N];` become
 //                   per-threadgroup static storage (GPUEMU_SHARED), `threadgroup T*` pointers
 //                   lose the qualifier (both done by the runner's rewrite)
 //   keywords        kernel, [[kernel]], METAL_FUNC, metal:: / metal::fast:: / metal::precise::
@@ -12,7 +12,10 @@
 //                   {bool,char,uchar,short,ushort,int,uint,half,float}{2,3,4} with .x/.y/.z/.w, [],
 //                   element-wise arithmetic; atomic<T>, atomic_int, atomic_uint, atomic_float
 //   atomics         atomic_{load,store,exchange}_explicit, atomic_fetch_{add,sub,min,max,and,or,
-//                   xor}_explicit, atomic_compare_exchange_weak_explicit, memory_order_*
+//                   xor}_explicit, atomic_compare_exchange_weak_explicit on 32-bit types;
+//                   atomic_{min,max}_explicit on atomic<ulong>; memory_order_relaxed only
+//   strictness      64-bit atomics other than min/max, other memory orders, `double`, and a small
+//                   input (`constant`) passed as a device pointer fail to compile, as on a Mac
 //   barriers        threadgroup_barrier(mem_flags::...), simdgroup_barrier(...)
 //   simdgroup       simd_sum simd_product simd_min simd_max simd_and simd_or simd_xor
 //                   simd_prefix_{exclusive,inclusive}_sum simd_shuffle simd_shuffle_{up,down,xor}
@@ -138,11 +141,21 @@ inline bool operator!=(const vec<T, N>& a, const vec<T, N>& b) {
 
 // ---------------------------------------------------------------- atomics
 
-enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release,
-                    memory_order_acq_rel, memory_order_seq_cst };
+// Metal's atomics, strictly: 32-bit int / uint / float (and bool) with every operation;
+// atomic<ulong> with atomic_min_explicit / atomic_max_explicit only (which return nothing; Apple9
+// GPUs and later); no other 64-bit atomic (no add, no compare-and-swap), and only
+// memory_order_relaxed. What Metal rejects fails to compile here too, with a message that says so.
+enum memory_order { memory_order_relaxed };
+struct metal_supports_only_memory_order_relaxed {};
+constexpr metal_supports_only_memory_order_relaxed memory_order_consume{}, memory_order_acquire{},
+    memory_order_release{}, memory_order_acq_rel{}, memory_order_seq_cst{};
 
 template <class T>
 struct atomic {
+  static_assert(sizeof(T) == 4 || std::is_same<T, bool>::value ||
+                    std::is_same<T, unsigned long>::value,
+                "Metal has atomics of 32-bit types (and bool), and atomic<ulong> for "
+                "atomic_min_explicit/atomic_max_explicit only");
   T v_;  // same layout as T: an output buffer of T can be viewed as atomic<T>
 };
 using atomic_int = atomic<int>;
@@ -150,6 +163,10 @@ using atomic_uint = atomic<unsigned>;
 using atomic_float = atomic<float>;
 using atomic_bool = atomic<bool>;
 using atomic_ulong = atomic<unsigned long>;
+
+#define GPUEMU_MTL_NOT64(NAME)                                                                  \
+  static_assert(sizeof(T) != 8, "Metal has no 64-bit " #NAME ": the only 64-bit atomics are "  \
+                                "atomic_min_explicit/atomic_max_explicit on atomic<ulong>")
 
 template <class T, class F>
 inline T atomic_rmw_(volatile atomic<T>* o, F f) {
@@ -162,7 +179,8 @@ inline T atomic_rmw_(volatile atomic<T>* o, F f) {
 
 #define GPUEMU_MTL_ATOMIC(NAME, EXPR)                                                          \
   template <class T>                                                                           \
-  inline T NAME(volatile atomic<T>* o, typename type_identity<T>::type v, memory_order = memory_order_relaxed) { \
+  inline T NAME(volatile atomic<T>* o, typename type_identity<T>::type v, memory_order) {     \
+    GPUEMU_MTL_NOT64(NAME);                                                                    \
     return atomic_rmw_(o, [&](T old) { return (T)(EXPR); });                                  \
   }
 GPUEMU_MTL_ATOMIC(atomic_fetch_add_explicit, old + v)
@@ -175,22 +193,33 @@ GPUEMU_MTL_ATOMIC(atomic_fetch_xor_explicit, old ^ v)
 GPUEMU_MTL_ATOMIC(atomic_exchange_explicit, v)
 #undef GPUEMU_MTL_ATOMIC
 
+// the 64-bit min/max (atomic<ulong> only); they return nothing
+inline void atomic_min_explicit(volatile atomic<unsigned long>* o, unsigned long v, memory_order) {
+  atomic_rmw_(o, [&](unsigned long old) { return v < old ? v : old; });
+}
+inline void atomic_max_explicit(volatile atomic<unsigned long>* o, unsigned long v, memory_order) {
+  atomic_rmw_(o, [&](unsigned long old) { return old < v ? v : old; });
+}
+
 template <class T>
-inline T atomic_load_explicit(const volatile atomic<T>* o, memory_order = memory_order_relaxed) {
+inline T atomic_load_explicit(const volatile atomic<T>* o, memory_order) {
+  GPUEMU_MTL_NOT64(atomic_load_explicit);
   gpuemu::atomic_point();
   return const_cast<const atomic<T>*>(o)->v_;
 }
 template <class T>
 inline void atomic_store_explicit(volatile atomic<T>* o, typename type_identity<T>::type v,
-                                  memory_order = memory_order_relaxed) {
+                                  memory_order) {
+  GPUEMU_MTL_NOT64(atomic_store_explicit);
   gpuemu::atomic_point();
   const_cast<atomic<T>*>(o)->v_ = v;
 }
+// (Metal has only the weak form, which may fail spuriously; here it never does.)
 template <class T>
 inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T* expected,
                                                   typename type_identity<T>::type desired,
-                                                  memory_order = memory_order_relaxed,
-                                                  memory_order = memory_order_relaxed) {
+                                                  memory_order, memory_order) {
+  GPUEMU_MTL_NOT64(atomic_compare_exchange_weak_explicit);
   gpuemu::atomic_point();
   atomic<T>* p = const_cast<atomic<T>*>(o);
   if (p->v_ == *expected) {
@@ -200,13 +229,7 @@ inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T* expe
   *expected = p->v_;
   return false;
 }
-template <class T>
-inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T>* o, T* expected,
-                                                    typename type_identity<T>::type desired,
-                                                    memory_order a = memory_order_relaxed,
-                                                    memory_order b = memory_order_relaxed) {
-  return atomic_compare_exchange_weak_explicit(o, expected, desired, a, b);
-}
+#undef GPUEMU_MTL_NOT64
 
 // ---------------------------------------------------------------- barriers
 
@@ -378,7 +401,10 @@ using namespace metal;
 
 #define kernel
 #define device
-#define constant
+// The constant address space: a `const constant T*` (MLX's type for inputs under 8 elements) does
+// not convert to a `const device T*` on a Mac; as `const volatile T*` it does not convert to a
+// plain `const T*` here either, so a small input passed to a device-pointer helper fails on both.
+#define constant volatile
 #define thread
 #define METAL_FUNC inline __attribute__((always_inline))
 
@@ -401,7 +427,8 @@ GPUEMU_VEC_TYPES(float, float)
 
 // MLX utilities available to kernel bodies (mlx/backend/metal/kernels/utils.h provides these)
 template <typename IdxT = int64_t>
-inline IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int ndim) {
+inline IdxT elem_to_loc(IdxT elem, constant const int* shape, constant const int64_t* strides,
+                        int ndim) {
   IdxT loc = 0;
   for (int i = ndim - 1; i >= 0 && elem > 0; --i) {
     loc += (elem % shape[i]) * IdxT(strides[i]);
@@ -486,3 +513,27 @@ inline int metal_launch(const unsigned* grid, const unsigned* tg, const long lon
 }
 
 }  // namespace gpuemu
+
+// Static threadgroup memory of this kernel: metal.py's rewrite follows every `threadgroup`
+// declaration with GPUEMU_TG_SIZE(sizeof(var), ...), which records the exact sizes in their own
+// section; the runner rejects a total over Metal's 32 KiB. (The gpuemu_shared section's size
+// would include the host compiler's alignment padding.)
+#define GPUEMU_TG_CAT2(a, b) a##b
+#define GPUEMU_TG_CAT(a, b) GPUEMU_TG_CAT2(a, b)
+#define GPUEMU_TG_SIZE(...)                                                               \
+  static unsigned long long __attribute__((section("gpuemu_tgsize"), used))               \
+  GPUEMU_TG_CAT(gpuemu_tg_size_, __COUNTER__)[] = {__VA_ARGS__};
+extern "C" {
+extern unsigned long long __start_gpuemu_tgsize[] __attribute__((weak));
+extern unsigned long long __stop_gpuemu_tgsize[] __attribute__((weak));
+}
+GPUEMU_EXPORT unsigned long long gpuemu_metal_threadgroup_bytes() {
+  unsigned long long total = 0;
+  if (__start_gpuemu_tgsize && __stop_gpuemu_tgsize)
+    for (const unsigned long long* p = __start_gpuemu_tgsize; p < __stop_gpuemu_tgsize; ++p)
+      total += *p;
+  return total;
+}
+
+// Metal has no double: using it in a kernel or header fails to compile here as on a Mac.
+#define double metal_has_no_double_type

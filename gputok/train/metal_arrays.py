@@ -1,0 +1,140 @@
+"""The Metal trainer's stages in plain numpy: what each shader of ``shaders/train_*.metal`` must
+compute, one function per shader, named after it. Tests run every shader (through the CPU
+emulator, in several thread orders) and compare with these.
+
+The state is ``arrays.py``'s (tok / prv / nxt / word_of / wcount); the rules are the same
+(``kernels/common/train_rules.h``), so most functions here are ``arrays.py``'s. What differs is the
+pair-count table (``shaders/train_common.metal``): a *main* table of ``key_hi``/``key_lo`` (left
++ 1, right + 1; 0 = free) and int64 ``count``, and the *delta* table an insertion shader writes
+(``d_hi``/``d_lo`` keys, ``c_lo``/``c_hi`` halves of the 64-bit sums). Where an entry lands
+depends on which thread claims a slot first, so the references speak of tables as
+``{pair key: count}`` dicts; ``table_dict`` / ``delta_dict`` read a table that way, and
+``check_probe_chains`` checks the layout rule every order must keep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import arrays
+
+_MASK64 = (1 << 64) - 1
+
+
+def pair_hash(keys: np.ndarray) -> np.ndarray:
+    """THE PAIR HASH (``train_hash`` in kernels/common/train_rules.h), on uint64 pair keys."""
+    k = np.asarray(keys, dtype=np.uint64).copy()
+    with np.errstate(over="ignore"):
+        k ^= k >> np.uint64(33)
+        k *= np.uint64(0xFF51AFD7ED558CCD)
+        k ^= k >> np.uint64(33)
+        k *= np.uint64(0xC4CEB9FE1A85EC53)
+        k ^= k >> np.uint64(33)
+    return k
+
+
+def slot_keys(key_hi: np.ndarray, key_lo: np.ndarray) -> np.ndarray:
+    """Pair keys of used slots (left << 32 | right from the stored id + 1 halves)."""
+    hi = np.asarray(key_hi, dtype=np.uint64) - np.uint64(1)
+    lo = np.asarray(key_lo, dtype=np.uint64) - np.uint64(1)
+    return (hi << np.uint64(32)) | lo
+
+
+def table_dict(key_hi, key_lo, count) -> dict[int, int]:
+    """A main table as ``{key: count}``, zero counts left out."""
+    used = (np.asarray(key_hi) != 0) & (np.asarray(count) != 0)
+    keys = slot_keys(np.asarray(key_hi)[used], np.asarray(key_lo)[used])
+    return dict(zip(keys.tolist(), np.asarray(count)[used].astype(np.int64).tolist()))
+
+
+def delta_halves(c_lo, c_hi) -> np.ndarray:
+    """The int64 deltas of a delta table from their two 32-bit halves."""
+    return ((np.asarray(c_hi, dtype=np.uint64) << np.uint64(32))
+            | np.asarray(c_lo, dtype=np.uint64)).view(np.int64)
+
+
+def delta_dict(key_hi, key_lo, d_hi, d_lo, c_lo, c_hi) -> dict[int, int]:
+    """A delta table over a main table as ``{key: delta}``, zero deltas left out."""
+    main = np.asarray(key_hi) != 0
+    hi = np.where(main, key_hi, d_hi)
+    lo = np.where(main, key_lo, d_lo)
+    delta = delta_halves(c_lo, c_hi)
+    used = (hi != 0) & (delta != 0)
+    keys = slot_keys(hi[used], lo[used])
+    return dict(zip(keys.tolist(), delta[used].tolist()))
+
+
+def check_probe_chains(key_hi, key_lo) -> None:
+    """The rule every table must keep: each key is in one slot, and every slot from its home
+    (THE PAIR HASH & mask) up to it holds a key. Raises ValueError naming the first breach."""
+    key_hi, key_lo = np.asarray(key_hi), np.asarray(key_lo)
+    cap = len(key_hi)
+    used = np.flatnonzero(key_hi != 0)
+    if (key_lo[used] == 0).any():
+        raise ValueError("a slot with a left id but no right id (a half-claimed slot)")
+    keys = slot_keys(key_hi[used], key_lo[used])
+    if len(np.unique(keys)) != len(keys):
+        raise ValueError("a key holds two slots")
+    home = (pair_hash(keys) & np.uint64(cap - 1)).astype(np.int64)
+    dist = (used - home) % cap
+    occupied = np.concatenate([key_hi != 0, key_hi != 0])  # unrolled: chains wrap around
+    csum = np.concatenate([[0], np.cumsum(occupied)])
+    filled = csum[home + dist + 1] - csum[home]
+    bad = np.flatnonzero(filled != dist + 1)
+    if len(bad):
+        s = int(used[bad[0]])
+        raise ValueError(f"slot {s}: a free slot lies between the key's home and its slot")
+
+
+# ---------------------------------------------------------------- one function per shader
+
+def train_count_pairs(tok, nxt, word_of, wcount) -> dict[int, int]:
+    """Every adjacent live pair, weighted by word count (the delta table; zeros dropped)."""
+    return arrays.pair_counts(tok, nxt, word_of, wcount)
+
+
+def train_rehash(key_hi, key_lo, count) -> dict[int, int]:
+    """The live entries (count != 0) of an old main table (the new delta table)."""
+    return table_dict(key_hi, key_lo, count)
+
+
+def train_fold_best(main: dict[int, int], delta: dict[int, int], merged: "int | None",
+                    ) -> tuple[dict[int, int], tuple[int, int]]:
+    """The folded table (the merged pair's count zeroed; zeros dropped) and its best
+    ``(count, key)`` (THE COMPARATOR, ``arrays.best_pair``)."""
+    out = dict(main)
+    for k, d in delta.items():
+        out[k] = out.get(k, 0) + d
+    if merged is not None:
+        out.pop(merged, None)
+    out = {k: c for k, c in out.items() if c != 0}
+    return out, arrays.best_pair(out)
+
+
+def train_best_final(part_count, part_key, part_used, matches: int) -> list[int]:
+    """The record the host reads: [count, key as int64, used slots, matches, 0, 0, 0, 0]."""
+    best_c, best_k = 0, _MASK64
+    for c, k in zip(np.asarray(part_count).tolist(), np.asarray(part_key).tolist()):
+        if c > best_c or (c == best_c and k < best_k):  # THE COMPARATOR
+            best_c, best_k = c, k
+    key = best_k - (1 << 64) if best_k >= 1 << 63 else best_k
+    return [best_c, key, int(np.sum(part_used)), int(matches), 0, 0, 0, 0]
+
+
+def train_find_matches(tok, prv, nxt, a: int, b: int) -> np.ndarray:
+    """uint8 flags of the positions where a merge of (a, b) starts (THE MATCH RULE)."""
+    return arrays.find_matches(tok, prv, nxt, a, b)
+
+
+def train_merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a: int, b: int, c: int
+                       ) -> dict[int, int]:
+    """The net change of every pair count, (a, b) left out (THE DELTA RULE)."""
+    return arrays.merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a, b, c)
+
+
+def train_apply_merge(tok, prv, nxt, is_start, c: int):
+    """THE MERGE REWRITE as new arrays ``(tok, prv, nxt)``; equal to ``arrays.apply_merge`` at
+    every live position (dead ones keep stale links)."""
+    tok, prv, nxt = (np.array(x, dtype=np.int32) for x in (tok, prv, nxt))
+    arrays.apply_merge(tok, prv, nxt, np.asarray(is_start), c)
+    return tok, prv, nxt

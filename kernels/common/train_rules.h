@@ -1,0 +1,115 @@
+// train_rules.h: the BPE training rules, written once for every dialect. Used by the CUDA kernels
+// (kernels/train_bpe.cu, kernels/train_hash.cuh) and the Metal shaders (shaders/train_*.metal,
+// through shaders/train_common.metal); gputok/train/arrays.py states the same rules in numpy.
+// Search for the marker of a rule (THE COMPARATOR, THE MATCH RULE, THE DELTA RULE, THE PAIR
+// HASH) to find every place that implements it.
+//
+// Device state (all positions of all unique words, concatenated):
+//   tok[i]      symbol id at position i, or TRAIN_DEAD once merged into its left neighbour
+//   prv[i]      previous live position of the same word, -1 at the word's start
+//   nxt[i]      next live position of the same word, -1 at the word's end
+//   is_start[i] 1 when this step's merge of (a, b) starts at i
+// Pair keys are left << 32 | right, so key order is (left_id, right_id) order.
+//
+// Nothing here touches memory atomically: CUDA's table uses 64-bit compare-and-swap, which
+// Metal lacks, so each dialect keeps its own table (train_hash.cuh, train_common.metal) and
+// feeds it what these rules compute.
+#pragma once
+
+#include "dialect.h"
+
+#ifndef TRAIN_DEAD
+#define TRAIN_DEAD (-1)
+#endif
+
+typedef gputok_u64 train_u64;
+typedef gputok_i64 train_i64;
+
+GPUTOK_FN train_u64 train_pair_key(int left, int right) {
+  return ((train_u64)(unsigned)left << 32) | (train_u64)(unsigned)right;
+}
+
+// THE PAIR HASH: murmur3's 64-bit finalizer, so consecutive ids spread over the whole table
+GPUTOK_FN train_u64 train_hash(train_u64 k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdul;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ul;
+  k ^= k >> 33;
+  return k;
+}
+
+// THE COMPARATOR: a higher count wins; on equal counts the smaller key, i.e. the smaller
+// (left_id, right_id), since key = left << 32 | right (HF BpeTrainer's rule).
+GPUTOK_FN bool train_better(train_i64 c1, train_u64 k1, train_i64 c2, train_u64 k2) {
+  return c1 > c2 || (c1 == c2 && k1 < k2);
+}
+
+// THE MATCH RULE: does the merge of (a, b) start at position i? HF scans each word left to right
+// and merges every (a, b) it meets, without overlap; for a != b matches cannot overlap, for
+// a == b a run of r symbols a merges at run positions 0, 2, 4, ... (pairs (0,1), (2,3), ...).
+GPUTOK_FN bool train_match_starts(const GPUTOK_DEV int* tok, const GPUTOK_DEV int* prv,
+                                  const GPUTOK_DEV int* nxt, train_i64 i, int a, int b) {
+  const int j = nxt[i];
+  if (tok[i] != a || j < 0 || tok[j] != b) return false;
+  if (a != b) return true;
+  // position of i in its run of a's: the number of a's right before it
+  int k = 0;
+  for (int p = prv[i]; p >= 0 && tok[p] == a; p = prv[p]) ++k;
+  return (k & 1) == 0;
+}
+
+// THE DELTA RULE: the pair-count changes of the match (i, j = nxt[i]) with neighbours
+// p = prv[i], q = nxt[j], for a word counted w times:
+//   left:  (tok[p], a) -w and (tok[p], c) +w; but when p is itself the right half of a match
+//          (prv[p] starts one), the new left pair is (c, c) and the old one, (b, a), is that
+//          match's right pair, counted there
+//   right: (b, tok[q]) -w, and (c, tok[q]) +w unless q starts a match (whose left side adds
+//          the (c, c))
+// Changes to (a, b) itself are left out: every occurrence of it is merged away this step, and
+// the table sets its count to 0 (each dialect in its own way).
+struct train_deltas {
+  train_u64 key[4];
+  train_i64 delta[4];
+  int n;
+};
+
+// (Returned by value: a pointer to a local would need Metal's `thread` address space.)
+GPUTOK_FN train_deltas train_match_deltas(const GPUTOK_DEV int* tok, const GPUTOK_DEV int* prv,
+                                          const GPUTOK_DEV int* nxt,
+                                          const GPUTOK_DEV unsigned char* is_start, train_i64 i,
+                                          int a, int b, int c, train_i64 w) {
+  const train_u64 merged = train_pair_key(a, b);
+  const int j = nxt[i];
+  const int p = prv[i];
+  const int q = nxt[j];
+  train_deltas d;
+  d.n = 0;
+  if (p >= 0) {
+    const int pp = prv[p];
+    if (pp >= 0 && is_start[pp]) {
+      d.key[d.n] = train_pair_key(c, c);
+      d.delta[d.n++] = w;
+    } else {
+      const train_u64 old = train_pair_key(tok[p], a);
+      if (old != merged) {
+        d.key[d.n] = old;
+        d.delta[d.n++] = -w;
+      }
+      d.key[d.n] = train_pair_key(tok[p], c);
+      d.delta[d.n++] = w;
+    }
+  }
+  if (q >= 0) {
+    const train_u64 old = train_pair_key(b, tok[q]);
+    if (old != merged) {
+      d.key[d.n] = old;
+      d.delta[d.n++] = -w;
+    }
+    if (!is_start[q]) {
+      d.key[d.n] = train_pair_key(c, tok[q]);
+      d.delta[d.n++] = w;
+    }
+  }
+  return d;
+}

@@ -1,0 +1,96 @@
+// gpuemu: header
+// train_common.metal: the header of the BPE training shaders (shaders/train_*.metal), pasted
+// before each kernel by MLX (gputok.metal_iface expands the #include below, since the source
+// MLX compiles at run time has no include path). The rules themselves are shared with CUDA in
+// kernels/common/train_rules.h; this file holds what Metal does differently: the pair-count
+// hash table, without 64-bit atomics.
+//
+// Why a different table. CUDA claims a slot with one 64-bit compare-and-swap of the pair key and
+// adds 64-bit counts with one atomicAdd (kernels/train_hash.cuh). Metal has 32-bit atomics only
+// (64-bit ones are at most min/max, on recent GPUs), and MLX gives a kernel fresh output buffers
+// on every call, never an input to update in place. So:
+//
+// * A table is a *main* table, read-only in every kernel:
+//     key_hi[s], key_lo[s]  uint32  left + 1, right + 1 (0 = free: MLX's init_value goes through
+//                                   float32, so 0 is the one "empty" every output can start as)
+//     count[s]              int64
+//   and a *delta* table, the atomic outputs of an insertion kernel (count_pairs, merge_deltas,
+//   rehash), all starting at 0:
+//     d_hi[s], d_lo[s]      the keys of pairs that were not in the main table
+//     c_lo[s], c_hi[s]      the two 32-bit halves of the 64-bit sum of the deltas added at s
+//   train_fold_best then folds the delta table into a new main table, slot by slot.
+// * A key new to the main table takes a slot that is free *in the main table*, so after the fold
+//   probe chains are what one table would have: every slot between a key's home and its slot
+//   holds another key, in one table or the other.
+// * Claiming a slot takes two 32-bit compare-and-swaps: first d_hi (the left id), then d_lo (the
+//   right id). Whoever wins d_hi goes on to d_lo, so d_lo is set before the kernel ends. A thread
+//   whose left id equals d_hi also competes for d_lo: if it wins, the slot is its key (the left
+//   halves are equal), and the thread that won d_hi moves on. A slot is never claimed half.
+// * A 64-bit delta is added as two 32-bit atomic adds: the low half, whose carry the adding thread
+//   sees (the sum wrapped below the old value), then high half + carry. Additions commute, and
+//   each carry is exact, so the 64-bit sum is exact (mod 2^64, i.e. as int64).
+#include <metal_stdlib>
+using namespace metal;
+
+#include "common/train_rules.h"
+
+// The main table's key at slot s as a pair key (left << 32 | right); only for a used slot.
+METAL_FUNC train_u64 train_slot_key(uint hi, uint lo) {
+  return ((train_u64)(hi - 1u) << 32) | (train_u64)(lo - 1u);
+}
+
+// Claim `*word` for `want` if it is free (0); returns the word's value after the attempt (want
+// when this thread claimed it, or another thread claimed it for the same value). Metal has only
+// the weak compare-and-swap, which may fail spuriously: retry while the word still reads free.
+METAL_FUNC uint train_claim(device atomic_uint* word, uint want) {
+  uint seen = 0u;
+  while (!atomic_compare_exchange_weak_explicit(word, &seen, want, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+    if (seen != 0u) return seen;
+  }
+  return want;
+}
+
+// count[key] += delta: in the delta table at the key's slot (found in the main table, or claimed
+// among the main table's free slots).
+METAL_FUNC void train_table_add(const device uint* key_hi, const device uint* key_lo,
+                                device atomic_uint* d_hi, device atomic_uint* d_lo,
+                                device atomic_uint* c_lo, device atomic_uint* c_hi, uint mask,
+                                train_u64 key, train_i64 delta) {
+  const uint hi = (uint)(key >> 32) + 1u;
+  const uint lo = (uint)key + 1u;
+  uint s = (uint)train_hash(key) & mask;
+  while (true) {
+    const uint mh = key_hi[s];
+    if (mh != 0u) {  // used in the main table: this key's slot, or probe on
+      if (mh == hi && key_lo[s] == lo) break;
+      s = (s + 1u) & mask;
+      continue;
+    }
+    if (train_claim(&d_hi[s], hi) == hi && train_claim(&d_lo[s], lo) == lo) break;
+    s = (s + 1u) & mask;
+  }
+  const ulong u = (ulong)delta;
+  const uint add_lo = (uint)u;
+  const uint old = atomic_fetch_add_explicit(&c_lo[s], add_lo, memory_order_relaxed);
+  const uint add_hi = (uint)(u >> 32) + ((old + add_lo < old) ? 1u : 0u);
+  if (add_hi != 0u) atomic_fetch_add_explicit(&c_hi[s], add_hi, memory_order_relaxed);
+}
+
+// The best (count, key) of a threadgroup's candidates in s_count/s_key[0] (THE COMPARATOR), and
+// the sum of s_used in s_used[0]. `block` threads (a power of two, the whole threadgroup) call it
+// after each wrote its own candidate at [tid].
+METAL_FUNC void train_group_best(threadgroup long* s_count, threadgroup ulong* s_key,
+                                 threadgroup long* s_used, uint tid, uint block) {
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = block / 2u; stride > 0u; stride >>= 1) {
+    if (tid < stride) {
+      if (train_better(s_count[tid + stride], s_key[tid + stride], s_count[tid], s_key[tid])) {
+        s_count[tid] = s_count[tid + stride];
+        s_key[tid] = s_key[tid + stride];
+      }
+      s_used[tid] += s_used[tid + stride];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+}

@@ -1,0 +1,72 @@
+"""What only a Mac can show: the shaders compiled by Apple's Metal compiler and run on the GPU,
+under the Metal validation layers, and the training benchmark. Marked ``mac`` and skipped
+elsewhere with the reason ``gputok.train.metal.available()`` gives (on Linux: MLX has no Metal
+device). Everything that can be proven without a Mac is in test_metal_{shaders,train,fidelity,
+shim}.py; these are the checks to run before ``backend="auto"`` may pick Metal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gputok
+import testdata
+from gputok.train import metal
+
+ROOT = Path(__file__).resolve().parent.parent
+_OK, _WHY = metal.available()
+pytestmark = [pytest.mark.mac, pytest.mark.skipif(not _OK, reason=f"no Metal device: {_WHY}")]
+
+EOT = "<|endoftext|>"
+
+
+@pytest.mark.parametrize("kind", ["prose", "code", "multilingual"])
+def test_metal_training_equals_numpy(kind):
+    """Every shader compiled by the Metal compiler (through MLX) and run on the GPU."""
+    docs = testdata.corpus(kind)
+    want = gputok.train_bpe(docs, vocab_size=4000, special_tokens=[EOT], backend="numpy")
+    got = gputok.train_bpe(docs, vocab_size=4000, special_tokens=[EOT], backend="metal")
+    assert gputok.train.last_stats.backend == "metal"
+    assert got.trained_merges == want.trained_merges
+
+
+_VALIDATED_RUN = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gputok, testdata
+docs = testdata.corpus("code", max_mb=0.5)
+enc = gputok.train_bpe(docs, vocab_size=1500, backend=sys.argv[2])
+print(json.dumps(enc.trained_merges))
+"""
+
+
+def test_under_the_metal_validation_layer():
+    """API validation (MTL_DEBUG_LAYER) and shader validation (out-of-bounds and misaligned
+    accesses, MTL_SHADER_VALIDATION) over a whole training run: no report, same merges."""
+    env = dict(os.environ, MTL_DEBUG_LAYER="1", MTL_SHADER_VALIDATION="1",
+               MTL_DEBUG_LAYER_ERROR_MODE="assert", PYTHONPATH=str(ROOT))
+    runs = {}
+    for backend in ("metal", "numpy"):
+        r = subprocess.run([sys.executable, "-c", _VALIDATED_RUN, str(ROOT / "tests"), backend],
+                           capture_output=True, text=True, env=env, timeout=1800)
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert "validation" not in r.stderr.lower(), r.stderr[-4000:]
+        runs[backend] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert runs["metal"] == runs["numpy"]
+
+
+def test_training_benchmark_runs():
+    """bench/bench_train.py with the Metal backend (it fails when gputok's merges differ from
+    HF's); the numbers go to bench/results/ by hand, with the machine named."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--backend",
+                        "metal", "--mb", "2", "--vocab-size", "8000", "--repeat", "1",
+                        "--trainers", "gputok", "hf"], capture_output=True, text=True,
+                       timeout=3600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(r.stdout)
