@@ -73,18 +73,26 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.M)
 
 @functools.lru_cache(maxsize=None)
 def source(file: str) -> str:
-    """``kernels/<file>`` with local includes expanded (each header once, as ``#pragma once``)."""
+    """``kernels/<file>`` with local includes expanded, each header once (as ``#pragma once``).
+    A quoted include is looked up next to the file that includes it, then in ``kernels/``."""
     seen: set = set()
-    d = kernel_dir()
+    root = kernel_dir()
 
-    def expand(name: str) -> str:
-        if name in seen:
+    def expand(path) -> str:
+        key = str(path.resolve())
+        if key in seen:
             return ""
-        seen.add(name)
-        text = (d / name).read_text("utf-8")
-        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
+        seen.add(key)
+        text = path.read_text("utf-8")
 
-    return expand(file)
+        def include(m):
+            name = m.group(1)
+            here = path.parent / name
+            return expand(here if here.is_file() else root / name)
+
+        return _INCLUDE.sub(include, text)
+
+    return expand(root / file)
 
 
 def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:
