@@ -43,7 +43,7 @@ def test_encode_jsonl_and_txt(tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and manifest["dtype"] == "uint16" and len(manifest["shards"]) > 1
     assert _all_docs(out) == [enc.encode(t) for t in texts] + [enc.encode(b.read_text())]
-    assert np.load(out / manifest["shards"][0]["ids"]).dtype == np.uint16
+    assert np.load(out / manifest["shards"][0]["files"][0]).dtype == np.uint16
 
 
 def test_encode_resume_loses_nothing(tmp_path):
