@@ -13,7 +13,7 @@ nanogpt     ``.bin`` (uint16, EOT after each doc) ``numpy.memmap(path, dtype=num
 megatron    ``.bin`` + ``.idx``                   megatron-core ``IndexedDataset(path_prefix)``
 datatrove   ``.ds`` + ``.ds.index``               datatrove ``DatatroveFolderDataset``
 parquet     ``.parquet`` (``large_list<int32>``)  ``pyarrow.parquet``, ``datasets``, pandas
-arrow       ``.arrow`` (IPC file, same schema)    ``pyarrow.ipc``, ``datasets.Dataset.from_file``
+arrow       ``.arrow`` (IPC stream, same schema)  ``pyarrow.ipc``, ``datasets.Dataset.from_file``
 =========== ===================================== ===================================================
 
 >>> from gputok.formats import get_format

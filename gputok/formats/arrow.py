@@ -76,9 +76,12 @@ def batch_encoder(enc, *, text_column: str = "text", output_column: str = COLUMN
     pa = _pa()
 
     def encode(batch):
-        texts = batch[text_column] if isinstance(batch, dict) else batch.column(text_column)
+        texts = (batch.column(text_column) if isinstance(batch, (pa.Table, pa.RecordBatch))
+                 else batch[text_column])  # a dict or datasets' LazyBatch
         if isinstance(texts, pa.ChunkedArray):
             texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+        elif not isinstance(texts, (list, pa.Array)):
+            texts = list(texts)
         ids, offsets = enc.encode_batch_arrays(texts, allowed_special=allowed_special,
                                                disallowed_special=disallowed_special,
                                                backend=backend)
@@ -121,13 +124,14 @@ class Arrow(_ArrowBase):
     def write(self, handles, ids, offsets):
         pa = _pa()
         table = pa.table({COLUMN: to_arrow(ids, offsets)})
-        with pa.ipc.new_file(pa.PythonFile(handles[0], mode="w"), table.schema) as w:
+        # the IPC *stream* format: what ``datasets`` writes and ``Dataset.from_file`` reads
+        with pa.ipc.new_stream(pa.PythonFile(handles[0], mode="w"), table.schema) as w:
             w.write_table(table)
 
     def read(self, paths, *, dtype=None, eot=None):
         pa = _pa()
         with pa.OSFile(str(paths[0])) as src:  # read, not mapped: the arrays outlive the file
-            return from_arrow(pa.ipc.open_file(src).read_all().column(COLUMN))
+            return from_arrow(pa.ipc.open_stream(src).read_all().column(COLUMN))
 
 
 FORMAT = Arrow()
