@@ -331,13 +331,14 @@ def _arrow_batches(src: Source, i: int, start, field: str, rows: int) -> Iterato
 
         pf = pq.ParquetFile(src.path)
         md = pf.metadata
-        groups, first = [], 0
+        groups, first, seen = [], 0, 0
         for g in range(md.num_row_groups):  # whole row groups before the start are not read
             n = md.row_group(g).num_rows
-            if first + n > skip:
+            if seen + n > skip:
                 groups.append(g)
-            else:
-                first += n
+            elif not groups:
+                first = seen + n
+            seen += n
         it = pf.iter_batches(batch_size=rows, row_groups=groups, columns=[field]) if groups else []
         cols = (b.column(0) for b in it)
     else:

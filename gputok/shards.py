@@ -54,10 +54,14 @@ class _Hashing:
     """A write-only file that hashes what passes through (one pass: no re-read to checksum)."""
 
     def __init__(self, f):
-        self.f, self.h, self.n = f, hashlib.sha256(), 0
+        self.f, self.h, self.n, self.failed = f, hashlib.sha256(), 0, False
 
     def write(self, b) -> int:
-        self.f.write(b)
+        try:
+            self.f.write(b)
+        except OSError:
+            self.failed = True  # so the error names this file, not the last one opened
+            raise
         self.h.update(b)
         n = memoryview(b).nbytes
         self.n += n
@@ -288,6 +292,7 @@ class ShardWriter:
                 os.replace(t, fin)
             _fsync_dir(self.outdir)
         except OSError as e:
+            current = next((t for t, h in zip(tmps, hashers) if h.failed), current)
             for f in files:
                 try:
                     f.close()
