@@ -185,13 +185,15 @@ def _check_first_line(p: str, comp, field: str) -> "str | None":
     is found now, not after the files before it have been encoded."""
     try:
         with _open_text(p, comp) as (f, _raw):
-            for lineno, line in enumerate(f, 1):
+            for lineno in range(1, 1001):
+                # at most 1 MB: a first line that is a 200 MB document is checked when read
+                line = f.readline(1 << 20)
+                if not line or (len(line) == 1 << 20 and not line.endswith(b"\n")):
+                    return None
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[3:]
                 if line.strip():
                     _parse_json_line(line, p, lineno, field, "replace")
-                    return None
-                if lineno > 1000:
                     return None
     except CorpusError as e:
         return str(e)
@@ -422,7 +424,8 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                     continue
                 texts.append(text)
                 ends.append(end)
-                size += len(text)
+                # UTF-8 size without encoding: isascii() is a flag check on CPython strings
+                size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
                 if size >= batch_bytes:
                     yield Batch(texts, ends, size, progress)
                     texts, ends, size, progress = [], [], 0, 0

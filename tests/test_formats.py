@@ -97,7 +97,7 @@ def test_megatron_idx_matches_the_published_layout(corpus, tmp_path, encoding, c
 @pytest.mark.parametrize("encoding", ["r50k_base", "cl100k_base"])
 def test_megatron_byte_identical_to_datatrove_megatron_writer(corpus, tmp_path, encoding):
     mt = pytest.importorskip("datatrove.pipeline.tokens.megatron_tokenizer",
-                             reason="datatrove not installed: pip install 'gputok[test-formats]'")
+                             reason="datatrove not installed: pip install 'gputok[test]'")
     m = _encode(corpus, tmp_path / "g", "megatron", encoding=encoding)
     enc = gputok.get_encoding(encoding)
     first = m["shards"][0]
@@ -129,7 +129,7 @@ def test_megatron_core_indexed_dataset_reads_it(corpus, tmp_path):
 @pytest.mark.parametrize("encoding", ["r50k_base", "o200k_base"])
 def test_datatrove_byte_identical_to_datatroves_writer(corpus, tmp_path, encoding):
     tk = pytest.importorskip("datatrove.pipeline.tokens.tokenizer",
-                             reason="datatrove not installed: pip install 'gputok[test-formats]'")
+                             reason="datatrove not installed: pip install 'gputok[test]'")
     m = _encode(corpus, tmp_path / "g", "datatrove", encoding=encoding, append_eot=True)
     enc = gputok.get_encoding(encoding)
     size = 2 if enc.n_vocab <= 65536 else 4
