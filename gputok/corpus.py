@@ -250,7 +250,10 @@ def _arrow_schema(p: str, kind: str):
 
 
 def _parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
-    text = _decode(line, path, lineno, errors)
+    return _parse_json_text(_decode(line, path, lineno, errors), path, lineno, field)
+
+
+def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
@@ -296,16 +299,27 @@ def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[
     with _open_text(src.path, src.compression) as (f, raw):
         if offset:
             _skip(f, offset, src)
-        for line_bytes in f:
+        readline = f.readline
+        while True:
+            # readline + del, not `for line in f`: the loop variable would keep the raw bytes
+            # alive while they are parsed, 3x a giant line's size in memory instead of 2x
+            data = readline()
+            if not data:
+                return
             line += 1
-            offset += len(line_bytes)
-            if line == 1 and line_bytes.startswith(_BOM):
-                line_bytes = line_bytes[3:]
+            offset += len(data)
+            if line == 1 and data.startswith(_BOM):
+                data = data[3:]
             disk = raw.tell() if raw else offset
-            if not line_bytes.strip():
+            if not data.strip():
                 yield None, (i, offset, line), disk
                 continue
-            yield _parse_json_line(line_bytes, src.path, line, field, errors), (i, offset, line), disk
+            text = _decode(data, src.path, line, errors)
+            del data
+            doc = _parse_json_text(text, src.path, line, field)
+            del text  # not kept alive in this frame while the batch is encoded
+            yield doc, (i, offset, line), disk
+            del doc
 
 
 def _skip(f, offset: int, src: Source) -> None:

@@ -121,6 +121,17 @@ def plan_workers(backend: str = "auto", *, devices=None, workers: "int | str" = 
     return [backend] * n
 
 
+def _check_backends(backends) -> None:
+    """Unknown or unavailable backends fail here, before any work, not on the first batch.
+    ``cuda:<index>`` is checked by its worker (opening every GPU here would cost each one a
+    context in this process)."""
+    from .backends import get_backend
+
+    for name in dict.fromkeys(backends):
+        if not name.startswith("cuda:"):
+            get_backend(name)
+
+
 def _load_encoding(spec):
     import gputok
 
@@ -353,6 +364,15 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         backend = get_backend("auto").name  # resolved once here; the summary says which
     backends = plan_workers(backend, devices=devices, workers=workers,
                             total_bytes=total if all(s.path != "-" for s in sources) else None)
+    _check_backends(backends)
+    if spec[0] == "obj" and len(backends) > 1:
+        import pickle
+
+        try:
+            pickle.dumps(encoding)
+        except Exception:
+            raise ValueError("several workers need the encoding by name or by path (each "
+                             "process loads it); this Encoding object cannot be sent") from None
     writer = ShardWriter(output, fmt=form, meta=meta, n_vocab=enc.n_vocab,
                          cap_tokens=shard_tokens, cap_bytes=shard_bytes, resume=resume,
                          overwrite=overwrite, describe=lambda e: location(sources, e), warn=warn)
