@@ -27,7 +27,8 @@ from _common import ROOT, corpus, machine, tiktoken_for
 
 
 def build_corpus(path, mb: float) -> int:
-    docs = corpus("prose", 16) + corpus("code", 16) + corpus("multilingual", 16)
+    per_kind = min(16.0, mb / 3)  # real text, each document once when mb <= 48
+    docs = corpus("prose", per_kind) + corpus("code", per_kind) + corpus("multilingual", per_kind)
     target, size, k = int(mb * 1e6), 0, 0
     with open(path, "w", encoding="utf-8") as f:
         while size < target:
@@ -104,6 +105,8 @@ def main():
     ap.add_argument("--formats", nargs="+", default=["npy"])
     ap.add_argument("--encoding", default="cl100k_base")
     ap.add_argument("--line-mb", type=float, default=200)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per setting, interleaved (the machine is shared: compare medians)")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,23 +115,33 @@ def main():
         print(f"corpus: {size / 1e6:.1f} MB of text, {os.path.getsize(src) / 1e6:.1f} MB jsonl; "
               f"encoding {args.encoding}")
         first = None
-        for fmt in args.formats:
-            for w in args.workers:
-                out = os.path.join(tmp, f"out-{fmt}-{w}")
-                cmd = [sys.executable, "-m", "gputok", "encode", "-e", args.encoding, src, "-o",
-                       out, "-q", "--format", fmt, "--workers", str(w), "--backend", "numpy"]
-                dt, rss, summary = run(cmd)
-                if fmt == args.formats[0]:
-                    shards = sorted(p for p in os.listdir(out) if p.startswith("shard_"))
-                    blob = [open(os.path.join(out, p), "rb").read() for p in shards]
-                    if first is None:
-                        first = blob
-                        check_sample(out, src, args.encoding)
-                    elif blob != first:
-                        raise SystemExit(f"--workers {w} wrote different shards")
-                print(f"  {fmt:<9} workers={w}: {size / 1e6 / dt:6.2f} MB/s wall ({dt:6.1f} s), "
-                      f"peak RSS (largest process) {rss:6.0f} MB | {summary}")
-                subprocess.run(["rm", "-rf", out])
+        times: dict = {}
+        for rep in range(args.repeat):
+            for fmt in args.formats:
+                for w in args.workers:
+                    out = os.path.join(tmp, f"out-{fmt}-{w}")
+                    cmd = [sys.executable, "-m", "gputok", "encode", "-e", args.encoding, src,
+                           "-o", out, "-q", "--format", fmt, "--workers", str(w), "--backend",
+                           "numpy"]
+                    dt, rss, summary = run(cmd)
+                    if fmt == args.formats[0] and rep == 0:
+                        shards = sorted(p for p in os.listdir(out) if p.startswith("shard_"))
+                        blob = [open(os.path.join(out, p), "rb").read() for p in shards]
+                        if first is None:
+                            first = blob
+                            check_sample(out, src, args.encoding)
+                        elif blob != first:
+                            raise SystemExit(f"--workers {w} wrote different shards")
+                    times.setdefault((fmt, w), []).append(dt)
+                    print(f"  {fmt:<9} workers={w}: {size / 1e6 / dt:6.2f} MB/s wall "
+                          f"({dt:6.1f} s), peak RSS (largest process) {rss:6.0f} MB | {summary}")
+                    subprocess.run(["rm", "-rf", out])
+        if args.repeat > 1:
+            print("medians (MB/s, wall, start-up included):")
+            for (fmt, w), ts in times.items():
+                ts = sorted(ts)
+                print(f"  {fmt:<9} workers={w}: median {size / 1e6 / ts[len(ts) // 2]:6.2f}, "
+                      f"best {size / 1e6 / ts[0]:6.2f} over {len(ts)} runs")
         os.remove(src)
         print(f"reader + shard writer, one single-line document: {line_layer_rss(args.line_mb, tmp)}")
 

@@ -244,7 +244,7 @@ class ShardWriter:
                 ok &= cum_t <= self.cap_tokens
             if self.cap_bytes is not None:
                 cum_d = self._pending_docs + np.arange(1, n - pos + 1)
-                ok &= self.fmt.nbytes(cum_t, cum_d) <= self.cap_bytes
+                ok &= self.fmt.nbytes(cum_t, cum_d, self.dtype.itemsize) <= self.cap_bytes
             k = n - pos if ok.all() else int(np.argmin(ok))
             if k == 0 and self._pending_docs == 0:
                 k = 1  # one document above the cap: a shard of its own

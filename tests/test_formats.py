@@ -196,3 +196,19 @@ def test_hf_datasets_map_batched_returns_arrow():
 def test_unknown_format_lists_them():
     with pytest.raises(ValueError, match="npy, nanogpt, megatron, datatrove, parquet, arrow"):
         get_format("tfrecord")
+
+
+@pytest.mark.parametrize("fmt", ["npy", "nanogpt", "megatron", "datatrove"])
+def test_shard_bytes_is_an_exact_cap(corpus, tmp_path, fmt):
+    encode_corpus([corpus], tmp_path, encoding="r50k_base", fmt=fmt, shard_tokens=None,
+                  shard_bytes=300, batch_bytes=300, workers=1)
+    m = read_manifest(tmp_path)
+    form = get_format(fmt)
+    assert len(m["shards"]) > 3
+    for s in m["shards"]:
+        size = sum((tmp_path / n).stat().st_size for n in s["files"])
+        assert size == sum(s["bytes"]) == form.nbytes(s["tokens"], s["docs"], 2)
+        assert size <= 300 or s["docs"] == 1  # only a lone document may exceed the cap
+    enc = gputok.get_encoding("r50k_base")
+    eot = [enc.eot_token] if form.requires_eot else []
+    assert _docs(tmp_path) == [enc.encode(t) + eot for t in TEXTS]

@@ -47,9 +47,10 @@ class Format:
         """The on-disk id dtype for a vocabulary of ``n_vocab`` ids (ValueError if none fits)."""
         return np.dtype(np.uint16 if n_vocab <= (1 << 16) else np.uint32)
 
-    def nbytes(self, n_tokens: int, n_docs: int) -> int:
-        """Approximate size of a shard on disk, for ``--shard-bytes`` caps."""
-        return n_tokens * 4 + n_docs * 8
+    def nbytes(self, n_tokens, n_docs, itemsize: int):
+        """Size of a shard on disk, for ``--shard-bytes`` caps (works on numpy arrays of counts).
+        Exact for the binary formats; Parquet and Arrow give the uncompressed column size."""
+        return n_tokens * itemsize + n_docs * 8
 
     def write(self, handles: list, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Write one shard; ``handles`` are binary files opened for writing, one per suffix."""

@@ -96,7 +96,7 @@ class _ArrowBase(Format):
             raise ValueError(f"{self.name} stores int32 ids; {n_vocab} ids do not fit")
         return np.dtype(np.int32)
 
-    def nbytes(self, n_tokens, n_docs):
+    def nbytes(self, n_tokens, n_docs, itemsize):
         return n_tokens * 4 + (n_docs + 1) * 8
 
 

@@ -37,8 +37,8 @@ class Megatron(Format):
     def dtype(self, n_vocab):
         return np.dtype("<u2" if n_vocab < 65500 else "<i4")
 
-    def nbytes(self, n_tokens, n_docs):
-        return n_tokens * 4 + n_docs * 20 + 34
+    def nbytes(self, n_tokens, n_docs, itemsize):
+        return n_tokens * itemsize + 42 + 20 * n_docs  # .idx: 34-byte header, 20 B/doc, 8 B
 
     def write(self, handles, ids, offsets):
         dt = np.dtype("<u2") if ids.dtype.itemsize == 2 else np.dtype("<i4")

@@ -28,7 +28,7 @@ class NanoGPT(Format):
                              "ids; use --format megatron, datatrove, npy or parquet")
         return np.dtype("<u2")
 
-    def nbytes(self, n_tokens, n_docs):
+    def nbytes(self, n_tokens, n_docs, itemsize):
         return n_tokens * 2
 
     def write(self, handles, ids, offsets):

@@ -25,8 +25,8 @@ class Npy(Format):
     name = "npy"
     suffixes = (".ids.npy", ".offsets.npy")
 
-    def nbytes(self, n_tokens, n_docs):
-        return n_tokens * 4 + (n_docs + 1) * 8
+    def nbytes(self, n_tokens, n_docs, itemsize):
+        return n_tokens * itemsize + (n_docs + 1) * 8 + 2 * 128  # two 128-byte .npy headers
 
     def write(self, handles, ids, offsets):
         np.lib.format.write_array(_WriteThrough(handles[0]), ids, allow_pickle=False)
