@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Format, doc_lengths, write_all
+from . import Format, write_all
 
 
 class Datatrove(Format):
