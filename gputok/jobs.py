@@ -133,6 +133,12 @@ def _check_backends(backends) -> None:
     for name in dict.fromkeys(backends):
         if not name.startswith("cuda:"):
             get_backend(name)
+            continue
+        from .backends import cuda
+
+        ok, why = cuda.available()
+        if not ok:
+            raise RuntimeError(f"--devices / {name}: CUDA is not available ({why})")
 
 
 def _load_encoding(spec):

@@ -4,8 +4,8 @@
 column read through Arrow's buffers), and returns them with a ``large_list<int32>`` column of
 ids built without copying (``gputok.formats.arrow.to_arrow``). ``tokenize`` wires it into
 ``map_batches`` with an ``ActorPoolStrategy``; on a GPU cluster pass ``num_gpus=1`` and each
-actor drives one GPU with the ``auto`` backend. Row order and ids are those of a single process:
-``map_batches`` keeps each block's rows together, and encoding is per document.
+actor drives one GPU with the ``auto`` backend. Ids are those of a single process (encoding is
+per document) and so is row order (``preserve_order``, on by default).
 
 >>> import ray, gputok.ray
 >>> ds = ray.data.from_items([{"text": "hello world"}])                     # doctest: +SKIP
@@ -65,11 +65,14 @@ class Tokenizer:
 
 
 def tokenize(ds, encoding: str = "cl100k_base", *, actors: int = 2, num_gpus: float = 0,
-             batch_size: int = 4096, **tokenizer_kwargs):
+             batch_size: int = 4096, preserve_order: bool = True, **tokenizer_kwargs):
     """``ds.map_batches`` with a pool of ``actors`` ``Tokenizer`` actors (Arrow in, Arrow out).
 
     ``num_gpus=1`` on GPU clusters gives each actor a GPU. Extra keyword arguments go to
-    ``Tokenizer`` (``text_column``, ``backend``, ``append_eot``, ...).
+    ``Tokenizer`` (``text_column``, ``backend``, ``append_eot``, ...). Ray Data emits blocks as
+    they finish unless told otherwise; ``preserve_order=True`` (the default) sets the dataset's
+    ``execution_options.preserve_order`` so rows come out in input order, as from one process
+    (``False`` lets a slow block not hold back the others).
 
     >>> out = tokenize(ray.data.read_parquet("s3://corpus/"), "o200k_base", actors=8,
     ...                num_gpus=1)                                          # doctest: +SKIP
@@ -78,7 +81,10 @@ def tokenize(ds, encoding: str = "cl100k_base", *, actors: int = 2, num_gpus: fl
         from ray.data import ActorPoolStrategy
     except ImportError:
         raise ImportError("gputok.ray needs Ray Data: pip install 'gputok[ray]'") from None
-    return ds.map_batches(Tokenizer, fn_constructor_args=(encoding,),
-                          fn_constructor_kwargs=tokenizer_kwargs, batch_format="pyarrow",
-                          batch_size=batch_size, compute=ActorPoolStrategy(size=actors),
-                          num_gpus=num_gpus, zero_copy_batch=True)
+    out = ds.map_batches(Tokenizer, fn_constructor_args=(encoding,),
+                         fn_constructor_kwargs=tokenizer_kwargs, batch_format="pyarrow",
+                         batch_size=batch_size, compute=ActorPoolStrategy(size=actors),
+                         num_gpus=num_gpus, zero_copy_batch=True)
+    if preserve_order:
+        out.context.execution_options.preserve_order = True
+    return out

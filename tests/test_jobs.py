@@ -63,3 +63,16 @@ def test_special_token_in_a_worker_names_the_row(tmp_path):
                                          r"'<\|endoftext\|>'"):
         encode_corpus([tmp_path / "in.parquet"], tmp_path / "o", backend="numpy", workers=2,
                       batch_bytes=64)
+
+
+def test_unavailable_devices_fail_before_work(tmp_path):
+    from gputok.backends import cuda
+
+    if cuda.available()[0]:
+        pytest.skip("a CUDA device is present: nothing to refuse")
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a"}\n')
+    with pytest.raises(RuntimeError, match=r"--devices / cuda:0: CUDA is not available"):
+        encode_corpus([src], tmp_path / "o", devices="0,1")
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        encode_corpus([src], tmp_path / "o2", backend="tpu", workers=1)
