@@ -48,10 +48,10 @@ def corpus(tmp_path_factory):
     return [a, b, c]
 
 
-def _cmd(inputs, out, fmt, *extra):
+def _cmd(inputs, out, fmt, *extra, workers=1):
     return [sys.executable, "-m", "gputok", "encode", "-e", "r50k_base", *map(str, inputs),
             "-o", str(out), "-q", "--format", fmt, "--shard-tokens", "3000", "--batch-bytes",
-            "4000", "--workers", "1", *extra]
+            "4000", "--workers", str(workers), "--backend", "numpy", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +64,17 @@ def reference(corpus, tmp_path_factory):
     return outs
 
 
-@pytest.mark.parametrize("fmt,rounds", [("npy", ROUNDS), ("nanogpt", max(2, ROUNDS // 2))])
-def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, fmt, rounds):
+@pytest.mark.parametrize("fmt,rounds,workers", [("npy", ROUNDS, 1),
+                                                ("nanogpt", max(2, ROUNDS // 2), 1),
+                                                ("npy", max(2, ROUNDS // 3), 2)])
+def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, fmt, rounds, workers):
     out = tmp_path / "out"
     rng = random.Random(1234 + rounds)
     kills = mid_job = 0
     for r in range(rounds * 3):
         if kills >= rounds:
             break
-        p = subprocess.Popen(_cmd(corpus, out, fmt, "--resume"), cwd=ROOT,
+        p = subprocess.Popen(_cmd(corpus, out, fmt, "--resume", workers=workers), cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(rng.uniform(0.3, 1.8))  # start-up takes ~0.5 s, the whole job ~1.5 s
         if p.poll() is None:
@@ -86,8 +88,15 @@ def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, fmt,
             subprocess.run(["rm", "-rf", str(out)], check=True)
     assert kills >= rounds, f"only {kills} of the runs were still working when killed"
     assert mid_job >= rounds // 2, f"only {mid_job} kills landed after some shards were written"
-    r = subprocess.run(_cmd(corpus, out, fmt, "--resume"), cwd=ROOT, capture_output=True,
-                       text=True)
+    if workers > 1:  # pool workers notice their parent is gone and exit (they poll every 1 s)
+        for _ in range(50):
+            left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+            if not left.stdout.strip():
+                break
+            time.sleep(0.1)
+        assert not left.stdout.strip(), "orphaned encoder workers: " + left.stdout
+    r = subprocess.run(_cmd(corpus, out, fmt, "--resume", workers=workers), cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     m = read_manifest(out)
     assert m["complete"] and m["docs"] == 4001
