@@ -213,6 +213,28 @@ def compare_docs(sides, texts, wheres=None, *, limit: int = 50) -> dict:
     return out
 
 
+def throughput_by_size(sides, texts, sizes_mb) -> list:
+    """Seconds of each side on the corpus prefixes of about ``sizes_mb`` MB (each prefix whole
+    documents; sizes above the corpus are dropped): ``[{"mb": ..., "seconds": [a, b]}]``."""
+    sizes = [int(mb * 1e6) for mb in sorted(set(sizes_mb))]
+    cum, n, out = 0, 0, []
+    for target in sizes:
+        while n < len(texts) and cum < target:
+            cum += len(texts[n].encode("utf-8", "surrogatepass"))
+            n += 1
+        if out and out[-1]["docs"] == n:
+            break  # the corpus is smaller than this size: its whole size was the last point
+        secs = []
+        for s in sides:
+            t0 = time.perf_counter()
+            s.encode(texts[:n])
+            secs.append(time.perf_counter() - t0)
+        out.append({"mb": cum / 1e6, "docs": n, "seconds": secs})
+        if cum < target:
+            break
+    return out
+
+
 def _read_corpus(path: str, field: str, max_bytes: int):
     from .corpus import location, read_batches, resolve_inputs
 
@@ -240,6 +262,15 @@ def markdown(report: dict) -> str:
         rates = [f"{mb / s:.2f}" if s > 0 else "-" for s in c["seconds"]]
         lines.append(f"| {c['corpus']} | {c['docs']} | {mb:.2f} | {rates[0]} | {rates[1]} | "
                      f"{c['n_mismatches']} |")
+    if any(c.get("sizes") for c in report["corpora"]):
+        lines += ["", "| corpus | prefix MB | docs | " + f"{a} MB/s | {b} MB/s |",
+                  "|---|---:|---:|---:|---:|"]
+        for c in report["corpora"]:
+            for p in c.get("sizes", []):
+                r = [f"{p['mb'] / s:.2f}" if s > 0 else "-" for s in p["seconds"]]
+                lines.append(f"| {c['corpus']} | {p['mb']:.2f} | {p['docs']} | {r[0]} | {r[1]} |")
+        lines += ["", "(prefixes are timed after the full pass, with warm caches: a long job's "
+                  "steady state; the first table is each side's first, cold pass)"]
     total = sum(c["n_mismatches"] for c in report["corpora"])
     lines += ["", "**identical ids on every document**" if not total else
               f"**{total} document(s) differ**", ""]
@@ -257,7 +288,8 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> None:
-    """Throughput per corpus and side as a bar chart (``pip install 'gputok[plot]'``)."""
+    """Throughput per corpus and side: lines over prefix sizes when ``--sizes`` was given, else
+    bars (``pip install 'gputok[plot]'``)."""
     try:
         import matplotlib
 
@@ -266,6 +298,23 @@ def plot(report: dict, path: str) -> None:
     except ImportError:
         raise ImportError("--plot needs matplotlib: pip install 'gputok[plot]'") from None
     corpora = report["corpora"]
+    if any(len(c.get("sizes", [])) > 1 for c in corpora):
+        fig, ax = plt.subplots(figsize=(6, 3.8))
+        for c in corpora:
+            name = c["corpus"].rsplit("/", 1)[-1]
+            for k, side in enumerate(report["sides"]):
+                pts = c.get("sizes", [])
+                ax.plot([p["mb"] for p in pts], [p["mb"] / max(p["seconds"][k], 1e-9) for p in pts],
+                        marker="o", linestyle="-" if k == 0 else "--", label=f"{side} · {name}")
+        ax.set_xscale("log")
+        ax.set_xlabel("corpus prefix (MB)")
+        ax.set_ylabel("MB/s")
+        ax.set_title("throughput per corpus and size")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return
     fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(corpora) + 2), 3.5))
     width = 0.38
     for k, side in enumerate(report["sides"]):
@@ -296,6 +345,8 @@ def add_parser(sub) -> None:
                    help="special tokens encoded as control ids ('all'); others are text")
     p.add_argument("--max-mb", type=float, default=64.0, help="text read per corpus (64)")
     p.add_argument("--max-mismatches", type=int, default=20, help="mismatches shown per corpus")
+    p.add_argument("--sizes", metavar="MB,MB,...", help="also time both sides on corpus "
+                   "prefixes of these sizes, e.g. 0.1,1,10 (the chart then plots MB/s per size)")
     p.add_argument("--report", help="write the Markdown report here (default: stdout)")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--plot", help="write a throughput chart here (.png/.svg; needs matplotlib)")
@@ -312,10 +363,16 @@ def run_parity(args) -> int:
             import matplotlib  # noqa: F401  (fail before the work, not after)
         except ImportError:
             raise ImportError("--plot needs matplotlib: pip install 'gputok[plot]'") from None
+    try:
+        sizes = [float(x) for x in args.sizes.split(",")] if args.sizes else []
+    except ValueError:
+        raise ValueError(f"--sizes {args.sizes!r}: expected MB values like 0.1,1,10") from None
     report = {"sides": [args.a, b_spec], "corpora": []}
     for path in args.inputs:
         texts, wheres = _read_corpus(path, args.field, int(args.max_mb * 1e6))
         c = compare_docs(sides, texts, wheres, limit=args.max_mismatches)
+        if sizes:
+            c["sizes"] = throughput_by_size(sides, texts, sizes)
         report["corpora"].append({"corpus": path, **c})
     md = markdown(report)
     if args.report:

@@ -92,3 +92,16 @@ def test_plot(corpus, tmp_path):
     assert main(["parity", "--a", "tiktoken:cl100k_base", str(corpus), str(corpus),
                  "--plot", str(png), "--report", str(tmp_path / "r.md")]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(300)))
+    assert main(["parity", "--a", "tiktoken:r50k_base", "--b", "gputok:r50k_base", str(big),
+                 "--sizes", "0.01,0.05,10", "--plot", str(png), "--json", str(tmp_path / "r.json"),
+                 "--report", str(tmp_path / "r.md")]) == 0
+    sizes = json.loads((tmp_path / "r.json").read_text())["corpora"][0]["sizes"]
+    lens = [len((f"document {i} " * 40).encode()) for i in range(300)]
+    total = sum(lens)
+    # the smallest prefix of whole documents that reaches each size; 10 MB: the whole corpus
+    first = [next(n for n in range(1, 301) if sum(lens[:n]) >= mb * 1e6) for mb in (0.01, 0.05)]
+    assert [p["docs"] for p in sizes] == first + [300] and sizes[-1]["mb"] == total / 1e6
+    assert all(s > 0 for p in sizes for s in p["seconds"])
+    assert f"| {big} | {total / 1e6:.2f} | 300 |" in (tmp_path / "r.md").read_text()
