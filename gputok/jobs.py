@@ -377,7 +377,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     backends = plan_workers(backend, devices=devices, workers=workers,
                             total_bytes=total if all(s.path != "-" for s in sources) else None)
     _check_backends(backends)
-    if spec[0] == "obj" and len(backends) > 1:
+    if spec[0] == "obj" and any(b.startswith(("cuda", "metal")) for b in backends[1:2]):
+        # GPU workers are spawned and receive the encoding pickled (CPU workers are forked)
         import pickle
 
         try:

@@ -126,6 +126,28 @@ def test_megatron_core_indexed_dataset_reads_it(corpus, tmp_path):
     assert docs == [enc.encode(t) for t in TEXTS]
 
 
+@pytest.mark.parametrize("encoding", ["r50k_base", "cl100k_base"])
+def test_megatron_byte_identical_to_megatron_core_builder(corpus, tmp_path, encoding):
+    idx_mod = pytest.importorskip(
+        "megatron.core.datasets.indexed_dataset",
+        reason="megatron-core + CPU torch not installed (optional: pip install torch==2.13.0 "
+               "megatron-core==0.16.1)")
+    import torch
+
+    m = _encode(corpus, tmp_path / "g", "megatron", encoding=encoding)
+    enc = gputok.get_encoding(encoding)
+    docs = iter(TEXTS)
+    dtype = idx_mod.DType.optimal_dtype(enc.n_vocab)  # Megatron's own choice of dtype
+    for k, s in enumerate(m["shards"]):
+        b = idx_mod.IndexedDatasetBuilder(str(tmp_path / f"ref{k}.bin"), dtype=dtype)
+        for _ in range(s["docs"]):
+            ids = enc.encode(next(docs))
+            b.add_document(torch.tensor(ids, dtype=torch.int64), [len(ids)])
+        b.finalize(str(tmp_path / f"ref{k}.idx"))
+        for ours, ref in zip(s["files"], (f"ref{k}.bin", f"ref{k}.idx")):
+            assert (tmp_path / "g" / ours).read_bytes() == (tmp_path / ref).read_bytes()
+
+
 @pytest.mark.parametrize("encoding", ["r50k_base", "o200k_base"])
 def test_datatrove_byte_identical_to_datatroves_writer(corpus, tmp_path, encoding):
     tk = pytest.importorskip("datatrove.pipeline.tokens.tokenizer",

@@ -76,3 +76,18 @@ def test_unavailable_devices_fail_before_work(tmp_path):
         encode_corpus([src], tmp_path / "o", devices="0,1")
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         encode_corpus([src], tmp_path / "o2", backend="tpu", workers=1)
+
+
+def test_an_encoding_object_with_a_pool(tmp_path):
+    enc = gputok.train_bpe(["low lower lowest newest widest"] * 20, vocab_size=270, pattern="gpt2",
+                           special_tokens=["<|endoftext|>"])
+    src = tmp_path / "in.jsonl"
+    texts = [f"lowest {i} newer widest" for i in range(500)]
+    src.write_text("".join('{"text": "%s"}\n' % t for t in texts))
+    s = encode_corpus([src], tmp_path / "o", encoding=enc, backend="numpy", workers=2,
+                      batch_bytes=500, append_eot=True)
+    assert s.workers == 2 and s.docs == 500
+    docs = []
+    for ids, off in read_shards(tmp_path / "o"):
+        docs += [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
+    assert docs == [enc.encode(t) + [enc.eot_token] for t in texts]
