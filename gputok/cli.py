@@ -32,6 +32,14 @@ def _size(text: str) -> int:
     return n
 
 
+def _workers(text: str):
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes >= 1, got {text!r}")
+
+
 def _encoding(args):
     import gputok
 
@@ -227,7 +235,8 @@ def _vocab_args(sp):
 def build_parser() -> argparse.ArgumentParser:
     import gputok
 
-    p = argparse.ArgumentParser(prog="gputok", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="gputok", description="gputok: encode corpora into training "
+                                "shards, train vocabularies, compare tokenizers, inspect tokens")
     p.add_argument("--version", action="version", version=f"gputok {gputok.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -246,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--backend", default="auto",
                    help="auto, numpy, native, cuda, cuda:<index> or metal (default auto)")
     e.add_argument("--devices", help="GPUs to use, one worker each: 'all' or indices like 0,1")
-    e.add_argument("--workers", default="auto",
+    e.add_argument("--workers", default="auto", type=_workers,
                    help="encoder processes (default auto: one per core for CPU backends)")
     e.add_argument("--errors", default="strict", choices=["strict", "replace"],
                    help="invalid UTF-8 in input: fail (default) or decode as U+FFFD")
