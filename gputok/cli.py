@@ -134,7 +134,15 @@ def colour_tokens(pieces: "list[bytes]") -> str:
 def cmd_show(args) -> int:
     enc = _encoding(args)
     text = " ".join(args.text) if args.text and args.text != ["-"] else sys.stdin.read()
-    ids = enc.encode(text, allowed_special=_allowed(args))
+    from .jobs import DisallowedSpecialError, _shell_quote
+
+    try:
+        ids = enc.encode(text, allowed_special=_allowed(args),
+                         disallowed_special=() if args.special_as_text else "all")
+    except DisallowedSpecialError as e:
+        raise ValueError(f"the text contains the special token {e.token!r}; pass "
+                         f"--allowed-special {_shell_quote(e.token)} to show it as the control "
+                         "token, or --special-as-text to show it as plain text") from None
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and os.environ.get("NO_COLOR") is None)
     print(f"{len(ids)} tokens ({enc.name})")
@@ -276,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="show how a text is tokenized")
     _vocab_args(s)
     s.add_argument("text", nargs="*", help="text (default, or -: stdin)")
+    s.add_argument("--special-as-text", action="store_true",
+                   help="encode special-token text as plain text (default: an error)")
     s.add_argument("--color", default="auto", choices=["auto", "always", "never"],
                    help="colour the tokens (auto: when stdout is a terminal)")
     s.set_defaults(func=cmd_show)

@@ -274,3 +274,15 @@ def test_workers_and_formats_from_the_cli(tmp_path):
     for a, b in zip(sorted(one.glob("shard_*")), sorted(two.glob("shard_*"))):
         assert a.read_bytes() == b.read_bytes()
     assert len(list(one.glob("shard_*"))) == 2
+
+
+def test_show_special_token_error_gives_cli_fixes():
+    r = _run("show", "a <|endoftext|>")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "gputok: error: the text contains the special token '<|endoftext|>'; pass "
+        "--allowed-special '<|endoftext|>' to show it as the control token, or "
+        "--special-as-text to show it as plain text")
+    r = _run("show", "--special-as-text", "a <|endoftext|>")
+    enc = gputok.get_encoding("cl100k_base")
+    assert [int(x.split()[0]) for x in r.stdout.splitlines()[1:]] == \
+        enc.encode_ordinary("a <|endoftext|>")
