@@ -165,7 +165,12 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
     """A pool process: load the vocabulary once, then encode batches until told to stop (or
     until the parent is gone: a SIGKILLed job must not leave workers behind)."""
     import queue
+    import signal
 
+    # Ctrl-C is the driver's to handle (it keeps the finished documents, then stops the
+    # workers); SIGTERM ends a worker at once (a forked worker inherits the CLI's handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         enc = _load_encoding(spec)
     except Exception as e:  # reported on the first batch
@@ -279,9 +284,13 @@ class Pool:
             raise _special(msg[2], msg[1])
         raise RuntimeError(f"encoder worker {k} ({self.backends[k]}): {msg[1]}: {msg[2]}")
 
-    def close(self):
+    def close(self, *, now: bool = False):
+        """Stop the workers: let them finish (``now=False``) or terminate them at once."""
+        if now:
+            for p, _, _ in self.procs:
+                p.terminate()
         for p, inq, _ in self.procs:
-            if p.is_alive():
+            if p.is_alive() and not now:
                 try:
                     inq.put(None)
                 except (OSError, ValueError):
@@ -426,7 +435,9 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         writer.release()
         raise
     finally:
-        pool.close()
+        import sys
+
+        pool.close(now=sys.exc_info()[0] is not None)
     writer.close()
     summary.seconds = time.perf_counter() - t0
     summary.shards = len(writer.shards)
