@@ -264,7 +264,7 @@ class Pool:
         try:
             return _encode(self.enc, b.texts, self.backends[0], self.opts)
         except DisallowedSpecialError as e:
-            raise _special(e.token, getattr(e, "doc", 0)) from None
+            raise _SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
 
     def _result(self, k, b):
         import queue
@@ -281,7 +281,7 @@ class Pool:
         if msg[0] == "ok":
             return msg[1]
         if msg[0] == "special":
-            raise _special(msg[2], msg[1])
+            raise _SpecialInBatch(msg[2], msg[1])
         raise RuntimeError(f"encoder worker {k} ({self.backends[k]}): {msg[1]}: {msg[2]}")
 
     def close(self, *, now: bool = False):
@@ -303,13 +303,12 @@ class Pool:
 
 
 class _SpecialInBatch(ValueError):
+    """A disallowed special token in document ``doc`` of a batch (``batch`` is set on the way
+    out of ``Pool.map``, so the message can name the file and line)."""
+
     def __init__(self, token, doc):
         super().__init__(token)
         self.token, self.doc = token, doc
-
-
-def _special(token, doc):
-    return _SpecialInBatch(token, doc)
 
 
 def _shell_quote(s: str) -> str:

@@ -286,3 +286,42 @@ def test_show_special_token_error_gives_cli_fixes():
     enc = gputok.get_encoding("cl100k_base")
     assert [int(x.split()[0]) for x in r.stdout.splitlines()[1:]] == \
         enc.encode_ordinary("a <|endoftext|>")
+
+
+def test_gz_progress_bar_reaches_the_compressed_total(tmp_path):
+    import fcntl
+    import gzip
+    import os
+    import pty
+    import struct
+    import termios
+
+    raw = "".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(4000)).encode()
+    src = tmp_path / "c.jsonl.gz"
+    src.write_bytes(gzip.compress(raw))
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 150, 0, 0))
+    r = subprocess.run([sys.executable, "-m", "gputok", "encode", str(src), "-o",
+                        str(tmp_path / "o"), "--batch-bytes", "64k"], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(leader)
+    assert r.returncode == 0
+    final = err.decode().replace("\r\n", "\r").split("\r")
+    last = [line for line in final if "encode:" in line][-1]
+    size = os.path.getsize(src)
+    # tqdm's own rendering of the total (unit_divisor 1024): done == total == compressed size
+    from tqdm import tqdm
+
+    total = tqdm.format_sizeof(size, divisor=1024)
+    assert "100%" in last and f"{total}/{total}" in last, last
+    assert len(raw) > 5 * size  # the uncompressed size would be a very different number
