@@ -87,8 +87,11 @@ def _kind_of(name: str) -> "tuple[str | None, str | None]":
     return _SUFFIX_KIND.get(os.path.splitext(name)[1].lower()), comp
 
 
-def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto") -> "list[Source]":
+def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
+                   exclude=None) -> "list[Source]":
     """Expand and check every input before any work starts; ``CorpusError`` lists every problem.
+    Directories and globs skip files under ``exclude`` (the job's output directory: a job that
+    writes Parquet into the folder it reads must not read its own shards on the next run).
 
     >>> [s.kind for s in resolve_inputs(["sample/austen.jsonl"])]
     ['jsonl']
@@ -117,6 +120,9 @@ def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto") ->
                 problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow file")
         else:
             paths = [spec]
+        if exclude is not None and paths != [spec]:
+            skip = os.path.abspath(exclude) + os.sep
+            paths = [p for p in paths if not os.path.abspath(p).startswith(skip)]
         for p in paths:
             problem = _check_file(p, field, input_format, out)
             if problem:

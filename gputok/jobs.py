@@ -342,7 +342,7 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if batch_bytes < 1:
         raise ValueError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    sources = resolve_inputs(inputs, field=field, input_format=input_format)
+    sources = resolve_inputs(inputs, field=field, input_format=input_format, exclude=output)
     if resume and any(s.path == "-" for s in sources):
         raise ValueError("-: standard input cannot be resumed (its documents are gone); "
                          "write it to a file first")

@@ -139,3 +139,14 @@ def test_trainer_reader_is_unchanged(tmp_path):
     rows = list(iter_documents([p]))
     assert [(d, w) for d, _n, w in rows] == [("a", f"{p}:1"), ("b", f"{p}:2")]
     assert sum(n for _d, n, _w in rows) == os.path.getsize(p)
+
+
+def test_a_job_does_not_read_its_own_output(tmp_path):
+    from gputok.jobs import encode_corpus
+
+    _jsonl(tmp_path / "a.jsonl", ["one", "two"])
+    out = tmp_path / "tokens"
+    for _ in range(2):  # the second run would see tokens/*.parquet without the exclusion
+        s = encode_corpus([tmp_path], out, fmt="parquet", workers=1, overwrite=True)
+        assert s.docs == 2
+    assert [s.path for s in resolve_inputs([tmp_path], exclude=out)] == [f"{tmp_path}/a.jsonl"]
