@@ -7,11 +7,12 @@
 """
 
 # public API
+from . import export
 from .encoding import Encoding, StreamDecoder
 from .registry import get_encoding, list_encoding_names, load
 from .train import train_bpe
 
 __version__ = "0.1.0"
 
-__all__ = ["Encoding", "StreamDecoder", "get_encoding", "list_encoding_names", "load",
+__all__ = ["export", "Encoding", "StreamDecoder", "get_encoding", "list_encoding_names", "load",
            "train_bpe", "__version__"]

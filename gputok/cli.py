@@ -1,17 +1,43 @@
-"""The ``gputok`` command: encode corpora to .npy shards, inspect tokenizations, report backends.
+"""The ``gputok`` command: encode corpora into training shards, train, compare, inspect.
 
-    gputok encode --encoding cl100k_base corpus/*.jsonl -o out/
-    gputok show --encoding o200k_base "Hello world"
+    gputok encode --encoding cl100k_base corpus/*.jsonl -o out/ --format megatron
     gputok train --vocab-size 32000 --pattern cl100k corpus/*.jsonl -o tokenizer.json
+    gputok parity --a tiktoken:cl100k_base --b gputok:cl100k_base corpus/*.jsonl
+    gputok show --encoding o200k_base "Hello world"
     gputok info
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
+
+from .formats import FORMATS
+
+
+def _size(text: str) -> int:
+    """``8M`` / ``64k`` / ``1G`` / ``123``: sizes and counts in arguments (powers of 1024)."""
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().rstrip("b")
+    try:
+        n = int(float(t[:-1]) * mult[t[-1]]) if t and t[-1] in mult else int(t)
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"expected a size like 8M, 64k or 1000, got {text!r}")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return n
+
+
+def _workers(text: str):
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes >= 1, got {text!r}")
 
 
 def _encoding(args):
@@ -24,102 +50,104 @@ def _encoding(args):
     return gputok.get_encoding(args.encoding or "cl100k_base")
 
 
-def cmd_encode(args) -> int:
+def _allowed(args):
+    vals = args.allowed_special or []
+    return "all" if "all" in vals else frozenset(vals)
+
+
+def _bar(args, total, desc):
+    """A tqdm bar on stderr when it is a terminal (never in logs and pipes), else None."""
+    if args.quiet or not sys.stderr.isatty():
+        return None
     from tqdm import tqdm
 
-    from .specials import DisallowedSpecialError
+    return tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                file=sys.stderr, dynamic_ncols=True)
 
-    from .backends import get_backend
-    from .corpus import iter_documents, total_input_bytes
-    from .shards import ShardWriter
 
-    enc = _encoding(args)
-    backend = get_backend(args.backend)
-    inputs = [str(Path(p)) for p in args.inputs]
-    meta = {"encoding": enc.name, "inputs": inputs, "field": args.field,
-            "append_eot": bool(args.append_eot), "backend": backend.name}
-    writer = ShardWriter(args.output, meta=meta, dtype=enc.id_dtype,
-                         shard_tokens=args.shard_tokens, resume=args.resume,
-                         overwrite=args.overwrite)
-    skip = writer.docs_done
-    allowed = "all" if args.allowed_special == "all" else frozenset(args.allowed_special or ())
-    disallowed = () if args.special_as_text else "all"
-    eot = enc.eot_token if args.append_eot else None
+def cmd_encode(args) -> int:
+    from .corpus import total_input_bytes
+    from .jobs import encode_corpus
 
-    total = total_input_bytes(inputs)
-    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="encode",
-               disable=args.quiet or None, file=sys.stderr, dynamic_ncols=True)
-    docs = n_bytes = n_tokens = 0
-    t0 = time.perf_counter()
-    batch: list[str] = []
-    where: list[str] = []
-    batch_size = pending_progress = 0
+    if args.encoding and args.tokenizer:
+        raise ValueError("give --encoding NAME or --tokenizer FILE, not both")
+    bar = _bar(args, total_input_bytes(args.inputs), "encode")
 
-    def run_batch():
-        nonlocal docs, n_bytes, n_tokens, batch, batch_size, where
-        try:
-            ids, offsets = enc.encode_batch_arrays(batch, allowed_special=allowed,
-                                                   disallowed_special=disallowed, backend=backend)
-        except DisallowedSpecialError as e:
-            writer.flush()  # keep every finished batch: --resume continues from here
-            raise ValueError(f"{where[e.doc]}: the text contains the special token {e.token!r}; "
-                             f"pass --special-as-text to encode it as plain text, or "
-                             f"--allowed-special {e.token} to encode it as the control token") from None
-        if eot is not None:
-            ids, offsets = _append(ids, offsets, eot)
-        writer.add(ids, offsets)
-        docs += len(batch)
-        n_bytes += batch_size
-        n_tokens += len(ids)
-        bar.set_postfix(docs=docs, tokens=n_tokens, refresh=False)
-        batch, batch_size, where = [], 0, []
+    def progress(nbytes, docs, tokens):
+        if bar is not None:
+            bar.update(nbytes)
+            bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
-    seen = 0
-    for doc, consumed, loc in iter_documents(inputs, field=args.field, errors=args.errors):
-        pending_progress += consumed
-        if doc is not None:
-            seen += 1
-            if seen > skip:
-                batch.append(doc)
-                where.append(loc)
-                batch_size += len(doc.encode("utf-8", "surrogatepass"))
-        if batch_size >= args.batch_bytes:
-            run_batch()
-            bar.update(pending_progress)
-            pending_progress = 0
-    if batch:
-        run_batch()
-    bar.update(pending_progress)
-    writer.close()
-    bar.close()
-    dt = time.perf_counter() - t0
-    resumed = f" (resumed after {skip} docs)" if skip else ""
-    print(f"gputok encode: {docs} docs, {n_bytes / 1e6:.2f} MB, {n_tokens} tokens "
-          f"({enc.name}, {backend.name}) in {dt:.2f} s = {n_bytes / 1e6 / max(dt, 1e-9):.2f} MB/s"
-          f"{resumed}; {len(writer.shards)} shard(s) in {args.output}")
+    try:
+        s = encode_corpus(args.inputs, args.output,
+                          encoding=args.tokenizer or args.encoding or "cl100k_base",
+                          fmt=args.format, field=args.field, input_format=args.input_format,
+                          errors=args.errors, allowed_special=_allowed(args),
+                          special_as_text=args.special_as_text, append_eot=args.append_eot,
+                          batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
+                          shard_bytes=args.shard_bytes, resume=args.resume,
+                          overwrite=args.overwrite, backend=args.backend, devices=args.devices,
+                          workers=args.workers, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if s.seconds == 0 and s.docs == 0 and s.resumed_docs:
+        print(f"gputok encode: {args.output} is already complete ({s.resumed_docs} docs, "
+              f"{s.shards} shard(s)); nothing to do")
+        return 0
+    resumed = f" (resumed after {s.resumed_docs} docs)" if s.resumed_docs else ""
+    workers = f" x{s.workers}" if s.workers > 1 else ""
+    print(f"gputok encode: {s.docs} docs, {s.bytes / 1e6:.2f} MB, {s.tokens} tokens "
+          f"({args.tokenizer or args.encoding or 'cl100k_base'}, {s.backends[0]}{workers}) in "
+          f"{s.seconds:.2f} s = {s.bytes / 1e6 / max(s.seconds, 1e-9):.2f} MB/s{resumed}; "
+          f"{s.shards} {args.format} shard(s) in {args.output}")
     return 0
 
 
-def _append(ids, offsets, eot):
-    import numpy as np
+_COLOURS = ("\x1b[48;5;153m", "\x1b[48;5;223m", "\x1b[48;5;194m", "\x1b[48;5;225m")
+_RESET = "\x1b[0m"
 
-    lens = np.diff(offsets)
-    out = np.empty(len(ids) + len(lens), dtype=ids.dtype)
-    new_off = offsets + np.arange(len(offsets))
-    ends = new_off[1:] - 1
-    mask = np.ones(len(out), dtype=bool)
-    mask[ends] = False
-    out[mask] = ids
-    out[ends] = eot
-    return out, new_off
+
+def colour_tokens(pieces: "list[bytes]") -> str:
+    """The text with each token on a background colour (four alternating), for a terminal.
+    A token that ends inside a UTF-8 character is shown merged with the next.
+
+    >>> colour_tokens([b"hello", b" world"]) == ("\\x1b[48;5;153mhello\\x1b[0m"
+    ...                                         "\\x1b[48;5;223m world\\x1b[0m")
+    True
+    """
+    out, pending, k = [], b"", 0
+    for p in pieces:
+        pending += p
+        try:
+            text = pending.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        text = text.replace("\n", "\\n\n").replace("\t", "\\t")
+        out.append(f"{_COLOURS[k % len(_COLOURS)]}{text}{_RESET}")
+        pending, k = b"", k + 1
+    if pending:
+        out.append(f"{_COLOURS[k % len(_COLOURS)]}{pending.decode('utf-8', 'replace')}{_RESET}")
+    return "".join(out)
 
 
 def cmd_show(args) -> int:
     enc = _encoding(args)
-    text = " ".join(args.text) if args.text else sys.stdin.read()
-    ids = enc.encode(text, allowed_special="all" if args.allowed_special == "all" else
-                     frozenset(args.allowed_special or ()))
+    text = " ".join(args.text) if args.text and args.text != ["-"] else sys.stdin.read()
+    from .jobs import DisallowedSpecialError, _shell_quote
+
+    try:
+        ids = enc.encode(text, allowed_special=_allowed(args),
+                         disallowed_special=() if args.special_as_text else "all")
+    except DisallowedSpecialError as e:
+        raise ValueError(f"the text contains the special token {e.token!r}; pass "
+                         f"--allowed-special {_shell_quote(e.token)} to show it as the control "
+                         "token, or --special-as-text to show it as plain text") from None
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
+                                        and os.environ.get("NO_COLOR") is None)
     print(f"{len(ids)} tokens ({enc.name})")
+    if colour:
+        print(colour_tokens([enc.decode_single_token_bytes(i) for i in ids]))
     for i in ids:
         print(f"{i:>8}  {enc.decode_single_token_bytes(i)!r}")
     return 0
@@ -131,6 +159,7 @@ def cmd_info(args) -> int:
     import numpy
 
     import gputok
+
     from .backends import availability
 
     print(f"gputok {gputok.__version__} (python {platform.python_version()}, numpy "
@@ -139,11 +168,13 @@ def cmd_info(args) -> int:
     for name, (ok, why) in availability().items():
         print(f"  {name:<6} {'available' if ok else 'unavailable'}: {why}")
     print(f"encodings: {', '.join(gputok.list_encoding_names())}")
+    print(f"output formats: {', '.join(FORMATS)}")
     return 0
 
 
 def cmd_train(args) -> int:
     from . import train as train_mod
+    from .corpus import resolve_inputs
     from .export import save_hf_json, save_tiktoken
 
     out = Path(args.output)
@@ -152,69 +183,119 @@ def cmd_train(args) -> int:
                          ".tiktoken (ranks + a .tiktoken.json sidecar with pattern and specials)")
     if not out.parent.is_dir():
         raise ValueError(f"-o {out}: no such directory {out.parent}")
-    inputs = [Path(p) for p in args.inputs]
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"-o {out} exists; pass --overwrite to replace it")
+    if not os.access(out.parent, os.W_OK):
+        raise ValueError(f"-o {out}: the directory {out.parent} is not writable")
+    specials = args.special or []
+    smallest = 256 + len(set(specials))
+    if args.vocab_size < smallest:
+        raise ValueError(f"--vocab-size {args.vocab_size} is below the {smallest} ids every "
+                         f"byte-level vocabulary has (256 bytes + {len(set(specials))} special "
+                         f"token(s)); pass --vocab-size {smallest} or more")
+    sources = resolve_inputs(args.inputs, field=args.field)
+    if any(s.kind in ("parquet", "arrow") or s.path == "-" for s in sources):
+        raise ValueError("gputok train reads .txt and .jsonl(.gz) files")
+    inputs = [Path(s.path) for s in sources]
     t0 = time.perf_counter()
     try:
         enc = train_mod.train_bpe(inputs, vocab_size=args.vocab_size, pattern=args.pattern,
-                                  special_tokens=args.special or (),
-                                  min_frequency=args.min_frequency, backend=args.backend,
-                                  name=args.name or out.name.split(".")[0],
-                                  progress=not args.quiet, field=args.field, errors=args.errors)
+                                  special_tokens=specials, min_frequency=args.min_frequency,
+                                  backend=args.backend, name=args.name or out.name.split(".")[0],
+                                  progress=not args.quiet and sys.stderr.isatty(),
+                                  field=args.field, errors=args.errors)
     except KeyboardInterrupt:
         print(f"gputok: interrupted; {out} was not written", file=sys.stderr)
         return 130
+    st = train_mod.last_stats
+    if st.n_words == 0:
+        raise ValueError(f"the inputs hold no text ({', '.join(map(str, inputs[:3]))}); "
+                         f"{out} was not written")
     (save_tiktoken if out.suffix == ".tiktoken" else save_hf_json)(enc, out)
     dt = time.perf_counter() - t0
-    st = train_mod.last_stats
     n_bytes = sum(p.stat().st_size for p in inputs)
     rate = st.n_merges / st.merges_s if st.merges_s > 0 else 0.0
     print(f"gputok train: {st.vocab_size} tokens ({st.n_merges} merges) from "
           f"{n_bytes / 1e6:.2f} MB, {st.n_words} unique words, in {dt:.2f} s (words "
           f"{st.words_s:.2f} s, merges {st.merges_s:.2f} s = {rate:.0f} merges/s, {st.backend})"
           f" -> {out}")
+    if st.vocab_size < args.vocab_size:
+        print(f"gputok: warning: stopped at {st.vocab_size} of the {args.vocab_size} tokens asked "
+              f"for: no pair occurs --min-frequency {args.min_frequency} times or more",
+              file=sys.stderr)
     return 0
 
 
+def cmd_parity(args) -> int:
+    from .parity import run_parity
+
+    return run_parity(args)
+
+
+def _vocab_args(sp):
+    sp.add_argument("--encoding", "-e", help="named encoding (default cl100k_base)")
+    sp.add_argument("--tokenizer", help="a tokenizer.json or .tiktoken file instead")
+    sp.add_argument("--allowed-special", action="append", metavar="TOKEN",
+                    help="a special token to encode as its control id (repeat for more; 'all' "
+                         "for every one)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gputok", description=__doc__.split("\n\n")[0])
+    import gputok
+
+    p = argparse.ArgumentParser(prog="gputok", description="gputok: encode corpora into training "
+                                "shards, train vocabularies, compare tokenizers, inspect tokens")
+    p.add_argument("--version", action="version", version=f"gputok {gputok.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    def vocab_args(sp):
-        sp.add_argument("--encoding", "-e", help="named encoding (default cl100k_base)")
-        sp.add_argument("--tokenizer", help="a tokenizer.json or .tiktoken file instead")
-        sp.add_argument("--allowed-special", nargs="*", metavar="TOKEN",
-                        help="special tokens to encode as control ids ('all' for every one)")
-
-    e = sub.add_parser("encode", help="encode .txt/.jsonl files into .npy shards")
-    vocab_args(e)
-    e.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt (one doc per file) or "
-                   ".jsonl (one doc per line), optionally .gz")
+    e = sub.add_parser("encode", help="encode corpora into training shards")
+    _vocab_args(e)
+    e.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help=".txt (one doc per file), .jsonl (one doc per line), .parquet/.arrow "
+                        "(--field column), .gz/.zst, directories, globs, or - for stdin (jsonl)")
     e.add_argument("-o", "--output", required=True, help="output directory")
-    e.add_argument("--field", default="text", help="JSON field holding the text (default: text)")
-    e.add_argument("--backend", default="auto", choices=["auto", "numpy", "cuda", "metal"])
+    e.add_argument("--format", "-f", default="npy", choices=FORMATS,
+                   help="output format (default npy)")
+    e.add_argument("--field", default="text", help="JSON field / column holding the text")
+    e.add_argument("--input-format", default="auto", choices=["auto", "txt", "jsonl", "parquet",
+                                                             "arrow"],
+                   help="read every input as this kind (default: by file name; stdin: jsonl)")
+    e.add_argument("--backend", default="auto",
+                   help="auto, numpy, native, cuda, cuda:<index> or metal (default auto)")
+    e.add_argument("--devices", help="GPUs to use, one worker each: 'all' or indices like 0,1")
+    e.add_argument("--workers", default="auto", type=_workers,
+                   help="encoder processes (default auto: one per core for CPU backends)")
     e.add_argument("--errors", default="strict", choices=["strict", "replace"],
                    help="invalid UTF-8 in input: fail (default) or decode as U+FFFD")
     e.add_argument("--special-as-text", action="store_true",
                    help="encode special-token text found in documents as plain text "
                         "(default: such documents are an error)")
-    e.add_argument("--append-eot", action="store_true", help="end every document with <eot>")
-    e.add_argument("--batch-bytes", type=int, default=8 << 20, help="text per batch")
-    e.add_argument("--shard-tokens", type=int, default=1 << 27, help="tokens per shard")
+    e.add_argument("--append-eot", action="store_true", help="end every document with <eot> "
+                   "(always on for --format nanogpt)")
+    e.add_argument("--batch-bytes", type=_size, default=8 << 20, help="text per batch (8M)")
+    e.add_argument("--shard-tokens", type=_size, default=1 << 24,
+                   help="at most this many tokens per shard (default 16M)")
+    e.add_argument("--shard-bytes", type=_size, help="at most this many bytes per shard")
     e.add_argument("--resume", action="store_true", help="continue an interrupted job")
     e.add_argument("--overwrite", action="store_true", help="replace an existing output")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_encode)
 
     s = sub.add_parser("show", help="show how a text is tokenized")
-    vocab_args(s)
-    s.add_argument("text", nargs="*", help="text (default: stdin)")
+    _vocab_args(s)
+    s.add_argument("text", nargs="*", help="text (default, or -: stdin)")
+    s.add_argument("--special-as-text", action="store_true",
+                   help="encode special-token text as plain text (default: an error)")
+    s.add_argument("--color", default="auto", choices=["auto", "always", "never"],
+                   help="colour the tokens (auto: when stdout is a terminal)")
     s.set_defaults(func=cmd_show)
 
     t = sub.add_parser("train", help="train a byte-level BPE vocabulary (HF BpeTrainer's rule)")
     t.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt (one doc per file) or "
-                   ".jsonl (one doc per line), optionally .gz")
+                   ".jsonl (one doc per line), optionally .gz; directories and globs")
     t.add_argument("-o", "--output", required=True,
                    help="tokenizer.json to write (or a .tiktoken file + .tiktoken.json sidecar)")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     t.add_argument("--vocab-size", type=int, required=True,
                    help="final vocabulary size, the 256 bytes and special tokens included")
     t.add_argument("--pattern", default="cl100k",
@@ -231,27 +312,41 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     t.set_defaults(func=cmd_train)
 
+    from .parity import add_parser as add_parity
+
+    add_parity(sub)
+
     i = sub.add_parser("info", help="version, backends and why unavailable ones are")
     i.set_defaults(func=cmd_info)
     return p
 
 
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
+    from .jobs import Interrupted
+
     args = build_parser().parse_args(argv)
-    if getattr(args, "allowed_special", None) == ["all"]:
-        args.allowed_special = "all"
+    if argv is None:  # a real process: `kill` is handled like Ctrl-C (finished work is kept)
+        signal.signal(signal.SIGTERM, _sigterm)
     try:
         return args.func(args)
     except BrokenPipeError:  # `gputok show ... | head`
         sys.stderr.close()
         return 0
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError, OSError) as e:
+    except Interrupted as e:
+        print(f"gputok: interrupted; {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("gputok: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError, OSError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"gputok: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("gputok: interrupted; finished shards are kept (use --resume)", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -1,89 +1,253 @@
-"""Reading corpora: .txt / .jsonl files (optionally .gz), as batches of documents.
+"""Reading corpora: every input resolved and checked before any work, then streamed in batches.
+
+Inputs (``resolve_inputs``):
 
 * ``.txt``: the whole file is one document.
-* ``.jsonl``: one JSON object per line; the document is ``obj[field]`` (a string). Blank lines
-  are skipped. A line that is not JSON, not an object, or lacks the field is an error naming the
-  file and line: a corpus job must not silently drop documents.
+* ``.jsonl`` / ``.json``: one JSON object per line, the document is ``obj[field]``; blank lines
+  are skipped; a UTF-8 byte-order mark at the start of the file is skipped. A line that is not
+  JSON, not an object, or lacks the field is an error naming the file and line: a corpus job must
+  not silently drop documents.
+* ``.parquet``, ``.arrow`` / ``.feather`` (Arrow IPC file or stream): the string column
+  ``field``, read through Arrow's buffers in record batches.
+* ``.gz`` and ``.zst`` on any of the text kinds (``.zst`` needs ``pip install zstandard``).
+* ``-``: standard input, read as JSON lines (or as one text with ``input_format="txt"``).
+* a directory: every file of a known kind below it, sorted by path; a glob (``data/*.jsonl``,
+  ``data/**/*.parquet``): its matches, sorted.
 
-Files are read as bytes and decoded as UTF-8 (strict): invalid UTF-8 is an error naming the file
-and byte offset, unless ``errors="replace"``.
+Files are decoded as strict UTF-8: invalid UTF-8 is an error naming the file, line and byte,
+unless ``errors="replace"``. A truncated or corrupt ``.gz``/``.zst`` is an error naming the file
+and the last good line.
+
+Positions: every document comes with the input position just after it, ``(file, offset, line)``:
+the index of its source, the bytes (of decompressed text) or rows consumed in it, and the line
+(or row) number. ``read_batches(..., start=position)`` continues exactly there; that is what makes
+``--resume`` exact. Memory: one batch of text (and the document being read) at a time.
 """
 
 from __future__ import annotations
 
+import glob as _glob
 import gzip
+import io
 import json
 import os
-from dataclasses import dataclass
+import sys
+import zlib
+from dataclasses import dataclass, field as _field
 from pathlib import Path
 from typing import Iterator
 
+KINDS = ("txt", "jsonl", "parquet", "arrow")
+_SUFFIX_KIND = {".txt": "txt", ".text": "txt", ".md": "txt", ".jsonl": "jsonl", ".json": "jsonl",
+                ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow",
+                ".ipc": "arrow"}
+_BOM = b"\xef\xbb\xbf"
+
 
 class CorpusError(ValueError):
-    """Bad input file: the message names the file and the line."""
+    """Bad input: the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: ``path`` (``"-"`` for stdin), its ``kind`` and ``compression`` (None, "gz",
+    "zst"), and ``size`` on disk (compressed bytes; 0 for stdin)."""
+
+    path: str
+    kind: str
+    compression: "str | None" = None
+    size: int = 0
+
+    @property
+    def seekable(self) -> bool:
+        return self.path != "-"
 
 
 @dataclass
 class Batch:
-    texts: list[str]
-    nbytes: int  # bytes of the input consumed by this batch (for progress)
+    """Documents in input order. ``texts`` is a list of str or a pyarrow string array;
+    ``ends[i]`` is the position ``(file, offset, line)`` just after document ``i``;
+    ``nbytes`` is about the UTF-8 size of the text; ``progress`` the input bytes (as stored on
+    disk, so compressed for .gz) consumed since the previous batch."""
+
+    texts: object
+    ends: list = _field(default_factory=list)
+    nbytes: int = 0
+    progress: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ends)
 
 
-def _open(path: Path):
-    raw = open(path, "rb")
-    if path.suffix == ".gz":
-        return gzip.open(raw)
-    return raw
+def _kind_of(name: str) -> "tuple[str | None, str | None]":
+    comp = None
+    for ext in ("gz", "zst"):
+        if name.endswith("." + ext):
+            comp, name = ext, name[: -len(ext) - 1]
+    return _SUFFIX_KIND.get(os.path.splitext(name)[1].lower()), comp
 
 
-def _kind(path: Path) -> str:
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith(".jsonl") or name.endswith(".json"):
-        return "jsonl"
-    return "txt"
+def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
+                   exclude=None) -> "list[Source]":
+    """Expand and check every input before any work starts; ``CorpusError`` lists every problem.
+    Directories and globs skip files under ``exclude`` (the job's output directory: a job that
+    writes Parquet into the folder it reads must not read its own shards on the next run).
 
-
-def iter_documents(paths: "list[str | os.PathLike]", *, field: str = "text",
-                   errors: str = "strict") -> Iterator[tuple["str | None", int, str]]:
-    """Yield ``(document, input_bytes_consumed, location)`` for every document, in order.
-
-    ``location`` is ``file`` or ``file:line``; ``document`` is None for skipped blank lines
-    (they still count as consumed bytes, for progress)."""
-    for p in map(Path, paths):
-        if not p.exists():
-            raise CorpusError(f"{p}: no such file")
-        if p.is_dir():
-            raise CorpusError(f"{p}: is a directory (pass the files, e.g. {p}/*.jsonl)")
-        if _kind(p) == "txt":
-            with _open(p) as f:
-                data = f.read()
-            yield _decode(data, p, None, errors), p.stat().st_size, str(p)
+    >>> [s.kind for s in resolve_inputs(["sample/austen.jsonl"])]
+    ['jsonl']
+    """
+    if input_format not in ("auto",) + KINDS:
+        raise ValueError(f"input_format must be auto or one of {', '.join(KINDS)}")
+    out: list[Source] = []
+    problems: list[str] = []
+    for spec in map(str, specs):
+        if spec == "-":
+            kind = "jsonl" if input_format == "auto" else input_format
+            if kind in ("parquet", "arrow"):
+                problems.append("-: standard input can be read as jsonl or txt only")
+            out.append(Source("-", kind))
             continue
-        with _open(p) as f:
-            for lineno, line in enumerate(f, 1):
-                n = len(line)
-                if not line.strip():
-                    yield None, n, f"{p}:{lineno}"
-                    continue
-                text = _decode(line, p, lineno, errors)
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise CorpusError(f"{p}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-                if not isinstance(obj, dict):
-                    raise CorpusError(f"{p}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                if field not in obj:
-                    keys = ", ".join(list(obj)[:6])
-                    raise CorpusError(f"{p}:{lineno}: no field {field!r} (fields: {keys}); "
-                                      f"choose one with --field")
-                doc = obj[field]
-                if not isinstance(doc, str):
-                    raise CorpusError(f"{p}:{lineno}: field {field!r} is a {type(doc).__name__}, "
-                                      "not a string")
-                yield doc, n, f"{p}:{lineno}"
+        if any(c in spec for c in "*?[") and not os.path.exists(spec):
+            matches = sorted(p for p in _glob.glob(spec, recursive=True) if os.path.isfile(p))
+            if not matches:
+                problems.append(f"{spec}: the pattern matches no file")
+            paths = matches
+        elif os.path.isdir(spec):
+            paths = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(spec).parts)
+                           and _kind_of(p.name)[0])
+            if not paths:
+                problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow file")
+        else:
+            paths = [spec]
+        if exclude is not None and paths != [spec]:
+            skip = os.path.abspath(exclude) + os.sep
+            paths = [p for p in paths if not os.path.abspath(p).startswith(skip)]
+        for p in paths:
+            problem = _check_file(p, field, input_format, out)
+            if problem:
+                problems.append(problem)
+    if not out and not problems:
+        problems.append("no input given")
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise CorpusError("; ".join(problems[:5]) + more)
+    if sum(s.path == "-" for s in out) > 1:
+        raise CorpusError("-: standard input can be given once")
+    return out
 
 
-def _decode(data: bytes, path: Path, lineno, errors: str) -> str:
+def _check_file(p: str, field: str, input_format: str, out: list) -> "str | None":
+    if not os.path.exists(p):
+        return f"{p}: no such file"
+    if os.path.isdir(p):
+        return f"{p}: is a directory"
+    kind, comp = _kind_of(os.path.basename(p))
+    if input_format != "auto":
+        kind = input_format
+    if kind is None:
+        return (f"{p}: unknown input kind (expected .txt, .jsonl, .parquet or .arrow, optionally "
+                ".gz/.zst; or pass --input-format)")
+    if not os.access(p, os.R_OK):
+        return f"{p}: not readable (permission denied)"
+    if comp == "zst":
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            return f"{p}: reading .zst needs zstandard: pip install 'gputok[zst]'"
+    if kind in ("parquet", "arrow"):
+        if comp:
+            return f"{p}: compressed {kind} files are not supported (Parquet compresses inside)"
+        problem = _check_arrow_field(p, kind, field)
+        if problem:
+            return problem
+    elif kind == "jsonl":
+        problem = _check_first_line(p, comp, field)
+        if problem:
+            return problem
+    out.append(Source(p, kind, comp, os.path.getsize(p)))
+    return None
+
+
+def _check_first_line(p: str, comp, field: str) -> "str | None":
+    """The first non-blank line of a JSON-lines file must hold ``field``: a wrong ``--field``
+    is found now, not after the files before it have been encoded."""
+    try:
+        with _open_text(p, comp) as (f, _raw):
+            for lineno in range(1, 1001):
+                # at most 1 MB: a first line that is a 200 MB document is checked when read
+                line = f.readline(1 << 20)
+                if not line or (len(line) == 1 << 20 and not line.endswith(b"\n")):
+                    return None
+                if lineno == 1 and line.startswith(_BOM):
+                    line = line[3:]
+                if line.strip():
+                    _parse_json_line(line, p, lineno, field, "replace")
+                    return None
+    except CorpusError as e:
+        return str(e)
+    except (EOFError, OSError, zlib.error) as e:
+        return f"{p}: cannot read ({type(e).__name__}: {e})"
+    except Exception as e:  # zstandard's errors have no common base with the stdlib's
+        return f"{p}: cannot read ({type(e).__name__}: {e})"
+    return None
+
+
+class _open_text:
+    """Context manager: ``(line-iterable binary stream, raw file)`` for a path and compression;
+    the raw file's ``tell()`` is the on-disk (compressed) progress."""
+
+    def __init__(self, path: str, comp):
+        self.path, self.comp = path, comp
+
+    def __enter__(self):
+        if self.path == "-":
+            self.raw = sys.stdin.buffer
+            self._closers = []
+            return self.raw, None
+        self.raw = open(self.path, "rb")
+        self._closers = [self.raw]
+        if self.comp == "gz":
+            f = gzip.GzipFile(fileobj=self.raw)
+        elif self.comp == "zst":
+            import zstandard
+
+            f = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(self.raw),
+                                  buffer_size=1 << 20)
+        else:
+            return self.raw, self.raw
+        self._closers.insert(0, f)
+        return f, self.raw
+
+    def __exit__(self, *exc):
+        for c in self._closers:
+            c.close()
+        return False
+
+
+def _parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
+    return _parse_json_text(_decode(line, path, lineno, errors), path, lineno, field)
+
+
+def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    if field not in obj:
+        keys = ", ".join(list(obj)[:6])
+        raise CorpusError(f"{path}:{lineno}: no field {field!r} (fields: {keys}); "
+                          "choose one with --field")
+    doc = obj[field]
+    if not isinstance(doc, str):
+        raise CorpusError(f"{path}:{lineno}: field {field!r} is a {type(doc).__name__}, "
+                          "not a string")
+    return doc
+
+
+def _decode(data: bytes, path, lineno, errors: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -94,23 +258,165 @@ def _decode(data: bytes, path: Path, lineno, errors: str) -> str:
                           "use --errors replace to decode it as U+FFFD") from None
 
 
-def iter_batches(paths, *, field: str = "text", errors: str = "strict",
-                 batch_bytes: int = 8 << 20) -> Iterator[Batch]:
-    """Documents grouped into batches of roughly ``batch_bytes`` of text."""
-    texts: list[str] = []
-    size = consumed = 0
-    for doc, n, _where in iter_documents(paths, field=field, errors=errors):
-        consumed += n
-        if doc is None:
+def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[tuple]:
+    """``(text, (file, offset, line), on_disk_position)`` for each document of source ``i``,
+    starting after position ``start``; ``text`` is None for a skipped blank line."""
+    offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
+    if src.kind == "txt":
+        if offset:  # a text file is one document: a recorded offset means it is done
+            return
+        with _open_text(src.path, src.compression) as (f, raw):
+            data = f.read()
+            text = _decode(data, src.path, None, errors)
+            n = len(data)
+            del data
+            yield text, (i, n, 1), raw.tell() if raw else n
+        return
+    with _open_text(src.path, src.compression) as (f, raw):
+        if offset:
+            _skip(f, offset, src)
+        readline = f.readline
+        while True:
+            # readline + del, not `for line in f`: the loop variable would keep the raw bytes
+            # alive while they are parsed, 3x a giant line's size in memory instead of 2x
+            data = readline()
+            if not data:
+                return
+            line += 1
+            offset += len(data)
+            if line == 1 and data.startswith(_BOM):
+                data = data[3:]
+            disk = raw.tell() if raw else offset
+            if not data.strip():
+                yield None, (i, offset, line), disk
+                continue
+            text = _decode(data, src.path, line, errors)
+            del data
+            doc = _parse_json_text(text, src.path, line, field)
+            del text  # not kept alive in this frame while the batch is encoded
+            yield doc, (i, offset, line), disk
+            del doc
+
+
+def _skip(f, offset: int, src: Source) -> None:
+    """Move a stream forward to a recorded offset: a seek for plain files; for compressed ones
+    the data is decompressed and dropped (gzip and zstd have no random access)."""
+    if src.compression is None:
+        f.seek(offset)
+        return
+    left = offset
+    while left:
+        got = len(f.read(min(left, 1 << 22)))
+        if not got:
+            raise CorpusError(f"{src.path}: shorter than the {offset} bytes already encoded; "
+                              "the input changed since the job started")
+        left -= got
+
+
+def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = "strict",
+                 batch_bytes: int = 8 << 20, start=None) -> Iterator[Batch]:
+    """Batches of about ``batch_bytes`` of text, in order, from position ``start`` on.
+
+    A batch never mixes Arrow input with text input (they reach the encoder differently).
+
+    >>> srcs = resolve_inputs(["sample/austen.jsonl"])
+    >>> len(next(read_batches(srcs, batch_bytes=1)))
+    1
+    """
+    texts: list = []
+    ends: list = []
+    size = 0
+    done = [0] * len(sources)  # on-disk bytes already reported, per source
+    progress = 0
+    for i, src in enumerate(sources):
+        if start and i < start[0]:
+            progress += src.size
             continue
-        texts.append(doc)
-        size += len(doc)
-        if size >= batch_bytes:
-            yield Batch(texts, consumed)
-            texts, size, consumed = [], 0, 0
-    if texts or consumed:
-        yield Batch(texts, consumed)
+        try:
+            if src.kind in ("parquet", "arrow"):
+                if texts:
+                    yield Batch(texts, ends, size, progress)
+                    texts, ends, size, progress = [], [], 0, 0
+                rows = 8192
+                pending, pend_ends, pend_size = [], [], 0
+                for col, col_ends, disk in _arrow_batches(src, i, start, field, rows):
+                    pending.append(col)
+                    pend_ends += col_ends
+                    pend_size += col.nbytes
+                    progress += disk - done[i]
+                    done[i] = disk
+                    if pend_size >= batch_bytes:
+                        yield Batch(_concat(pending), pend_ends, pend_size, progress)
+                        pending, pend_ends, pend_size, progress = [], [], 0, 0
+                if pending:
+                    yield Batch(_concat(pending), pend_ends, pend_size, progress)
+                    progress = 0
+                continue
+            for text, end, disk in _docs_from(src, i, start, field, errors):
+                progress += disk - done[i]
+                done[i] = disk
+                if text is None:
+                    continue
+                texts.append(text)
+                ends.append(end)
+                # UTF-8 size without encoding: isascii() is a flag check on CPython strings
+                size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+                if size >= batch_bytes:
+                    yield Batch(texts, ends, size, progress)
+                    texts, ends, size, progress = [], [], 0, 0
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise CorpusError(f"{src.path}: truncated or corrupt {src.compression or ''} data "
+                              f"({type(e).__name__}: {e}); the documents before it are kept"
+                              ) from None
+        except CorpusError:
+            raise
+        except Exception as e:
+            if type(e).__module__.startswith("zstandard"):
+                raise CorpusError(f"{src.path}: truncated or corrupt zst data ({e})") from None
+            raise
+    if texts or progress:
+        yield Batch(texts, ends, size, progress)
+
+
+def location(sources: "list[Source]", end) -> str:
+    """``file:line`` (or ``file row N``, or ``file``) of the document that ends at ``end``."""
+    src = sources[end[0]]
+    if src.kind == "txt":
+        return src.path
+    if src.kind in ("parquet", "arrow"):
+        return f"{src.path} row {end[2] - 1}"
+    return f"{src.path}:{end[2]}"
+
+
+def iter_documents(paths, *, field: str = "text", errors: str = "strict"
+                   ) -> Iterator[tuple["str | None", int, str]]:
+    """Yield ``(document, input_bytes_consumed, location)`` for every document, in order
+    (``document`` is None for a blank line, still counted for progress). Used by the trainer.
+
+    >>> next(iter_documents(["sample/austen.jsonl"]))[2]
+    'sample/austen.jsonl:1'
+    """
+    sources = resolve_inputs(paths, field=field)
+    for i, src in enumerate(sources):
+        if src.kind in ("parquet", "arrow"):
+            for col, ends, _disk in _arrow_batches(src, i, None, field, 8192):
+                for text, end in zip(col.to_pylist(), ends):
+                    yield text, 0, location(sources, end)
+            continue
+        done = 0
+        try:
+            for text, end, disk in _docs_from(src, i, None, field, errors):
+                yield text, disk - done, location(sources, end)
+                done = disk
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise CorpusError(f"{src.path}: truncated or corrupt {src.compression} data "
+                              f"({type(e).__name__}: {e})") from None
 
 
 def total_input_bytes(paths) -> int:
-    return sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
+    """Bytes on disk of the inputs (compressed size for .gz/.zst: progress counts the same)."""
+    return sum(Path(p).stat().st_size for p in paths if str(p) != "-" and Path(p).is_file())
+
+
+# at the bottom: corpus_arrow imports CorpusError and Source from this module
+from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat  # noqa: E402

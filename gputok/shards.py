@@ -1,107 +1,367 @@
-"""Output shards: ids + document offsets as .npy files, with a manifest that makes jobs resumable.
+"""Output shards: capped, written atomically, checksummed, listed in a manifest; exact resume.
 
-Layout of an output directory::
+Layout of an output directory (``npy`` shown; other formats differ only in the shard files)::
 
-    manifest.json                 what was encoded, with what, and every finished shard
-    shard_00000.ids.npy           uint16 (vocab fits) or uint32 token ids, all documents
-    shard_00000.offsets.npy       int64, len docs + 1: document i = ids[offsets[i]:offsets[i+1]]
+    manifest.json              what was encoded, with what, and every finished shard
+    shard_00000.ids.npy        a shard's files, named by ``gputok.formats``
+    shard_00000.offsets.npy
+    .gputok.lock               held while a job writes here: two jobs never share a directory
 
-Every file is written to a temporary name and renamed into place, and the manifest is rewritten
-(atomically) after each shard, so a job killed at any moment leaves only whole shards that the
-manifest lists; ``--resume`` continues after the last listed document.
+The rules that make a job killed at any moment lose nothing and duplicate nothing:
+
+1. A shard holds whole documents and at most ``cap_tokens`` tokens / ``cap_bytes`` bytes (a
+   single document larger than the cap is a shard of its own: documents are never split, that
+   would change ids).
+2. Its files are written to hidden temporary names (``.shard_00000.bin.tmp``), fsynced, and
+   renamed into place; only then is the manifest rewritten (also temp + rename) to list the
+   shard with each file's size and sha256 and the input position just after its last document.
+3. ``--resume`` re-hashes the listed shards (the first that fails, and all after it, are dropped
+   with a warning), deletes temporary files and shard files the manifest does not list (a kill
+   between rename and manifest leaves such files), and reads the input from the last listed
+   position. So the shards of any number of interrupted runs are exactly one uninterrupted run's
+   documents, each once, in order.
+4. A failed write (disk full, quota, file-size limit, read-only) removes its temporary files and
+   raises ``ShardWriteError`` naming the file and saying what the manifest still holds.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
 
-FORMAT = "gputok-shards-v1"
+from .formats import Format, get_format
+
+FORMAT = "gputok-shards-v2"
+MANIFEST = "manifest.json"
+_OURS = re.compile(r"^(shard_\d{5}\..+|\.shard_\d{5}\..+\.tmp|\.manifest\.json\.tmp)$")
+# what must match for --resume to continue a job: anything that changes the ids or their layout
+RESUME_KEYS = ("output_format", "encoding", "n_vocab", "inputs", "field", "input_format",
+               "append_eot", "allowed_special", "special_as_text", "errors")
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+class ShardWriteError(RuntimeError):
+    """Writing a shard or the manifest failed; the message names the file and what is kept."""
+
+
+class _Hashing:
+    """A write-only file that hashes what passes through (one pass: no re-read to checksum)."""
+
+    def __init__(self, f):
+        self.f, self.h, self.n, self.failed = f, hashlib.sha256(), 0, False
+
+    def write(self, b) -> int:
+        try:
+            self.f.write(b)
+        except OSError:
+            self.failed = True  # so the error names this file, not the last one opened
+            raise
+        self.h.update(b)
+        n = memoryview(b).nbytes
+        self.n += n
+        return n
+
+    def tell(self) -> int:
+        return self.n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    closed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    def close(self) -> None:  # the shard writer closes the real file itself
+        pass
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class ShardWriter:
-    def __init__(self, outdir: "str | Path", *, meta: dict, dtype, shard_tokens: int,
-                 resume: bool = False, overwrite: bool = False):
+    """Collects encoded batches and writes them as capped shards (see the module docstring).
+
+    ``describe`` turns an input position into words for messages (``file:line``).
+
+    >>> w = ShardWriter("out", fmt="npy", meta={}, n_vocab=100277, cap_tokens=1 << 20)
+    >>> w.add(ids, offsets, ends); w.close()                                 # doctest: +SKIP
+    """
+
+    def __init__(self, outdir, *, fmt="npy", meta: dict, n_vocab: int,
+                 cap_tokens: "int | None" = None, cap_bytes: "int | None" = None,
+                 resume: bool = False, overwrite: bool = False, describe=str, warn=None):
         self.outdir = Path(outdir)
-        self.dtype = np.dtype(dtype)
-        self.shard_tokens = shard_tokens
-        self.manifest_path = self.outdir / "manifest.json"
-        self.meta = dict(meta)
+        self.fmt: Format = get_format(fmt) if isinstance(fmt, str) else fmt
+        self.dtype = self.fmt.dtype(n_vocab)
+        for name, cap in (("cap_tokens", cap_tokens), ("cap_bytes", cap_bytes)):
+            if cap is not None and (not isinstance(cap, (int, np.integer)) or cap < 1):
+                raise ValueError(f"{name} must be a positive int, got {cap!r}")
+        self.cap_tokens, self.cap_bytes = cap_tokens, cap_bytes
+        self.meta = {**meta, "output_format": self.fmt.name, "n_vocab": int(n_vocab)}
+        self.describe = describe
+        self.warn = warn or (lambda msg: print(f"gputok: warning: {msg}", file=sys.stderr))
+        self.manifest_path = self.outdir / MANIFEST
         self.shards: list[dict] = []
-        self.outdir.mkdir(parents=True, exist_ok=True)
+        self.complete = False
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending_tokens = self._pending_docs = 0
+        self._pending_end = None
+        self._lock = None
+        try:
+            self._open_dir(resume, overwrite)
+        except BaseException:
+            self.release()
+            raise
+
+    # ---- setup: lock, manifest, verification, cleanup ---------------------------------------
+
+    def _open_dir(self, resume: bool, overwrite: bool) -> None:
+        try:
+            self.outdir.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.outdir / ".gputok.lock", "a+b")
+        except OSError as e:
+            raise ShardWriteError(f"cannot write to the output directory {self.outdir}: "
+                                  f"{e.strerror or e}") from None
+        try:
+            import fcntl
+
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:
+            pass
+        except OSError:
+            raise ShardWriteError(f"{self.outdir}: another gputok job is writing there") from None
+        old = None
         if self.manifest_path.exists():
-            old = json.loads(self.manifest_path.read_text())
-            if resume:
-                for key in ("encoding", "inputs", "field", "append_eot"):
-                    if old.get(key) != self.meta.get(key):
-                        raise ValueError(f"{self.manifest_path}: cannot resume, {key} differs "
-                                         f"({old.get(key)!r} != {self.meta.get(key)!r})")
-                self.shards = old["shards"]
-            elif not overwrite:
-                raise ValueError(f"{self.outdir} already holds a gputok output; pass --resume to "
-                                 "continue it or --overwrite to replace it")
-            else:
-                for s in old.get("shards", []):
-                    for key in ("ids", "offsets"):
-                        (self.outdir / s[key]).unlink(missing_ok=True)
-        self._ids: list[np.ndarray] = []
-        self._lens: list[np.ndarray] = []
-        self._pending = 0
+            try:
+                old = json.loads(self.manifest_path.read_text())
+            except (ValueError, OSError) as e:
+                raise ShardWriteError(f"{self.manifest_path}: unreadable manifest ({e}); pass "
+                                      "--overwrite to start again") from None
+        ours = [p for p in self.outdir.iterdir() if _OURS.match(p.name)]
+        if old is not None and resume:
+            for key in RESUME_KEYS:
+                if old.get(key) != self.meta.get(key):
+                    raise ValueError(f"{self.manifest_path}: cannot resume, {key} differs "
+                                     f"(the job has {old.get(key)!r}, now {self.meta.get(key)!r}); "
+                                     "rerun with the same options, or --overwrite")
+            self.shards = self._verified(old.get("shards", []))
+            self.complete = bool(old.get("complete")) and len(self.shards) == len(old["shards"])
+        elif old is not None and not overwrite:
+            raise ValueError(f"{self.outdir} already holds a gputok output; pass --resume to "
+                             "continue it or --overwrite to replace it")
+        elif old is None and ours and not (overwrite or resume):
+            raise ValueError(f"{self.outdir} holds shard files but no manifest; pass --overwrite "
+                             "to replace them")
+        listed = {n for s in self.shards for n in s["files"]}
+        for p in ours:  # temporary files, unlisted shards, or everything (--overwrite)
+            if p.name not in listed:
+                p.unlink(missing_ok=True)
+        self._write_manifest()  # also the probe that the directory is writable, before any work
+
+    def _verified(self, shards: list) -> list:
+        for k, s in enumerate(shards):
+            for name, size, digest in zip(s["files"], s["bytes"], s["sha256"]):
+                p = self.outdir / name
+                problem = (None if p.exists() and p.stat().st_size == size
+                           and sha256_file(p) == digest else
+                           "missing" if not p.exists() else "corrupt")
+                if problem:
+                    self.warn(f"{p} is {problem}; it and the {len(shards) - k - 1} shard(s) after "
+                              "it are encoded again")
+                    for later in shards[k:]:
+                        for n in later["files"]:
+                            (self.outdir / n).unlink(missing_ok=True)
+                    return shards[:k]
+        return shards
+
+    # ---- state --------------------------------------------------------------------------------
 
     @property
     def docs_done(self) -> int:
         return sum(s["docs"] for s in self.shards)
 
-    def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
-        self._ids.append(ids.astype(self.dtype, copy=False))
-        self._lens.append(np.diff(offsets))
-        self._pending += len(ids)
-        if self._pending >= self.shard_tokens:
-            self.flush()
+    @property
+    def tokens_done(self) -> int:
+        return sum(s["tokens"] for s in self.shards)
+
+    @property
+    def start(self):
+        """Input position to continue from: just after the last listed shard's last document."""
+        return tuple(self.shards[-1]["end"]) if self.shards else None
+
+    def kept(self) -> str:
+        """What the output directory holds, in words, for error and interrupt messages."""
+        if not self.shards:
+            return f"no shard was finished, so {self.outdir} holds nothing yet"
+        return (f"{len(self.shards)} finished shard(s) ({self.docs_done} docs, {self.tokens_done} "
+                f"tokens, input up to {self.describe(self.start)}) are kept in {self.outdir}; "
+                "rerun with --resume to continue")
+
+    # ---- writing --------------------------------------------------------------------------------
+
+    def add(self, ids: np.ndarray, offsets: np.ndarray, ends: list) -> None:
+        """Append a batch of documents; ``ends[i]`` is the input position after document ``i``.
+        Shards are written whenever the next document would exceed the cap."""
+        lens = np.diff(np.asarray(offsets, dtype=np.int64))
+        ids = np.asarray(ids)
+        base = int(offsets[0]) if len(offsets) else 0
+        pos, n = 0, len(lens)
+        while pos < n:
+            cum_t = self._pending_tokens + np.cumsum(lens[pos:])
+            ok = np.ones(n - pos, dtype=bool)
+            if self.cap_tokens is not None:
+                ok &= cum_t <= self.cap_tokens
+            if self.cap_bytes is not None:
+                cum_d = self._pending_docs + np.arange(1, n - pos + 1)
+                ok &= self.fmt.nbytes(cum_t, cum_d, self.dtype.itemsize) <= self.cap_bytes
+            k = n - pos if ok.all() else int(np.argmin(ok))
+            if k == 0 and self._pending_docs == 0:
+                k = 1  # one document above the cap: a shard of its own
+            if k:
+                lo, hi = int(offsets[pos]) - base, int(offsets[pos + k]) - base
+                self._pending.append((ids[lo:hi], lens[pos:pos + k]))
+                self._pending_tokens += hi - lo
+                self._pending_docs += k
+                self._pending_end = tuple(int(x) for x in ends[pos + k - 1])
+                pos += k
+            if pos < n:
+                self.flush()
 
     def flush(self) -> None:
-        if not self._lens:
+        """Write the pending documents as a shard (nothing if none are pending)."""
+        if not self._pending_docs:
             return
-        ids = np.concatenate(self._ids) if self._ids else np.zeros(0, self.dtype)
-        lens = np.concatenate(self._lens)
+        ids = np.concatenate([p[0] for p in self._pending]).astype(self.dtype, copy=False)
+        lens = np.concatenate([p[1] for p in self._pending])
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
+        self._write_shard(ids, offsets, self._pending_end)
+        self._pending, self._pending_tokens, self._pending_docs = [], 0, 0
+
+    def _write_shard(self, ids, offsets, end) -> None:
         k = len(self.shards)
-        names = {"ids": f"shard_{k:05d}.ids.npy", "offsets": f"shard_{k:05d}.offsets.npy"}
-        _atomic_write(self.outdir / names["ids"], lambda f: np.save(f, ids))
-        _atomic_write(self.outdir / names["offsets"], lambda f: np.save(f, offsets))
-        self.shards.append({**names, "docs": int(len(lens)), "tokens": int(len(ids)),
-                            "first_doc": self.docs_done})
-        self._ids, self._lens, self._pending = [], [], 0
-        self._write_manifest(complete=False)
+        names = self.fmt.files(f"shard_{k:05d}")
+        tmps = [self.outdir / f".{n}.tmp" for n in names]
+        finals = [self.outdir / n for n in names]
+        files, hashers = [], []
+        current = tmps[0]
+        try:
+            for t in tmps:
+                current = t
+                files.append(open(t, "wb"))
+                hashers.append(_Hashing(files[-1]))
+            self.fmt.write(hashers, ids, offsets)
+            for t, f in zip(tmps, files):
+                current = t
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            for t, fin in zip(tmps, finals):
+                current = fin
+                os.replace(t, fin)
+            _fsync_dir(self.outdir)
+        except OSError as e:
+            current = next((t for t, h in zip(tmps, hashers) if h.failed), current)
+            for f in files:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            for p in tmps + finals:
+                p.unlink(missing_ok=True)
+            raise self._write_error(current, e) from None
+        self.shards.append({"files": names, "bytes": [h.n for h in hashers],
+                            "sha256": [h.h.hexdigest() for h in hashers],
+                            "docs": int(len(offsets) - 1), "tokens": int(len(ids)),
+                            "first_doc": self.docs_done, "end": list(end)})
+        try:
+            self._write_manifest()
+        except ShardWriteError:
+            self.shards.pop()
+            for p in finals:
+                p.unlink(missing_ok=True)
+            raise
+
+    def _write_error(self, path, e: OSError) -> ShardWriteError:
+        what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                errno.EFBIG: "the file size limit is reached", errno.EROFS: "read-only file system",
+                errno.EACCES: "permission denied"}.get(e.errno, e.strerror or str(e))
+        return ShardWriteError(f"cannot write {path}: {what}; its temporary files were removed. "
+                               + self.kept()[0].upper() + self.kept()[1:])
 
     def close(self) -> None:
+        """Write the last shard and mark the job complete in the manifest."""
         self.flush()
-        self._write_manifest(complete=True)
+        self.complete = True
+        self._write_manifest()
+        self.release()
 
-    def _write_manifest(self, complete: bool) -> None:
-        doc = {"format": FORMAT, **self.meta, "dtype": self.dtype.name, "complete": complete,
-               "docs": self.docs_done, "tokens": sum(s["tokens"] for s in self.shards),
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _write_manifest(self) -> None:
+        doc = {"format": FORMAT, **self.meta, "dtype": self.dtype.name,  # stored little-endian
+               "complete": self.complete, "docs": self.docs_done, "tokens": self.tokens_done,
                "shards": self.shards}
-        _atomic_write(self.manifest_path,
-                      lambda f: f.write(json.dumps(doc, indent=1).encode("utf-8")))
+        data = json.dumps(doc, indent=1).encode("utf-8")
+        tmp = self.outdir / f".{MANIFEST}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.manifest_path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise self._write_error(self.manifest_path, e) from None
 
 
-def read_shards(outdir: "str | Path"):
-    """Yield ``(ids, offsets)`` for every shard listed in ``outdir``'s manifest."""
+def read_manifest(outdir) -> dict:
+    return json.loads((Path(outdir) / MANIFEST).read_text())
+
+
+def read_shards(outdir):
+    """Yield ``(ids, offsets)`` for every shard listed in ``outdir``'s manifest, in order.
+
+    >>> for ids, offsets in read_shards("out/austen"):                       # doctest: +SKIP
+    ...     first_doc = ids[offsets[0]:offsets[1]]
+    """
     outdir = Path(outdir)
-    manifest = json.loads((outdir / "manifest.json").read_text())
-    for s in manifest["shards"]:
-        yield np.load(outdir / s["ids"]), np.load(outdir / s["offsets"])
+    m = read_manifest(outdir)
+    fmt = get_format(m.get("output_format", "npy"))
+    eot = m.get("eot")
+    for s in m["shards"]:
+        yield fmt.read([outdir / n for n in s["files"]], dtype=np.dtype(m["dtype"]), eot=eot)

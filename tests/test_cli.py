@@ -1,4 +1,5 @@
-"""The ``gputok`` command line: encode to shards (incl. resume), show, info, bad input."""
+"""The ``gputok`` command line: encode to shards (incl. resume), show, info, bad input, and one
+test per rough edge a new user hit (the issue's bug list)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_encode_jsonl_and_txt(tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and manifest["dtype"] == "uint16" and len(manifest["shards"]) > 1
     assert _all_docs(out) == [enc.encode(t) for t in texts] + [enc.encode(b.read_text())]
-    assert np.load(out / manifest["shards"][0]["ids"]).dtype == np.uint16
+    assert np.load(out / manifest["shards"][0]["files"][0]).dtype == np.uint16
 
 
 def test_encode_resume_loses_nothing(tmp_path):
@@ -83,7 +84,7 @@ def test_append_eot(tmp_path):
 def test_bad_input_is_one_clear_line(tmp_path, content, needle):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(content)
-    r = subprocess.run([sys.executable, "-m", "gputok.cli", "encode", str(bad), "-o",
+    r = subprocess.run([sys.executable, "-m", "gputok", "encode", str(bad), "-o",
                         str(tmp_path / "o"), "-q"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
     assert needle in r.stderr and "Traceback" not in r.stderr
@@ -112,3 +113,215 @@ def test_info_and_show(capsys):
     assert "numpy" in out and "available" in out and "cuda" in out
     assert main(["show", "-e", "cl100k_base", "hello", "world"]) == 0
     assert "15339" in capsys.readouterr().out
+
+
+def _run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "gputok", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, input=stdin if stdin is not None else "",
+                          timeout=300)
+
+
+# ---- the issue's bug list, one test each ----------------------------------------------------
+
+def test_allowed_special_does_not_swallow_the_text():
+    r = _run("show", "--allowed-special", "all", "hi <|endoftext|>", stdin="not this")
+    assert r.returncode == 0, r.stderr
+    enc = gputok.get_encoding("cl100k_base")
+    want = enc.encode("hi <|endoftext|>", allowed_special="all")
+    assert r.stdout.splitlines()[0] == f"{len(want)} tokens (cl100k_base)"
+    assert [int(line.split()[0]) for line in r.stdout.splitlines()[1:]] == want
+
+
+def test_allowed_special_does_not_swallow_the_inputs(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", ["a <|endoftext|> b"])
+    out = tmp_path / "out"
+    r = _run("encode", "--allowed-special", "<|endoftext|>", src, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    enc = gputok.get_encoding("cl100k_base")
+    assert _all_docs(out) == [enc.encode("a <|endoftext|> b", allowed_special="all")]
+
+
+def test_special_token_error_names_file_line_and_a_shell_safe_fix(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", ["fine", "also fine", "bad <|endoftext|> here"])
+    r = _run("encode", src, "-o", tmp_path / "o", "-q")
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"gputok: error: {src}:3: the text contains the special token "
+                               "'<|endoftext|>'; pass --special-as-text")
+    assert "--allowed-special '<|endoftext|>' to encode it" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_missing_second_input_fails_before_any_work(tmp_path):
+    first = _jsonl(tmp_path / "first.jsonl", ["doc"] * 1000)
+    out = tmp_path / "out"
+    r = _run("encode", first, tmp_path / "second.jsonl", "-o", out, "-q")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"gputok: error: {tmp_path}/second.jsonl: no such file"
+    assert not out.exists()  # nothing was encoded, nothing written
+
+
+def test_unwritable_output_fails_before_any_work(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", ["doc"])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = _run("encode", src, "-o", blocker / "out", "-q")
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"gputok: error: cannot write to the output directory {blocker}/out")
+
+
+def test_truncated_gzip_is_one_line_and_keeps_finished_shards(tmp_path):
+    import gzip
+
+    raw = "".join(json.dumps({"text": f"doc {i} " * 20}) + "\n" for i in range(3000)).encode()
+    gz = gzip.compress(raw)
+    (tmp_path / "t.jsonl.gz").write_bytes(gz[: len(gz) * 3 // 4])
+    out = tmp_path / "out"
+    r = _run("encode", "-e", "r50k_base", tmp_path / "t.jsonl.gz", "-o", out, "-q",
+             "--shard-tokens", "5000", "--batch-bytes", "20000")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"gputok: error: {tmp_path}/t.jsonl.gz: truncated or corrupt gz "
+                               "data (EOFError")
+    m = json.loads((out / "manifest.json").read_text())
+    enc = gputok.get_encoding("r50k_base")
+    assert m["docs"] > 1000 and _all_docs(out) == [enc.encode(f"doc {i} " * 20)
+                                                   for i in range(m["docs"])]
+
+
+def test_shard_cap_is_a_cap_and_small_jobs_keep_shards(tmp_path):
+    from gputok.jobs import Interrupted, encode_corpus
+
+    src = _jsonl(tmp_path / "in.jsonl", [f"doc {i} " * 5 for i in range(100)])
+    out = tmp_path / "out"
+    calls = []
+
+    def interrupt(nbytes, docs, tokens):
+        calls.append(docs)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as e:
+        encode_corpus([src], out, batch_bytes=300, workers=1, progress=interrupt)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["docs"] == calls[1] > 0 and len(m["shards"]) == 1  # the default cap is not a floor
+    assert str(e.value).startswith(f"1 finished shard(s) ({calls[1]} docs")
+    s = encode_corpus([src], out, resume=True, workers=1)
+    assert s.resumed_docs == calls[1] and s.docs == 100 - calls[1]
+    enc = gputok.get_encoding("cl100k_base")
+    assert _all_docs(out) == [enc.encode(f"doc {i} " * 5) for i in range(100)]
+
+
+def test_interrupt_before_any_shard_says_nothing_is_kept(tmp_path):
+    from gputok.shards import ShardWriter
+
+    w = ShardWriter(tmp_path / "o", meta={}, n_vocab=100)
+    assert w.kept() == f"no shard was finished, so {tmp_path}/o holds nothing yet"
+    w.release()
+
+
+def test_version_and_python_m():
+    r = _run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"gputok {gputok.__version__}"
+
+
+def test_stdin_dash_for_encode_and_show(tmp_path):
+    out = tmp_path / "out"
+    r = _run("encode", "-", "-o", out, "-q", stdin='{"text": "from stdin"}\n{"text": "two"}\n')
+    assert r.returncode == 0, r.stderr
+    enc = gputok.get_encoding("cl100k_base")
+    assert _all_docs(out) == [enc.encode("from stdin"), enc.encode("two")]
+    r = _run("show", "-", stdin="hello world")
+    assert r.stdout.splitlines()[1].split()[0] == "15339"
+    r = _run("encode", "-", "-o", out, "-q", "--resume", stdin="")
+    assert r.returncode == 2 and "standard input cannot be resumed" in r.stderr
+
+
+def test_utf8_bom_in_jsonl(tmp_path):
+    src = tmp_path / "bom.jsonl"
+    src.write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
+    out = tmp_path / "out"
+    assert main(["encode", str(src), "-o", str(out), "-q"]) == 0
+    enc = gputok.get_encoding("cl100k_base")
+    assert _all_docs(out) == [enc.encode("first"), enc.encode("second")]
+
+
+def test_gputok_export_is_an_attribute():
+    r = subprocess.run([sys.executable, "-c", "import gputok; print(gputok.export.save_hf_json."
+                        "__name__)"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "save_hf_json", r.stderr
+
+
+def test_unknown_allowed_special_is_named(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", ["a"])
+    r = _run("encode", "--allowed-special", "<|im_start|>", src, "-o", tmp_path / "o")
+    assert r.returncode == 2
+    assert "--allowed-special '<|im_start|>': cl100k_base has no such special token" in r.stderr
+
+
+def test_show_colours_tokens():
+    r = _run("show", "--color", "always", "hello world")
+    assert r.stdout.splitlines()[1] == ("\x1b[48;5;153mhello\x1b[0m\x1b[48;5;223m world\x1b[0m")
+    r = _run("show", "hello world")  # not a terminal: no escape codes
+    assert "\x1b[" not in r.stdout
+
+
+def test_workers_and_formats_from_the_cli(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", [f"document {i} " * (i % 9) for i in range(400)])
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["-e", "r50k_base", "--format", "megatron", "--batch-bytes", "2k", "-q"]
+    assert _run("encode", src, "-o", one, "--workers", "1", *common).returncode == 0
+    r = _run("encode", src, "-o", two, "--workers", "2", "--backend", "numpy", *common)
+    assert r.returncode == 0 and "(r50k_base, numpy x2)" in r.stdout, r.stderr
+    for a, b in zip(sorted(one.glob("shard_*")), sorted(two.glob("shard_*"))):
+        assert a.read_bytes() == b.read_bytes()
+    assert len(list(one.glob("shard_*"))) == 2
+
+
+def test_show_special_token_error_gives_cli_fixes():
+    r = _run("show", "a <|endoftext|>")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "gputok: error: the text contains the special token '<|endoftext|>'; pass "
+        "--allowed-special '<|endoftext|>' to show it as the control token, or "
+        "--special-as-text to show it as plain text")
+    r = _run("show", "--special-as-text", "a <|endoftext|>")
+    enc = gputok.get_encoding("cl100k_base")
+    assert [int(x.split()[0]) for x in r.stdout.splitlines()[1:]] == \
+        enc.encode_ordinary("a <|endoftext|>")
+
+
+def test_gz_progress_bar_reaches_the_compressed_total(tmp_path):
+    import fcntl
+    import gzip
+    import os
+    import pty
+    import struct
+    import termios
+
+    raw = "".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(4000)).encode()
+    src = tmp_path / "c.jsonl.gz"
+    src.write_bytes(gzip.compress(raw))
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 150, 0, 0))
+    r = subprocess.run([sys.executable, "-m", "gputok", "encode", str(src), "-o",
+                        str(tmp_path / "o"), "--batch-bytes", "64k"], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(leader)
+    assert r.returncode == 0
+    final = err.decode().replace("\r\n", "\r").split("\r")
+    last = [line for line in final if "encode:" in line][-1]
+    size = os.path.getsize(src)
+    # tqdm's own rendering of the total (unit_divisor 1024): done == total == compressed size
+    from tqdm import tqdm
+
+    total = tqdm.format_sizeof(size, divisor=1024)
+    assert "100%" in last and f"{total}/{total}" in last, last
+    assert len(raw) > 5 * size  # the uncompressed size would be a very different number

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,22 +70,89 @@ def test_train_tiktoken_output(corpus_files, tmp_path, capsys):
         assert enc.encode_ordinary(text) == ids == tk.encode_ordinary(text)
 
 
-def test_progress_bar_and_summary(corpus_files, tmp_path):
+def test_progress_bars_only_on_a_terminal(corpus_files, tmp_path):
+    import pty
+
     paths, _ = corpus_files
     out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, "-m", "gputok.cli", "train", "--vocab-size", "500",
-                        *map(str, paths), "-o", str(out)], cwd=ROOT, capture_output=True,
-                       text=True)
+    cmd = [sys.executable, "-m", "gputok", "train", "--vocab-size", "500", *map(str, paths),
+           "-o", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "words" in r.stderr and "merges" in r.stderr and "merge/s" in r.stderr
+    assert r.stderr == ""  # a pipe or a log file gets no progress bars
     assert "merges/s" in r.stdout and str(out) in r.stdout
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()  # a terminal gets them (one with a size: tqdm fits to it)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    r = subprocess.run(cmd + ["--overwrite"], cwd=ROOT, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(leader)
+    assert r.returncode == 0
+    assert b"words" in err and b"merge/s" in err
+
+
+def test_output_is_not_overwritten_silently(corpus_files, tmp_path, capsys):
+    paths, _ = corpus_files
+    out = tmp_path / "tok.json"
+    out.write_text("precious")
+    assert main(["train", "--vocab-size", "300", str(paths[1]), "-o", str(out), "-q"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"gputok: error: -o {out} exists; pass --overwrite to replace it"
+    assert out.read_text() == "precious"
+    assert main(["train", "--vocab-size", "300", str(paths[1]), "-o", str(out), "-q",
+                 "--overwrite"]) == 0
+    assert gputok.load(out).n_vocab == 300
+
+
+def test_vocab_size_below_the_byte_alphabet_is_an_error(corpus_files, tmp_path, capsys):
+    paths, _ = corpus_files
+    out = tmp_path / "t.json"
+    assert main(["train", "--vocab-size", "100", "--special", EOT, str(paths[1]), "-o", str(out),
+                 "-q"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "gputok: error: --vocab-size 100 is below the 257 ids every byte-level vocabulary has "
+        "(256 bytes + 1 special token(s)); pass --vocab-size 257 or more")
+    assert not out.exists()
+
+
+def test_empty_corpus_writes_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    out = tmp_path / "t.json"
+    assert main(["train", "--vocab-size", "300", str(empty), "-o", str(out), "-q"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"gputok: error: the inputs hold no text ({empty}); {out} was not written"
+    assert not out.exists()
+
+
+def test_fewer_merges_than_asked_is_said(tmp_path, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text("ab ab ab")
+    out = tmp_path / "t.json"
+    assert main(["train", "--vocab-size", "400", str(small), "-o", str(out), "-q"]) == 0
+    err = capsys.readouterr().err.strip()
+    n = gputok.load(out).n_vocab
+    assert n < 400 and err == (f"gputok: warning: stopped at {n} of the 400 tokens asked for: no "
+                               "pair occurs --min-frequency 2 times or more")
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--vocab-size", "500", "{missing}", "-o", "{out}.json"], "missing.txt: no such file"),
     (["--vocab-size", "500", "{good}", "-o", "{out}.model"], "must end with .json"),
     (["--vocab-size", "500", "{good}", "-o", "{out}/nodir/x.json"], "no such directory"),
-    (["--vocab-size", "0", "{good}", "-o", "{out}.json"], "vocab_size must be a positive"),
+    (["--vocab-size", "0", "{good}", "-o", "{out}.json"], "--vocab-size 0 is below the 256"),
     (["--vocab-size", "500", "--pattern", "(unclosed", "{good}", "-o", "{out}.json"],
      "invalid pattern"),
     (["--vocab-size", "500", "{bad_utf8}", "-o", "{out}.json"], "invalid UTF-8"),

@@ -1,0 +1,3 @@
+from .arrow import Parquet
+
+FORMAT = Parquet()

@@ -1,0 +1,93 @@
+"""The job layer: worker plans, EOT appending, a process pool giving the same bytes as one process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gputok
+from gputok.jobs import append_eot, encode_corpus, plan_workers
+from gputok.shards import read_shards
+
+
+def test_plan_workers():
+    assert plan_workers("numpy", workers=3) == ["numpy"] * 3
+    assert plan_workers("numpy", workers="auto", cpu_count=8, total_bytes=100 << 20) == ["numpy"] * 3
+    assert plan_workers("numpy", workers="auto", cpu_count=8, total_bytes=1000) == ["numpy"]
+    assert plan_workers("numpy", workers="auto", cpu_count=2, total_bytes=None) == ["numpy"] * 2
+    assert plan_workers("cuda", workers="auto", cpu_count=8) == ["cuda"]
+    assert plan_workers(devices="0,1") == ["cuda:0", "cuda:1"]
+    assert plan_workers(devices=[3]) == ["cuda:3"]
+    for bad in ("0,0", "x", ""):
+        with pytest.raises(ValueError, match="--devices"):
+            plan_workers(devices=bad)
+    with pytest.raises(ValueError, match="--workers must be >= 1"):
+        plan_workers("numpy", workers=0)
+
+
+def test_append_eot():
+    ids, off = append_eot(np.array([1, 2, 3], np.uint16), np.array([0, 2, 2, 3]), 7)
+    assert ids.tolist() == [1, 2, 7, 7, 3, 7] and off.tolist() == [0, 3, 4, 6]
+    assert ids.dtype == np.uint16
+
+
+def test_pool_of_two_processes_equals_one(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"row {i}: " + "lorem ipsum dolor " * (i % 17) for i in range(3000)]
+    pq.write_table(pa.table({"body": texts}), tmp_path / "in.parquet", row_group_size=500)
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        s = encode_corpus([tmp_path / "in.parquet"], out, encoding="cl100k_base", field="body",
+                          backend="numpy", workers=workers, batch_bytes=20000,
+                          shard_tokens=7000, fmt="datatrove")
+        assert s.workers == workers and s.docs == 3000
+        outs.append(sorted(p.read_bytes() for p in out.glob("shard_*")))
+    assert outs[0] == outs[1]
+    enc = gputok.get_encoding("cl100k_base")
+    docs = []
+    for ids, off in read_shards(tmp_path / "w2"):
+        docs += [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
+    assert docs == [enc.encode(t) for t in texts]
+
+
+def test_special_token_in_a_worker_names_the_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = ["fine"] * 50 + ["oops <|endoftext|>"] + ["fine"] * 10
+    pq.write_table(pa.table({"text": texts}), tmp_path / "in.parquet")
+    with pytest.raises(ValueError, match=r"in.parquet row 50: the text contains the special token "
+                                         r"'<\|endoftext\|>'"):
+        encode_corpus([tmp_path / "in.parquet"], tmp_path / "o", backend="numpy", workers=2,
+                      batch_bytes=64)
+
+
+def test_unavailable_devices_fail_before_work(tmp_path):
+    from gputok.backends import cuda
+
+    if cuda.available()[0]:
+        pytest.skip("a CUDA device is present: nothing to refuse")
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a"}\n')
+    with pytest.raises(RuntimeError, match=r"--devices / cuda:0: CUDA is not available"):
+        encode_corpus([src], tmp_path / "o", devices="0,1")
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        encode_corpus([src], tmp_path / "o2", backend="tpu", workers=1)
+
+
+def test_an_encoding_object_with_a_pool(tmp_path):
+    enc = gputok.train_bpe(["low lower lowest newest widest"] * 20, vocab_size=270, pattern="gpt2",
+                           special_tokens=["<|endoftext|>"])
+    src = tmp_path / "in.jsonl"
+    texts = [f"lowest {i} newer widest" for i in range(500)]
+    src.write_text("".join('{"text": "%s"}\n' % t for t in texts))
+    s = encode_corpus([src], tmp_path / "o", encoding=enc, backend="numpy", workers=2,
+                      batch_bytes=500, append_eot=True)
+    assert s.workers == 2 and s.docs == 500
+    docs = []
+    for ids, off in read_shards(tmp_path / "o"):
+        docs += [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
+    assert docs == [enc.encode(t) + [enc.eot_token] for t in texts]

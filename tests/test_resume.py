@@ -1,0 +1,191 @@
+"""Long jobs lose nothing: real ``gputok encode`` processes killed at random moments, resumed,
+and the shards compared with one uninterrupted run; disk full; Ctrl-C; corrupt shards."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gputok.shards import read_manifest, read_shards
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUNDS = int(os.environ.get("GPUTOK_KILL_ROUNDS", "10"))
+
+
+def _docs(out):
+    docs = []
+    for ids, off in read_shards(out):
+        docs += [tuple(ids[off[i]:off[i + 1]].tolist()) for i in range(len(off) - 1)]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kill")
+    rng = random.Random(7)
+    words = ["alpha", "beta", "gamma", "délta", "ε", "東京", "0123", "x" * 12, "\n", "  "]
+
+    def doc(i):
+        return f"#{i} " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 120)))
+
+    a = d / "a.jsonl"
+    a.write_text("".join(json.dumps({"text": doc(i)}) + "\n" for i in range(2500)))
+    b = d / "b.jsonl.gz"
+    b.write_bytes(gzip.compress("".join(json.dumps({"text": doc(i)}) + "\n"
+                                        for i in range(2500, 4000)).encode()))
+    c = d / "c.txt"
+    c.write_text(doc(4000) * 50)
+    return [a, b, c]
+
+
+def _cmd(inputs, out, fmt, *extra, workers=1):
+    return [sys.executable, "-m", "gputok", "encode", "-e", "r50k_base", *map(str, inputs),
+            "-o", str(out), "-q", "--format", fmt, "--shard-tokens", "3000", "--batch-bytes",
+            "4000", "--workers", str(workers), "--backend", "numpy", *extra]
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    outs = {}
+    for fmt in ("npy", "nanogpt"):
+        out = tmp_path_factory.mktemp("ref") / fmt
+        subprocess.run(_cmd(corpus, out, fmt), check=True, cwd=ROOT, capture_output=True)
+        outs[fmt] = _docs(out)
+    return outs
+
+
+@pytest.mark.parametrize("fmt,rounds,workers", [("npy", ROUNDS, 1),
+                                                ("nanogpt", max(2, ROUNDS // 2), 1),
+                                                ("npy", max(2, ROUNDS // 3), 2)])
+def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, fmt, rounds, workers):
+    out = tmp_path / "out"
+    rng = random.Random(1234 + rounds)
+    kills = mid_job = 0
+    for r in range(rounds * 3):
+        if kills >= rounds:
+            break
+        p = subprocess.Popen(_cmd(corpus, out, fmt, "--resume", workers=workers), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.3, 1.8))  # start-up takes ~0.5 s, the whole job ~1.5 s
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+        if (out / "manifest.json").exists() and 0 < read_manifest(out)["docs"] < 4001:
+            mid_job += 1
+        if (out / "manifest.json").exists() and read_manifest(out)["complete"]:
+            # finished before its kill: start over, the point is to interrupt it
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+    assert kills >= rounds, f"only {kills} of the runs were still working when killed"
+    assert mid_job >= rounds // 2, f"only {mid_job} kills landed after some shards were written"
+    if workers > 1:  # pool workers notice their parent is gone and exit (they poll every 1 s)
+        for _ in range(50):
+            left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+            if not left.stdout.strip():
+                break
+            time.sleep(0.1)
+        assert not left.stdout.strip(), "orphaned encoder workers: " + left.stdout
+    r = subprocess.run(_cmd(corpus, out, fmt, "--resume", workers=workers), cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = read_manifest(out)
+    assert m["complete"] and m["docs"] == 4001
+    assert _docs(out) == reference[fmt]  # every document exactly once, in order
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+
+
+def test_stray_files_and_corrupt_shard_are_handled_on_resume(corpus, reference, tmp_path):
+    out = tmp_path / "out"
+    subprocess.run(_cmd(corpus, out, "npy"), check=True, cwd=ROOT, capture_output=True)
+    m = read_manifest(out)
+    n = len(m["shards"])
+    # a kill between rename and manifest: shards on disk the manifest does not list yet
+    m["shards"], m["complete"] = m["shards"][:n // 2], False
+    (out / "manifest.json").write_text(json.dumps(m))
+    (out / ".shard_00099.ids.npy.tmp").write_bytes(b"partial")
+    # and bit rot in a listed shard
+    bad = out / m["shards"][2]["files"][0]
+    data = bytearray(bad.read_bytes())
+    data[-1] ^= 1
+    bad.write_bytes(bytes(data))
+    r = subprocess.run(_cmd(corpus, out, "npy", "--resume"), cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"{bad} is corrupt; it and the {n // 2 - 3} shard(s) after it are encoded again" in r.stderr
+    assert _docs(out) == reference["npy"]
+    assert not (out / ".shard_00099.ids.npy.tmp").exists()
+
+
+@pytest.mark.parametrize("how,workers", [("SIGTERM", 1), ("Ctrl-C", 2)])
+def test_interrupt_keeps_the_encoded_documents(corpus, reference, tmp_path, how, workers):
+    out = tmp_path / "out"
+    inputs = corpus * 32  # ~8 s of work, all in one 20M-token shard unless interrupted
+    p = subprocess.Popen(_cmd(inputs, out, "npy", "--shard-tokens", "20M", workers=workers),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    for _ in range(200):  # the manifest is written before the first batch
+        time.sleep(0.05)
+        if (out / "manifest.json").exists():
+            break
+    time.sleep(2.5)
+    if how == "SIGTERM":
+        p.send_signal(signal.SIGTERM)
+    else:  # a terminal's Ctrl-C reaches the whole process group, pool workers included
+        os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate()
+    assert p.returncode == 130, err
+    m = read_manifest(out)
+    assert not m["complete"] and len(m["shards"]) <= 1
+    if m["docs"]:  # the usual case: the batches encoded so far became the one shard
+        assert err.startswith(f"gputok: interrupted; 1 finished shard(s) ({m['docs']} docs")
+        assert "rerun with --resume" in err
+    else:  # a machine so loaded that no batch was done in 2.5 s
+        assert err.strip() == f"gputok: interrupted; no shard was finished, so {out} holds nothing yet"
+    r = subprocess.run(_cmd(inputs, out, "npy", "--shard-tokens", "20M", "--resume",
+                            workers=workers), cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"resumed after {m['docs']} docs" in r.stdout if m["docs"] else "resumed" not in r.stdout
+    assert _docs(out) == reference["npy"] * 32
+
+
+def _limit_file_size(limit):
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_disk_full_names_the_file_and_what_is_kept(corpus, tmp_path):
+    big = tmp_path / "big.txt"  # one ~30k-token document: a shard of its own, over the limit
+    big.write_text("the quick brown fox jumps over the lazy dog. " * 3000)
+    inputs = corpus + [big]
+    ref = tmp_path / "ref"
+    subprocess.run(_cmd(inputs, ref, "npy"), check=True, cwd=ROOT, capture_output=True)
+    out = tmp_path / "out"
+    r = subprocess.run(_cmd(inputs, out, "npy", "--shard-tokens", "20000"), cwd=ROOT,
+                       capture_output=True, text=True, preexec_fn=_limit_file_size(50_000))
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    m = read_manifest(out)
+    kept = len(m["shards"])
+    assert kept == 29 and m["docs"] == 4001  # every shard before the big document
+    assert err[0] == (f"gputok: error: cannot write {out}/.shard_{kept:05d}.ids.npy.tmp: the file "
+                      "size limit is reached; its temporary files were removed. 29 finished "
+                      f"shard(s) (4001 docs, {m['tokens']} tokens, input up to {corpus[2]}) are "
+                      f"kept in {out}; rerun with --resume to continue")
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+    r = subprocess.run(_cmd(inputs, out, "npy", "--shard-tokens", "20000", "--resume"), cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert _docs(out) == _docs(ref)
