@@ -36,7 +36,7 @@ import numpy as np
 from .corpus import Batch, location, read_batches, resolve_inputs
 from .shards import ShardWriter
 
-from .specials import DisallowedSpecialError
+from .specials import DisallowedSpecialError, shell_quote as _shell_quote
 
 
 class Interrupted(Exception):
@@ -306,12 +306,6 @@ class _SpecialInBatch(ValueError):
     def __init__(self, token, doc):
         super().__init__(token)
         self.token, self.doc = token, doc
-
-
-def _shell_quote(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
 
 
 def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",

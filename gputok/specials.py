@@ -73,8 +73,14 @@ def token_regex(tokens: frozenset) -> "re.Pattern[str] | None":
 
 
 def shell_quote(token: str) -> str:
-    """``token`` quoted for a POSIX shell (for hints printed by the CLI)."""
-    return "'" + token.replace("'", "'\\''") + "'"
+    """``token`` quoted for a POSIX shell (for hints printed by the CLI).
+
+    >>> shell_quote("<|endoftext|>")
+    "'<|endoftext|>'"
+    """
+    import shlex
+
+    return shlex.quote(token)
 
 
 def disallowed_error(token: str, doc: "int | None" = None) -> DisallowedSpecialError:
