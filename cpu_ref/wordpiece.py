@@ -179,8 +179,9 @@ class RefWordPiece:
     @classmethod
     def from_vocab(cls, tokens: list[str], *, lowercase: bool = True,
                    strip_accents: "bool | None" = None, handle_chinese_chars: bool = True,
-                   clean_text: bool = True, specials_: "tuple[str, ...]" = (
-                       "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")) -> "RefWordPiece":
+                   clean_text: bool = True, unk_token: str = "[UNK]",
+                   specials_: "tuple[str, ...]" = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+                   ) -> "RefWordPiece":
         """From a vocab.txt token list (id = line number), with BERT's default pipeline."""
         vocab = {t: i for i, t in reversed(list(enumerate(tokens)))}
         return cls({
@@ -191,7 +192,7 @@ class RefWordPiece:
                            "strip_accents": strip_accents, "lowercase": lowercase},
             "pre_tokenizer": {"type": "BertPreTokenizer"},
             "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
-            "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": vocab,
+            "model": {"type": "WordPiece", "unk_token": unk_token, "vocab": vocab,
                       "continuing_subword_prefix": "##", "max_input_chars_per_word": 100}})
 
     def normalize(self, text: str) -> str:

@@ -19,7 +19,8 @@ import io
 import struct
 
 import testdata
-from cpu_ref.spm_proto import BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, load_model
+from cpu_ref.spm_proto import (BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, load_model,
+                               parse_model)
 
 
 def _varint(n: int) -> bytes:
@@ -184,3 +185,101 @@ def hf_oracle_for(cfg: dict):
 __all__ = ["BYTE", "CONTROL", "NORMAL", "UNKNOWN", "UNUSED", "USER_DEFINED", "model_bytes",
            "byte_pieces", "trained_model", "spm_oracle", "model_source", "spm_tokenizer_json",
            "hf_oracle_for", "TRAINED", "SHAPES"]
+
+
+# ---- GGUF files written with the gguf package ---------------------------------------------
+
+def _write_gguf(path, model: str, tokens, types, *, pre=None, merges=None, scores=None,
+                add_space_prefix=None, unk_id=None):
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    if scores is not None:
+        w.add_token_scores(scores)
+    if merges is not None:
+        w.add_token_merges(merges)
+    if add_space_prefix is not None:
+        w.add_add_space_prefix(add_space_prefix)
+    if unk_id is not None:
+        w.add_unk_token_id(unk_id)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def gguf_from_tokenizer_json(cfg: dict, path, *, pre: str):
+    """A ``gpt2`` GGUF from a byte-level BPE tokenizer.json (as convert_hf_to_gguf does)."""
+    model = cfg["model"]
+    by_id = {i: t for t, i in model["vocab"].items()}
+    kinds = {}
+    for t in cfg.get("added_tokens", []):
+        by_id[t["id"]] = t["content"]
+        kinds[t["id"]] = CONTROL if t.get("special") else USER_DEFINED
+    tokens = [by_id[i] for i in range(max(by_id) + 1)]
+    types = [kinds.get(i, NORMAL) for i in range(len(tokens))]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return _write_gguf(path, "gpt2", tokens, types, pre=pre, merges=merges)
+
+
+def gguf_from_tiktoken(ranks: dict[bytes, int], special_tokens: dict[str, int], path, *,
+                       pre: str):
+    """A ``gpt2`` GGUF from tiktoken ranks: tokens in the GPT-2 byte alphabet, and the merges
+    recovered the usual way (a token's merge is what BPE with lower ranks only leaves of it)."""
+    from cpu_ref.hf import BYTE_TO_UNICODE
+
+    def show(b: bytes) -> str:
+        return "".join(BYTE_TO_UNICODE[x] for x in b)
+
+    merges = []
+    for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(tok) < 2:
+            continue
+        parts = [tok[i:i + 1] for i in range(len(tok))]
+        while len(parts) > 2:
+            best = min(((ranks.get(parts[i] + parts[i + 1], 1 << 62), i)
+                        for i in range(len(parts) - 1)))
+            if best[0] >= rank:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        if len(parts) != 2:
+            raise ValueError(f"token {tok!r} is not one merge of two lower-ranked tokens")
+        merges.append(f"{show(parts[0])} {show(parts[1])}")
+    by_id = {r: show(t) for t, r in ranks.items()}
+    by_id.update({i: s for s, i in special_tokens.items()})
+    n = max(by_id) + 1
+    tokens = [by_id.get(i, f"[PAD{i}]") for i in range(n)]
+    types = [CONTROL if i in special_tokens.values() else NORMAL if i in by_id else UNUSED
+             for i in range(n)]
+    return _write_gguf(path, "gpt2", tokens, types, pre=pre, merges=merges)
+
+
+def gguf_from_spm(model: bytes, path):
+    """A ``llama`` GGUF from a SentencePiece BPE model: pieces, scores, types, dummy prefix."""
+    proto = parse_model(model)
+    return _write_gguf(path, "llama", [p for p, _, _ in proto.pieces],
+                       [t for _, _, t in proto.pieces], scores=[s for _, s, _ in proto.pieces],
+                       add_space_prefix=proto.normalizer_spec.add_dummy_prefix)
+
+
+def phantom(token: str) -> str:
+    """The GGUF BERT converter's spelling: "##x" -> "x", word-initial "x" -> "▁x", "[X]" kept."""
+    if token.startswith("[") and token.endswith("]"):
+        return token
+    return token[2:] if token.startswith("##") else "\u2581" + token
+
+
+def gguf_from_wordpiece(cfg: dict, path):
+    """A ``bert`` GGUF from a BERT tokenizer.json."""
+    by_id = {i: t for t, i in cfg["model"]["vocab"].items()}
+    special = {t["id"] for t in cfg.get("added_tokens", []) if t.get("special")}
+    tokens = [phantom(by_id[i]) for i in range(len(by_id))]
+    types = [CONTROL if i in special else NORMAL for i in range(len(tokens))]
+    unk = cfg["model"]["vocab"][cfg["model"]["unk_token"]]
+    return _write_gguf(path, "bert", tokens, types, unk_id=unk)
