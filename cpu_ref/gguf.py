@@ -122,7 +122,16 @@ def read_metadata(path: "str | Path") -> dict:
 
 def load(path: "str | Path"):
     """The cpu_ref tokenizer a GGUF file describes: ``RefHF``, ``RefSentencePiece`` or
-    ``RefWordPiece``."""
+    ``RefWordPiece``.
+
+    >>> import gguf, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "bert.gguf")
+    >>> w = gguf.GGUFWriter(path, arch="bert"); w.add_tokenizer_model("bert")
+    >>> w.add_token_list(["[UNK]", "▁un", "aff", "able"]); w.add_token_types([3, 1, 1, 1])
+    >>> w.write_header_to_file(); w.write_kv_data_to_file(); w.close()
+    >>> load(path).encode_ordinary("unaffable")
+    [1, 2, 3]
+    """
     return from_metadata(read_metadata(path), where=str(path))
 
 
@@ -181,7 +190,11 @@ def _sentencepiece(meta, tokens, types, where):
 
 
 def unphantom(token: str) -> str:
-    """Undo the GGUF BERT converter's token spelling: "▁x" -> "x", "x" -> "##x", "[X]" kept."""
+    """Undo the GGUF BERT converter's token spelling: "▁x" -> "x", "x" -> "##x", "[X]" kept.
+
+    >>> [unphantom(t) for t in ("▁play", "ing", "[CLS]")]
+    ['play', '##ing', '[CLS]']
+    """
     if token.startswith("[") and token.endswith("]"):
         return token
     return token[1:] if token.startswith("\u2581") else "##" + token

@@ -103,7 +103,14 @@ def pre_tokenize(spec: dict | None, text: str, *, first: bool) -> list[str]:
 
 
 class RefHFSpm:
-    """An SPM-style tokenizer.json, encoded the literal way."""
+    """An SPM-style tokenizer.json, encoded the literal way.
+
+    >>> tok = RefHFSpm({"model": {"type": "BPE", "vocab": {"<unk>": 0, "▁": 1, "a": 2, "▁a": 3},
+    ...                           "merges": [["▁", "a"]], "unk_token": "<unk>"},
+    ...                 "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "always"}})
+    >>> tok.encode("a a?")
+    [3, 3, 0]
+    """
 
     def __init__(self, source: "str | Path | dict"):
         cfg = source if isinstance(source, dict) else json.loads(Path(source).read_text("utf-8"))

@@ -140,6 +140,13 @@ class RefSentencePiece:
     ``"<s>"`` with ordinary pieces), so ``encode_ordinary`` is what matches it. Each text segment
     between allowed specials is normalised as a sentence of its own (dummy prefix included), as
     prompt builders like mistral-common do. BOS/EOS are never added implicitly.
+
+    >>> from cpu_ref.spm_proto import ModelProto
+    >>> m = ModelProto(pieces=[("<unk>", 0.0, 2), ("▁", -1.0, 1), ("a", -2.0, 1), ("▁a", -0.5, 1)])
+    >>> m.trainer_spec.model_type = 2  # BPE
+    >>> sp = RefSentencePiece(m)
+    >>> sp.encode_ordinary("a a"), sp.decode([3, 3])
+    ([3, 3], 'a a')
     """
 
     def __init__(self, source: "str | Path | bytes | ModelProto"):

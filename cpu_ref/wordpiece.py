@@ -144,7 +144,12 @@ def wordpiece_decode(tokens: list[str], *, prefix: str = "##", cleanup: bool = T
 
 
 class RefWordPiece:
-    """A BERT tokenizer.json (``model.type == "WordPiece"``), encoded the literal way."""
+    """A BERT tokenizer.json (``model.type == "WordPiece"``), encoded the literal way.
+
+    >>> bert = RefWordPiece.from_vocab(["[PAD]", "[UNK]", "un", "##aff", "##able", "!"])
+    >>> bert.encode_ordinary("Unaffable!"), bert.decode([2, 3, 4, 5])
+    ([2, 3, 4, 5], 'unaffable!')
+    """
 
     def __init__(self, source: "str | Path | dict"):
         cfg = source if isinstance(source, dict) else json.loads(Path(source).read_text("utf-8"))
