@@ -129,8 +129,8 @@ def valid_utf8_len(data: bytes, pos: int) -> int:
     sentencepiece's ``IsValidDecodeUTF8``: shortest form only, no surrogates, at most U+10FFFF.
     (Python's codec agrees on which sequences are valid, so we let it decide.)
 
-    >>> valid_utf8_len("é".encode(), 0), valid_utf8_len(b"\\xc3", 0), valid_utf8_len(b"\\xed\\xa0\\x80", 0)
-    (2, 0, 0)
+    >>> [valid_utf8_len(b, 0) for b in ("é".encode(), b"\\xc3", b"\\xed\\xa0\\x80")]
+    [2, 0, 0]
     """
     b = data[pos]
     n = 1 if b < 0x80 else 2 if b >> 5 == 6 else 3 if b >> 4 == 14 else 4 if b >> 3 == 30 else 0

@@ -29,6 +29,12 @@ How each family is read:
   normaliser keys; the converter writes uncased models). The converter stores "##x" as "x" and a
   word-initial "x" as "▁x" (bracketed tokens like "[CLS]" unchanged); we convert back.
 
+What gputok's fast path must compute
+------------------------------------
+Nothing new: the file is read once on the host, and the tokenizer it describes runs on the fast
+path of its family (the byte-level BPE stages; SentencePiece and WordPiece as in ``spm`` and
+``wordpiece``).
+
 The reader is our own (no ``gguf`` package needed): little- or big-endian (detected from the
 version field), versions 1-3 (v1 used 32-bit counts and lengths), metadata only.
 """
@@ -44,7 +50,8 @@ from . import gguf_pre, hf, spm, spm_proto, wordpiece
 _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
             6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
 _STRING, _ARRAY = 8, 9
-TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = range(1, 7)
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = (
+    1, 2, 3, 4, 5, 6)
 
 
 class GGUFError(ValueError):

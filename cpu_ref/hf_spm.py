@@ -49,7 +49,12 @@ def _unsupported(what: str) -> ValueError:
 
 
 def normalize(spec: dict | None, text: str) -> str:
-    """HF normalisers: ``Prepend``, ``Replace``, ``Sequence`` here; NFC & co. from ``cpu_ref.hf``."""
+    """HF normalisers: ``Prepend``, ``Replace``, ``Sequence`` here, NFC & co. in ``cpu_ref.hf``.
+
+    >>> normalize({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+    ...     {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}, "a b")
+    '▁a▁b'
+    """
     if spec is None:
         return text
     kind = spec.get("type")

@@ -19,6 +19,9 @@ The fields gputok needs, by number (from ``sentencepiece_model.proto``)::
     NormalizerSpec  1 name   2 precompiled_charsmap (bytes)   3 add_dummy_prefix (default true)
                     4 remove_extra_whitespaces (default true)   5 escape_whitespaces (default true)
 
+Nothing here runs on a device: a model is read once, on the host, with no dependency (neither
+sentencepiece nor protobuf is needed at run time).
+
 Protobuf semantics we follow: for a non-repeated scalar the *last* occurrence wins; a message
 field that occurs twice is merged; an absent field has the proto's declared default (note the three
 ``NormalizerSpec`` booleans default to *true*). An ``int32`` is sent as a 64-bit two's-complement

@@ -182,10 +182,6 @@ def hf_oracle_for(cfg: dict):
     return Tokenizer.from_str(json.dumps(cfg))
 
 
-__all__ = ["BYTE", "CONTROL", "NORMAL", "UNKNOWN", "UNUSED", "USER_DEFINED", "model_bytes",
-           "byte_pieces", "trained_model", "spm_oracle", "model_source", "spm_tokenizer_json",
-           "hf_oracle_for", "TRAINED", "SHAPES"]
-
 
 # ---- GGUF files written with the gguf package ---------------------------------------------
 

@@ -109,6 +109,13 @@ def test_metaspace_first_only_at_the_start():
     assert ref.encode("<s>hello", allowed_special="all")[1:] != ref.encode("hello")
 
 
+def test_surrogates_follow_tiktoken_repair():
+    cfg = F.spm_tokenizer_json(F.model_source("mistral_v3"))
+    ref, hf = RefHFSpm(cfg), F.hf_oracle_for(cfg)
+    assert ref.encode("a\ud800b") == hf.encode("a\ufffdb", add_special_tokens=False).ids
+    assert ref.encode("\ud83d\ude00") == hf.encode("😀", add_special_tokens=False).ids
+
+
 def test_specials_contract_and_unsupported():
     cfg = F.spm_tokenizer_json(F.model_source("mistral_v3"))
     ref = RefHFSpm(cfg)

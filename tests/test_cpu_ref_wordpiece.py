@@ -140,7 +140,8 @@ def disagreements() -> dict[str, frozenset[int]]:
     for prop, opts in _PROBES.items():
         # one call: "|" separates the characters and maps to itself under every option
         got = normalizers.BertNormalizer(**opts).normalize_str("|".join(chars)).split("|")
-        out[prop] = frozenset(ord(c) for c, g in zip(chars, got) if g != wp.bert_normalize(c, **opts))
+        out[prop] = frozenset(ord(c) for c, g in zip(chars, got)
+                              if g != wp.bert_normalize(c, **opts))
     words = [w for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(
         "\x02".join(f"a{c}a" for c in chars))]
     ours = wp.bert_pre_tokenize("\x02".join(f"a{c}a" for c in chars))
