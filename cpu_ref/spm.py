@@ -57,6 +57,19 @@ def score_key(score: float) -> int:
     return bits & 0x7FFFFFFF if bits < 0x80000000 else -(bits & 0x7FFFFFFF) - 1
 
 
+def dense_ranks(scores: list[float]) -> list[int]:
+    """Merge priority of each piece for a table-driven merge: the dense rank of its score in
+    ``score_key`` order, 0 for the highest score; equal scores share a rank (and then the
+    leftmost pair wins, as in ``encode_normalized``).
+
+    >>> dense_ranks([-1.0, -1e9, 0.0, -1.0, -0.0])
+    [2, 3, 0, 2, 1]
+    """
+    keys = sorted({score_key(s) for s in scores}, reverse=True)
+    rank = {k: r for r, k in enumerate(keys)}
+    return [rank[score_key(s)] for s in scores]
+
+
 def byte_piece(b: int) -> str:
     return f"<0x{b:02X}>"  # ByteToPiece: upper-case hex
 
@@ -303,6 +316,18 @@ class RefSentencePiece:
             self._resegment(b, rev_merge, out, depth + 1)
         else:
             out.append((w, self.unk_id))  # an UNUSED single character is unknown
+
+    def inner_pairs(self) -> frozenset[tuple[str, str]]:
+        """Character pairs that occur side by side inside some mergeable piece (NORMAL,
+        USER_DEFINED or UNUSED). Between two adjacent characters that are *not* such a pair, no
+        merge and no user-defined match can ever cross, so a fast path may cut the normalised
+        sentence there and encode the spans independently (models without UNUSED pieces: their
+        resegmentation reads one sentence-wide map)."""
+        pairs = set()
+        for p, t in zip(self.pieces, self.types):
+            if t in (NORMAL, USER_DEFINED, UNUSED):
+                pairs.update(zip(p, p[1:]))
+        return frozenset(pairs)
 
     def _is_unk(self, i: int) -> bool:
         return i == self.unk_id or (i >= 0 and self.types[i] == UNKNOWN)

@@ -19,6 +19,7 @@ from conftest import fuzz_examples
 from cpu_ref import spm_proto
 from cpu_ref.charsmap import CharsMap
 from cpu_ref.spm import RefSentencePiece, score_key
+from cpu_ref.spm import dense_ranks as spm_dense_ranks
 
 MODELS = list(testdata.SPM_MODELS) + list(F.TRAINED)
 
@@ -262,6 +263,36 @@ def test_agenda_equals_rescan_rule(name):
     for text in EDGES + testdata.botchan_lines()[:60]:
         norm = ref.normalizer.normalize(text)
         assert [w for w, _ in ref.encode_normalized(norm)] == _rescan_rule(ref, norm), text
+
+
+@pytest.mark.parametrize("name", ["mistral_v1", "mistral_v7", "botchan_bpe", "user_defined",
+                                  "ws_suffix"])
+def test_spans_cut_at_non_inner_pairs_encode_independently(name, corpora):
+    """The fast path's segmentation (see the module docstring): cutting the normalised sentence
+    between characters that never sit side by side inside a mergeable piece changes nothing."""
+    ref = RefSentencePiece(F.model_source(name))
+    inner = ref.inner_pairs()
+    docs = EDGES + [d[:2000] for kind in corpora for d in corpora[kind][:4]]
+    cuts_seen = 0
+    for text in docs:
+        norm = ref.normalizer.normalize(text)
+        cuts = [i for i in range(1, len(norm)) if (norm[i - 1], norm[i]) not in inner]
+        cuts_seen += len(cuts)
+        spans = [norm[a:b] for a, b in zip([0] + cuts, cuts + [len(norm)])]
+        pieced = [p for span in spans for p in ref.encode_normalized(span)]
+        assert pieced == ref.encode_normalized(norm), text[:60]
+    assert cuts_seen > 1000
+
+
+def test_dense_ranks_order_like_scores():
+    ref = RefSentencePiece(F.model_source("mistral_v1"))
+    ranks = spm_dense_ranks(ref.scores)
+    assert len(set(ranks)) == len({score_key(s) for s in ref.scores})
+    order = sorted(range(ref.n_vocab), key=lambda i: (-score_key(ref.scores[i]), i))
+    assert [ranks[i] for i in order] == sorted(ranks)
+    # Mistral's all-"▁" pieces share one score, hence one rank: a real tie
+    spaces = [i for i, p in enumerate(ref.pieces) if set(p) == {"▁"} and len(p) > 1]
+    assert len(spaces) > 3 and len({ranks[i] for i in spaces}) == 1
 
 
 def test_surrogates_follow_tiktoken_repair(pair):
