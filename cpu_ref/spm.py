@@ -13,14 +13,17 @@ What gputok's fast path must compute
 ------------------------------------
 1. The normalised sentence (``SpmNormalizer.normalize``): identity models only escape spaces and
    add the dummy prefix; charsmap models rewrite spans (see ``charsmap``).
-2. Cut it into independent spans at character pairs ``(a, b)`` that occur adjacent inside *no*
-   mergeable piece (NORMAL, USER_DEFINED or UNUSED) and inside no user-defined piece: no merged
-   symbol and no user-defined match can ever cross such a cut, so each span merges alone. For
-   Mistral, the cut before every "▁" that follows a non-"▁" character is of this kind.
+2. Cut it into independent spans between adjacent characters ``(a, b)`` that are not in
+   ``inner_pairs()`` (they sit side by side inside no mergeable piece, user-defined ones
+   included): no merged symbol and no user-defined match can cross such a cut, so each span
+   merges alone. In Mistral's and botchan's vocabularies no piece has "▁" after another
+   character, so every word boundary is a cut.
 3. Merge each span with the table-driven merge: ``(left, right) -> (priority, merged_id)`` where
-   the priority is the *dense rank of the score* (``score_key`` order; higher score first, equal
+   the priority is ``dense_ranks(scores)`` (``score_key`` order; higher score first, equal
    scores are true ties broken leftmost). Initial symbols are characters, which are not always
-   pieces (unknown characters): key the table by character for them.
+   pieces (unknown characters): key the table by character for them. (In the vocabularies we
+   test, every multi-character piece is the join of two pieces, so pairs of pieces suffice once
+   the first merge is done.)
 4. Emit: UNUSED pieces are split back (``resegment``), unknown symbols become byte pieces (byte
    fallback) or one unk id per *run* (runs fuse across span cuts). A model with UNUSED pieces
    reads a sentence-wide map while resegmenting (see ``encode_normalized``): a fast path must fall
