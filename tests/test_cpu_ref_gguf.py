@@ -32,12 +32,20 @@ def files(tmp_path_factory):
     """name -> (GGUF path, function giving the source tokenizer's ids, encode kwargs)."""
     d = tmp_path_factory.mktemp("gguf")
     out = {}
-    for key, pre in (("qwen2_tokenizer_json", "qwen2"), ("llama3_tokenizer_json", "llama-bpe")):
-        src = testdata.vocab_path(key)
-        hf = _hf(src)
-        out[key] = (F.gguf_from_tokenizer_json(json.loads(src.read_text("utf-8")),
-                                               d / f"{key}.gguf", pre=pre),
-                    lambda t, hf=hf: hf.encode(t, add_special_tokens=False).ids,
+    # llama.cpp's "llama-bpe" means ignore_merges (as Meta's tiktoken original does), but our
+    # pinned Llama 3 tokenizer.json says "ignore_merges": false: so the "llama-bpe" GGUF is
+    # compared with that file with the flag set, and "smaug-bpe" (same regex, no flag) with the
+    # file as it is.
+    for key, src_key, pre, flag in (
+            ("qwen2_tokenizer_json", "qwen2_tokenizer_json", "qwen2", None),
+            ("llama3_tokenizer_json", "llama3_tokenizer_json", "llama-bpe", True),
+            ("llama3_smaug", "llama3_tokenizer_json", "smaug-bpe", None)):
+        cfg = json.loads(testdata.vocab_path(src_key).read_text("utf-8"))
+        path = F.gguf_from_tokenizer_json(cfg, d / f"{key}.gguf", pre=pre)
+        if flag is not None:
+            cfg["model"]["ignore_merges"] = flag
+        hf = F.hf_oracle_for(cfg)
+        out[key] = (path, lambda t, hf=hf: hf.encode(t, add_special_tokens=False).ids,
                     {"allowed_special": "all"})
     tk = tiktoken_oracle("r50k_base")
     out["r50k_base"] = (F.gguf_from_tiktoken(tk._mergeable_ranks, tk._special_tokens,
@@ -55,7 +63,7 @@ def files(tmp_path_factory):
     return out
 
 
-NAMES = ["qwen2_tokenizer_json", "llama3_tokenizer_json", "r50k_base", "mistral_v1", "mistral_v3",
+NAMES = ["qwen2_tokenizer_json", "llama3_tokenizer_json", "llama3_smaug", "r50k_base", "mistral_v1", "mistral_v3",
          "mistral_v7", "identity_keep_ws", "minilm"]
 
 

@@ -84,18 +84,22 @@ def test_wordpiece_vs_hf(variant, corpora):
            lambda d: hf.encode(d, add_special_tokens=False).ids)
 
 
-@pytest.mark.parametrize("name", ["qwen2", "llama3", "r50k_base", "mistral_v1", "mistral_v7",
-                                  "minilm"])
+@pytest.mark.parametrize("name", ["qwen2", "llama3", "llama3_smaug", "r50k_base", "mistral_v1",
+                                  "mistral_v7", "minilm"])
 def test_gguf_vs_source(name, corpora, tmp_path):
     from tokenizers import Tokenizer
 
     kwargs = {"allowed_special": "all"}
-    if name in ("qwen2", "llama3"):
-        src = testdata.vocab_path(f"{name}_tokenizer_json")
-        pre = {"qwen2": "qwen2", "llama3": "llama-bpe"}[name]
-        path = F.gguf_from_tokenizer_json(json.loads(src.read_text("utf-8")),
-                                          tmp_path / "x.gguf", pre=pre)
-        hf = Tokenizer.from_file(str(src))
+    if name in ("qwen2", "llama3", "llama3_smaug"):
+        cfg = json.loads(testdata.vocab_path(f"{name[:6]}_tokenizer_json").read_text("utf-8"))
+        pre = {"qwen2": "qwen2", "llama3": "llama-bpe", "llama3_smaug": "smaug-bpe"}[name]
+        path = F.gguf_from_tokenizer_json(cfg, tmp_path / "x.gguf", pre=pre)
+        if name == "llama3":
+            # "llama-bpe" means ignore_merges (llama.cpp, and Meta's tiktoken original); the
+            # pinned tokenizer.json says false, and 15 documents of the full corpora differ
+            # for it (" Králové" is a token the merges never reach).
+            cfg["model"]["ignore_merges"] = True
+        hf = F.hf_oracle_for(cfg)
         want = lambda d: hf.encode(d, add_special_tokens=False).ids  # noqa: E731
     elif name == "r50k_base":
         tk = tiktoken_oracle(name)
