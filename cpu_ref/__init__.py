@@ -13,4 +13,13 @@ Modules:
     hf        -- a reference for HF tokenizer.json byte-level BPE files
     decode    -- decoding, lossy decoding and the streaming decoder
     train     -- the BPE training rule (HF BpeTrainer semantics)
+
+Tokenizer families beyond byte-level BPE:
+    spm_proto -- a protobuf wire-format reader for SentencePiece ``.model`` files (ModelProto)
+    charsmap  -- SentencePiece's precompiled character map (nmt_nfkc & co.): the trie and rules
+    spm       -- SentencePiece BPE: normaliser, merges by score, byte fallback / unk runs, decode
+    hf_spm    -- SPM-style HF tokenizer.json (character BPE, byte_fallback, Metaspace, decoders)
+    wordpiece -- BERT: BertNormalizer, BertPreTokenizer, greedy longest-match WordPiece
+    gguf      -- GGUF metadata reader; tokenizer.ggml.model -> one of the families above
+    gguf_pre  -- the pre-tokenizers named by tokenizer.ggml.pre (llama.cpp's names)
 """

