@@ -1,0 +1,37 @@
+"""Pinned Unicode data: the oracles' own property tables and normalisers, shipped with gputok.
+
+gputok must give tiktoken's and HF ``tokenizers``' ids whatever ``regex`` release or Python is
+installed, but ``\\p{L}`` means what the engine's Unicode tables say, and those move: tiktoken
+0.14 (the Rust ``regex`` crate via fancy-regex) and tokenizers 0.23 (Oniguruma) are Unicode
+16.0, ``regex`` 2026.5 is 17.0 (4,644 more letters); HF's NFC data is Unicode 9.0, Python
+3.11's ``unicodedata`` 14.0. So the sets every pattern atom matches were measured through each
+oracle over all code points (``python -m gputok.unicode.generate``) and ship in ``data/``:
+
+* ``FAMILIES``: ``"tiktoken"`` and ``"hf"``; ``unicode_version(family)``.
+* ``ranges(family, atom)`` / ``member_table(family, atom)``: the set of ``\\p{Lu}``, ``\\s``,
+  ``[\\p{L}&&\\p{Han}]``, ``(?i:s)``...
+* ``class_flags(family)``: the scanner's ``F_*`` class table.
+* ``pin_pattern(pattern, family)`` / ``compile_pinned``: a pattern rewritten so any ``regex``
+  release matches what the oracle's engine matches.
+* ``normalize(form, text)``, ``lowercase(text)``, ``nfc_unsafe(cps)``, ``normalize_spans``: HF's
+  normalisers.
+
+Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
+
+>>> from gputok import unicode as gu
+>>> gu.compile_pinned(r"\\p{L}+|\\p{N}", "tiktoken").findall("\\U0003e472ab1")
+['ab', '1']
+"""
+
+# public API
+from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
+from .normalize import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
+from .pattern import compile_pinned, pin_pattern
+from .sets import FAMILIES, member_table, ranges, unicode_version
+
+__all__ = [
+    "FAMILIES", "unicode_version", "ranges", "member_table",
+    "F_L", "F_N", "F_S", "F_NL", "F_UP", "F_LO", "F_M", "PROPERTIES", "FOLD_LETTERS",
+    "class_flags", "pin_pattern", "compile_pinned",
+    "FORMS", "normalize", "normalize_spans", "nfc_unsafe", "unsafe_table", "lowercase",
+]
