@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputok import unicode as gu
-from gputok.unicode import normalize as nz
+from gputok.unicode import normalization as nz
 
 FUZZ_EXAMPLES = int(os.environ.get("GPUTOK_FUZZ_EXAMPLES", "200"))
 ALL_CPS = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]

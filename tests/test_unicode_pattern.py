@@ -153,7 +153,7 @@ def test_kimi_k2_pattern_with_class_intersections():
 TEXTS = ["a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK", "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
          " \n\n  a b", "éÉ\u0301 e\u0301", "中文かなカナ한글 abc", "Ωω\u0345ιΙ\u1fbe", "ab ba a b",
          "AB Ab ab aB", "]a-b^c", "\t\x0b\x0c \u00a0\u2028x", "0x1F 9af G", "\U0003e472.a\u1c89 b",
-         "'s 'S 'll 'LL 're", "ǅ ǆ Ǆ µ μ Μ"]
+         "'s 'S 'll 'LL 're", "ǅ ǆ Ǆ µ μ Μ", "\ud7fe\ud7ff\ue000\ue001 \u0378\U000f0000"]
 BOTH = [r"a$", r"^a", r"(?m:^a)", r"(?m:a$)", r"a\Z", r"a\z", r"\Aa", r"\ba\w*", r"a\B\w",
         r"(?i)k+", r"(?i:[^k])", r"(?i:[\p{Lu}&&[a-z]])", r"(?i:\p{Lu})", r"(?i:[\p{Lu}])",
         r"(?i:\P{Ll})", r"(?i:[\P{Ll}])", r"(?i:[^\p{Lu}])", r"(?i:[k&&\p{Lu}])",
@@ -165,7 +165,8 @@ BOTH = [r"a$", r"^a", r"(?m:^a)", r"(?m:a$)", r"a\Z", r"a\z", r"\Aa", r"\ba\w*",
         r"\p{Hani}+|\p{Hira}|\p{Kana}|\p{Hang}", r"\p{White_Space}+", r"\p{Alpha}+", r"\s+\S",
         r"\d+\D", r"\w+\W", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"'(?i:[sdmt]|ll|ve|re)", r".",
         r"(?#note)a", r"\p{LC}+", r"[\p{Sm}\p{Sc}\p{Sk}\p{So}]+", r"\p{Zs}|\p{Zl}|\p{Cc}",
-        r"(?i:ǆ)", r"(?i:[ǅ])"]
+        r"(?i:ǆ)", r"(?i:[ǅ])", r"[^\x{D7FF}\x{E000}]", r"[^\p{Cn}\p{Co}]", r"[^\p{C}]",
+        r"\P{C}", r"[^\x{D7FC}-\x{D7FF}\x{E000}-\x{F8FF}]", r"[\p{Cn}\p{Co}&&[^\x{D7FF}]]"]
 ONLY = {"tiktoken": [r"(?s:.)", r"(?m:\n^)", r"[\w--\d]+", r"[a-c~~b-d]+", r"\pL+\pN",
                      r"\p{IsGreek}", r"\p{gc=Lu}", r"\p{Script=Han}+", r"\u{61}", r"(?i:ss)",
                      r"(?i)\p{ASCII}+", r"\p{Any}"],

@@ -25,7 +25,7 @@ Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 
 # public API
 from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
-from .normalize import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
+from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
 from .pattern import compile_pinned, pin_pattern
 from .sets import FAMILIES, member_table, ranges, unicode_version
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from . import store
+from .sets import variant, variant_key
 from .catalog import ALIASES, ATOMS, CCC_MARKERS, ESCAPES, LOWERCASE_MARKERS, REGEX_MARKERS, loose
 
 FORMAT = 1
@@ -94,6 +95,10 @@ def _same(a, b) -> bool:
     return a is not None and b is not None and a.shape == b.shape and bool((a == b).all())
 
 
+def _has_surrogates(r) -> bool:
+    return bool(len(store.intersect(r, SURROGATES)))
+
+
 def _spell(atom: str, negated: bool = False) -> str:
     if atom in ESCAPES:
         return atom.upper() if negated else atom
@@ -140,15 +145,23 @@ def build_regex_family(oracle, log) -> tuple:
         if _same(oracle.probe("\\p{%s=%s}" % (key, example), text), ranges[example]):
             keys[key] = "gc" if example == "Lu" else "sc"
     meta["keys"] = keys
-    # case-insensitive variants, stored only where they differ from what the plain set implies
-    for atom in list(ranges):
-        pos = oracle.probe("(?i:%s)" % _spell(atom), text)
-        neg = oracle.probe("(?i:%s)" % _spell(atom, negated=True), text)
-        if not _same(pos, ranges[atom]):
-            ranges["(?i)" + atom] = pos
-        implied = store.difference(store.complement(pos), SURROGATES)
-        if not _same(neg, implied):
-            ranges["(?i)^" + atom] = store.union(neg, SURROGATES)
+    # other contexts (negated, inside brackets, under (?i)); stored only where the engine
+    # differs from the fallback sets.variant() would use. Oniguruma never folds an item inside
+    # brackets (it folds the finished class), so that context is not probed there.
+    contexts = [(n, f, c) for f in (False, True) for c in (False, True) for n in (False, True)
+                if (n, f, c) != (False, False, False) and not (f and c and oracle.family == "hf")]
+    for atom in [a for a in ATOMS if a in ranges]:
+        for neg, folded, in_class in contexts:
+            pat = _spell(atom, negated=neg)
+            pat = "[%s]" % pat if in_class else pat
+            pat = "(?i:%s)" % pat if folded else pat
+            got = oracle.probe(pat, text)
+            fallback = variant(ranges, oracle.family, atom, negated=neg, folded=folded,
+                               in_class=in_class)
+            if not _same(got, store.difference(fallback, SURROGATES)):
+                if _has_surrogates(fallback):
+                    got = store.union(got, SURROGATES)  # keep the "spans the gap" marker
+                ranges[variant_key(atom, negated=neg, folded=folded, in_class=in_class)] = got
     for ch in "abcdefghijklmnopqrstuvwxyz":
         lo, up = oracle.probe("(?i:%s)" % ch, text), oracle.probe("(?i:%s)" % ch.upper(), text)
         if not _same(lo, up):

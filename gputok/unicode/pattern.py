@@ -292,7 +292,7 @@ class _Pin:
         n = int(digits)
         return not (n <= 9 or n <= self.ngroups) and all(d in "01234567" for d in digits)
 
-    def escape_item(self, flags: _Flags, fold: "bool | None" = None):
+    def escape_item(self, flags: _Flags, fold: "bool | None" = None, in_class: bool = False):
         """One escape that stands for characters: ``("char", cp, None)`` or ``("set", ranges,
         py)`` where ``py`` spells the same atom for the installed ``regex`` (None: no spelling).
 
@@ -316,11 +316,12 @@ class _Pin:
                 name, self.i = p[at + 2], at + 3
             else:
                 raise self.fail("\\%s without a property name" % e)
-            return ("set",) + self.property(name, e == "P", folded, at)
+            return ("set",) + self.property(name, e == "P", folded, at, in_class)
         if e in "sSdDwWhH":
             self.i = at + 2
             return ("set", sets.atom_set(self.fam, "\\" + e.lower(), negated=e.isupper(),
-                                         folded=folded), None if e in "hH" else "\\" + e)
+                                         folded=folded, in_class=in_class),
+                    None if e in "hH" else "\\" + e)
         if e == "N":
             self.i = at + 2
             return "set", store.complement(store.normal([[0x0A, 0x0A]])), None
@@ -356,7 +357,7 @@ class _Pin:
             raise self.fail("bad \\%s escape" % e, at)
         return int(digits, 16)
 
-    def property(self, name: str, negated: bool, folded: bool, at: int):
+    def property(self, name: str, negated: bool, folded: bool, at: int, in_class: bool):
         key = name.strip()
         neg = negated
         if key.startswith("^"):
@@ -364,7 +365,7 @@ class _Pin:
         const = {"any": store.FULL, "ascii": _ASCII}.get(loose(key))
         if const is not None:
             r = sets.fold(self.fam, const) if folded and self.tk else const
-            return (store.complement(r) if neg else r), None
+            return (sets.negate(self.fam, r) if neg else r), None
         hit = sets.resolve_property(self.fam, key)
         if hit is None:
             raise self.fail(f"unknown property \\{'P' if negated else 'p'}{{{name}}} (not one "
@@ -372,7 +373,7 @@ class _Pin:
         atom, extra_neg = hit
         neg ^= extra_neg
         py = ("\\P{%s}" if neg else "\\p{%s}") % atom if atom not in ESCAPES else None
-        return sets.atom_set(self.fam, atom, negated=neg, folded=folded), py
+        return sets.atom_set(self.fam, atom, negated=neg, folded=folded, in_class=in_class), py
 
     # -- bracket classes -----------------------------------------------------------------------
 
@@ -436,7 +437,7 @@ class _Pin:
             result = sets.fold(self.fam, result)
         if py is not None:
             py = "[" + "^" * negate + "".join(py) + "]"
-        return (store.complement(result) if negate else result), py
+        return (sets.negate(self.fam, result) if negate else result), py
 
     def class_item(self, flags: _Flags, fold_items: bool):
         if self.p[self.i] == "\\":
@@ -444,7 +445,7 @@ class _Pin:
             if e in ("b", "B", "A", "z", "Z") or e.isdigit() and (self.tk or not
                                                                   self._onig_octal(self.i)):
                 raise self.fail("escape \\%s inside a bracket class is not supported" % e)
-            return self.escape_item(flags, fold=fold_items)
+            return self.escape_item(flags, fold=fold_items, in_class=True)
         self.i += 1
         return "char", ord(self.p[self.i - 1]), None
 

@@ -79,19 +79,69 @@ def _kind(atom: str) -> str:
     return "gc" if atom in GENERAL_CATEGORIES else "sc" if atom in SCRIPTS else "other"
 
 
-def atom_set(family: str, atom: str, *, negated: bool = False, folded: bool = False):
-    """The set of a stored atom (``"L"``, ``"\\\\s"``...), optionally as the engine reads it
-    under ``(?i)`` outside a bracket class (``folded``) and/or negated (``\\P{..}``, ``\\S``)."""
+_SURROGATES = np.array([[0xD800, 0xDFFF]], np.int64)
+
+
+def _has(r, cp: int) -> bool:
+    j = np.searchsorted(r[:, 0], cp, side="right") - 1
+    return bool(j >= 0 and r[j, 1] >= cp)
+
+
+def negate(family: str, r) -> np.ndarray:
+    """The engine's complement of a set (``[^...]``, ``\\P{..}``, ``\\S``).
+
+    THE SURROGATE GAP. The Rust crate (regex-syntax) keeps a set as char ranges: ranges are
+    merged only when adjacent as numbers, but a complement computes each gap with char
+    arithmetic, where U+D7FF + 1 = U+E000. So when a set holds U+D7FF and U+E000 in two ranges,
+    the gap between them comes out as the range U+D7FF..U+E000 and its complement holds both:
+    tiktoken's ``[^\\x{D7FF}\\x{E000}]`` matches U+D7FF. (A set whose one range spans the
+    surrogates, like the table of \\p{C}, or any complement, has no such gap.) Here a set
+    "spans" iff it holds U+D7FF, all surrogates and U+E000; the surrogates never occur in text,
+    so they serve as that marker, and set algebra keeps it right on its own."""
+    out = store.complement(r)
+    if family == "tiktoken" and _has(r, 0xD7FF) and _has(r, 0xE000) and not _has(r, 0xD800):
+        out = store.union(out, [[0xD7FF, 0xD7FF], [0xE000, 0xE000]])
+    return out
+
+
+def variant_key(atom: str, *, negated: bool = False, folded: bool = False,
+                in_class: bool = False) -> str:
+    """Table name of an atom read in a context: ``"(?i)[]^L"`` is ``\\P{L}`` inside a bracket
+    class under (?i)."""
+    return "(?i)" * folded + "[]" * in_class + "^" * negated + atom
+
+
+def variant(tables, family: str, atom: str, *, negated: bool = False, folded: bool = False,
+            in_class: bool = False) -> np.ndarray:
+    """An atom's set in a context, from ``tables`` (a data file, or the generator's tables so
+    far). Engines read some atoms differently by context, as measured: Oniguruma's ``\\w``
+    matches U+00B2 outside brackets but not inside; the Rust crate folds ``\\p{Lu}`` under
+    (?i), Oniguruma does not. A context's set is stored only where it differs from its
+    fallback: a negation falls back to the complement of the same context's positive set, a
+    folded or bracketed positive set to the plain one."""
+    key = variant_key(atom, negated=negated, folded=folded, in_class=in_class)
+    if key != atom and key in tables:
+        return tables.get(key)
+    if negated:
+        return negate(family, variant(tables, family, atom, folded=folded, in_class=in_class))
+    if folded:
+        return variant(tables, family, atom, in_class=in_class)
+    if in_class:
+        return variant(tables, family, atom)
+    base = tables.get(atom)
+    if family == "tiktoken" and atom == "C":
+        base = store.union(base, _SURROGATES)  # the crate's table range spans the surrogates
+    return base
+
+
+def atom_set(family: str, atom: str, *, negated: bool = False, folded: bool = False,
+             in_class: bool = False) -> np.ndarray:
+    """The set of a stored atom (``"L"``, ``"\\\\s"``...) as the family's engine reads it:
+    negated (``\\P{..}``, ``\\S``), under (?i) (``folded``), inside brackets (``in_class``)."""
     f = _file(family)
     if atom not in f:
         raise KeyError(atom)
-    if not folded:
-        base = f.get(atom)
-        return store.complement(base) if negated else base
-    pos = f.get("(?i)" + atom) if "(?i)" + atom in f else f.get(atom)
-    if negated:
-        return f.get("(?i)^" + atom) if "(?i)^" + atom in f else store.complement(pos)
-    return pos
+    return variant(f, family, atom, negated=negated, folded=folded, in_class=in_class)
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,20 +205,20 @@ def ranges(family: str, atom: str) -> np.ndarray:
     ``atom`` is a property name (``"L"``, ``"Lu"``, ``"Han"``, ``"White_Space"``, any alias the
     engine accepts) or a one-character pattern: ``\\p{..}``, ``\\P{..}``, ``\\s``, ``\\W``, a
     bracket class such as ``[\\p{L}&&\\p{Han}]``, ``(?i:s)``. Surrogates are in no probed set (the
-    engines never see them) and in every complement.
+    engines never see them), so no result holds them.
 
     >>> ranges("tiktoken", "(?i:k)").tolist()
     [[75, 75], [107, 107], [8490, 8490]]
     """
-    if not any(ch in atom for ch in "\\[(") and len(atom) > 1 or atom.isalpha():
+    if not any(ch in atom for ch in "\\[("):
         hit = resolve_property(family, atom)
         if hit is None:
             raise ValueError(f"unknown property {atom!r} for family {family!r}")
         name, negated = hit
-        return atom_set(family, name, negated=negated).copy()
+        return store.difference(atom_set(family, name, negated=negated), _SURROGATES)
     from .pattern import single_set
 
-    return single_set(atom, family)
+    return store.difference(single_set(atom, family), _SURROGATES)
 
 
 @functools.lru_cache(maxsize=64)
