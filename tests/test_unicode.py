@@ -107,8 +107,8 @@ def no_surrogates(r):
 @FAMILIES
 def test_every_atom_inside_brackets_equals_the_engine(family):
     """One probe checks every atom inside brackets, plain and negated: the engine evaluates
-    [X--S] and [S--X] (Oniguruma, which has no --: [X&&[^S]] and [S&&[^X]]) for each atom X
-    with shipped set S, all in one class; it must match no code point."""
+    [X--S] and [S--X] (Oniguruma, which has no --: [X&&S'] with S' the complement, and
+    [S&&[^X]]) for each atom X with shipped set S, all in one class; it must match nothing."""
     parts = []
     for atom in base_atoms(family):
         for neg in (False, True):
@@ -118,9 +118,10 @@ def test_every_atom_inside_brackets_equals_the_engine(family):
                 parts.append("[%s]" % x)
             elif family == "tiktoken":  # [^S] would trip the crate's surrogate-gap quirk
                 parts += ["[%s--%s]" % (x, engine_class(r)), "[%s--[%s]]" % (engine_class(r), x)]
-            else:
-                parts += ["[%s&&[^%s]]" % (x, engine_class(r)[1:-1]),
-                          "[%s&&[^%s]]" % (engine_class(r), x)]
+            else:  # no nested [^...] of ranges from U+0000: Oniguruma mis-evaluates those
+                rest = no_surrogates(store.complement(r))
+                parts += ["[%s&&%s]" % (x, engine_class(rest))] if len(rest) else []
+                parts += ["[%s&&[^%s]]" % (engine_class(r), x)]
     bad = probe(family, "[" + "".join(parts) + "]")
     assert len(bad) == 0, f"{family}: code points where a shipped set is wrong: {bad[:5]}"
     assert len(base_atoms(family)) >= 55 and "Han" in base_atoms(family)
@@ -190,7 +191,7 @@ def test_case_insensitive_atoms_equal_the_engine(family):
                 got = store.difference(got, [[0, 0]])  # the separator
                 assert np.array_equal(got, no_surrogates(want)), (family, atom, neg, in_class)
     for ch in "abcdefghijklmnopqrstuvwxyz":
-        got = probe(family, "(?i:%s)" % ch)
+        got = store.difference(probe(family, "(?i:%s)" % ch, text), [[0, 0]])
         assert np.array_equal(got, store.load(family).get("(?i)" + ch)), (family, ch)
         assert np.array_equal(got, gu.ranges(family, "(?i:%s)" % ch.upper())), (family, ch)
 

@@ -150,7 +150,7 @@ def test_kimi_k2_pattern_with_class_intersections():
 # engine rules, construct by construct
 # ----------------------------------------------------------------------------------------------
 
-TEXTS = ["a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK", "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
+TEXTS = ["a\u00b2 \u00b3\u00bd_\u00b9x", "a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK", "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
          " \n\n  a b", "éÉ\u0301 e\u0301", "中文かなカナ한글 abc", "Ωω\u0345ιΙ\u1fbe", "ab ba a b",
          "AB Ab ab aB", "]a-b^c", "\t\x0b\x0c \u00a0\u2028x", "0x1F 9af G", "\U0003e472.a\u1c89 b",
          "'s 'S 'll 'LL 're", "ǅ ǆ Ǆ µ μ Μ", "\ud7fe\ud7ff\ue000\ue001 \u0378\U000f0000"]
@@ -166,7 +166,9 @@ BOTH = [r"a$", r"^a", r"(?m:^a)", r"(?m:a$)", r"a\Z", r"a\z", r"\Aa", r"\ba\w*",
         r"\d+\D", r"\w+\W", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"'(?i:[sdmt]|ll|ve|re)", r".",
         r"(?#note)a", r"\p{LC}+", r"[\p{Sm}\p{Sc}\p{Sk}\p{So}]+", r"\p{Zs}|\p{Zl}|\p{Cc}",
         r"(?i:ǆ)", r"(?i:[ǅ])", r"[^\x{D7FF}\x{E000}]", r"[^\p{Cn}\p{Co}]", r"[^\p{C}]",
-        r"\P{C}", r"[^\x{D7FC}-\x{D7FF}\x{E000}-\x{F8FF}]", r"[\p{Cn}\p{Co}&&[^\x{D7FF}]]"]
+        r"\P{C}", r"[^\x{D7FC}-\x{D7FF}\x{E000}-\x{F8FF}]", r"[\p{Cn}\p{Co}&&[^\x{D7FF}]]",
+        r"[^\x{0}-\x{5FF}]", r"[\x{0}-\x{10FFFF}&&[^\x{20}-\x{5FF}]]", r"[x&&[\x{0}-\x{5FF}]]",
+        r"[\w&&[^a-z]]", r"[^\w\s]", r"\w\W[\w][^\W]"]
 ONLY = {"tiktoken": [r"(?s:.)", r"(?m:\n^)", r"[\w--\d]+", r"[a-c~~b-d]+", r"\pL+\pN",
                      r"\p{IsGreek}", r"\p{gc=Lu}", r"\p{Script=Han}+", r"\u{61}", r"(?i:ss)",
                      r"(?i)\p{ASCII}+", r"\p{Any}"],
@@ -203,6 +205,7 @@ def test_hf_flag_scope_and_anchors_spelled_out():
     ("tiktoken", r"a)", r"unbalanced"),
     ("tiktoken", r"[ab", r"unterminated bracket"),
     ("tiktoken", r"(a)(?i)\1", r"backreference under \(\?i\)"),
+    ("hf", r"[x&&[^\x00-\u05ff]]", r"mis-evaluated by Oniguruma"),
 ])
 def test_unpinnable_patterns_raise(family, pattern, message):
     with pytest.raises(ValueError, match=message) as err:
