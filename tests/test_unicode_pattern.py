@@ -223,23 +223,35 @@ def test_compile_pinned_is_cached():
 # independence from the installed regex release
 # ----------------------------------------------------------------------------------------------
 
+def want_cl100k(texts: list) -> list:
+    return [gu.compile_pinned(CL100K_PATTERN, "tiktoken").findall(t) for t in texts]
+
+
 _CHILD = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import regex
+import importlib.metadata, regex
 sys.path.insert(1, sys.argv[2])
 from gputok import unicode as gu
 texts = json.load(open(sys.argv[3]))
-out = {"regex": regex.__version__, "file": regex.__file__}
+out = {"regex": importlib.metadata.version("regex"), "file": regex.__file__,
+       "unicode16": bool(regex.match(r"\p{L}", "\u1c89")) and not regex.match(r"\p{L}",
+                                                                          "\U000323b0")}
 for fam, pat in json.load(open(sys.argv[4])):
     out[fam + pat] = [gu.compile_pinned(pat, fam).findall(t) for t in texts]
+    out["plain" + fam + pat] = [regex.compile(gu.pin_pattern(pat, fam)).findall(t)
+                                for t in texts[::10]]
+    out["unpinned" + fam + pat] = [regex.findall(pat, t) for t in texts]
 json.dump(out, open(sys.argv[5], "w"))
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("release", ["2024.11.6", "2026.5.9"])
+@pytest.mark.parametrize("release", ["2023.6.3", "2024.11.6", "2026.5.9"])
 def test_pieces_do_not_depend_on_the_regex_release(release, tmp_path_factory):
+    """regex 2023.6.3 (Unicode 15.0, the oldest gputok supports), 2024.11.6 (16.0) and
+    2026.5.9 (17.0), each installed into its own directory and imported first in a child
+    process: compile_pinned and pin_pattern give the pieces computed here."""
     root = Path(os.environ.get("GPUTOK_TEST_DATA", Path.home() / ".cache/gputok-test-data"))
     target = root / "regex-releases" / release
     if not (target / "regex").is_dir():
@@ -263,4 +275,10 @@ def test_pieces_do_not_depend_on_the_regex_release(release, tmp_path_factory):
     out = json.loads((work / "out.json").read_text())
     assert out["regex"] == release and str(target) in out["file"]
     for fam, pat in pats:
-        assert out[fam + pat] == [gu.compile_pinned(pat, fam).findall(t) for t in texts], fam
+        want = [gu.compile_pinned(pat, fam).findall(t) for t in texts]
+        assert out[fam + pat] == want, fam
+        assert out["plain" + fam + pat] == want[::10], fam
+    # the test has teeth: unless its tables are the oracles' Unicode 16.0, this release splits
+    # some texts differently without pinning
+    unpinned = out["unpinned" + "tiktoken" + CL100K_PATTERN]
+    assert (unpinned == want_cl100k(texts)) == out["unicode16"], release
