@@ -305,3 +305,22 @@ def test_data_files_are_small_and_reproducible(tmp_path):
     (tmp_path / "bad.ucd").write_bytes(b"nope")
     with pytest.raises(ValueError, match="regenerate it with"):
         store._File(tmp_path / "bad.ucd")
+
+
+def test_runtime_needs_no_oracle():
+    """Only the generator and the report talk to tiktoken / tokenizers / unicodedata."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gputok.unicode as gu; gu.class_flags('hf'); "
+            "gu.compile_pinned(r'\\p{L}+', 'tiktoken'); gu.normalize('NFC', 'e\\u0301'); "
+            "gu.lowercase('\\u0130'); print(sorted(m for m in ('tiktoken', 'tokenizers', "
+            "'unicodedata2') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "[]"
+    runtime = ["__init__", "catalog", "flags", "installed", "normalization", "pattern", "sets",
+               "store"]
+    for name in runtime:
+        src = (Path(gu.__file__).parent / f"{name}.py").read_text()
+        assert "import unicodedata" not in src and "import tiktoken" not in src, name
