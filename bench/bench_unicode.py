@@ -68,7 +68,7 @@ def main():
             print(f"{kind:<14}{name:<8}{rates[0]:>10.2f}{rates[1]:>16.2f}{rates[2]:>14.2f}"
                   f"{rates[1] / rates[0]:>7.2f}")
 
-    print(f"\n{'corpus':<20}{'form':<10}{'gputok':>9}{'HF':>9}{'ratio':>7}   (MB/s)")
+    print(f"\n{'corpus':<22}{'form':<10}{'gputok':>9}{'HF':>9}{'ratio':>7}   (MB/s)")
     hf = {"NFC": normalizers.NFC().normalize_str, "Lowercase": normalizers.Lowercase()
           .normalize_str}
     ours = {"NFC": lambda s: gu.normalize("NFC", s), "Lowercase": gu.lowercase}
@@ -81,7 +81,7 @@ def main():
                 assert ours[form](t) == hf[form](t)
                 a = nbytes / 1e6 / _common.best_of(lambda: ours[form](t), args.repeat)
                 b = nbytes / 1e6 / _common.best_of(lambda: hf[form](t), args.repeat)
-                print(f"{label:<20}{form:<10}{a:>9.1f}{b:>9.1f}{a / b:>7.2f}")
+                print(f"{label:<22}{form:<10}{a:>9.1f}{b:>9.1f}{a / b:>7.2f}")
 
 
 if __name__ == "__main__":
