@@ -31,6 +31,7 @@ import numpy as np
 import regex
 
 from . import store
+from .emit import ranges as _emit_set
 
 __all__ = ["installed_set", "corrected"]
 
@@ -69,8 +70,6 @@ def corrected(r, py: "str | None") -> tuple:
     faster: ``py`` alone if it already matches ``r``; ``[py + added ranges]`` in V0 when the
     release only misses code points; otherwise a V1 set expression ``[[py--[removed]]||[added]]``
     (the V1 set operations cost ~1.5x a bare property; a V0 lookahead ``(?![removed])`` ~3x)."""
-    from .pattern import _emit_set
-
     if py is None or len(r) <= SMALL:
         return _emit_set(r), False
     have = installed_set(py)

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import regex
 
 from . import installed, sets, store
+from .emit import char as _emit_char, cls_char as _cls_ch, ranges as _emit_set
 from .catalog import ESCAPES, loose
 
 __all__ = ["pin_pattern", "compile_pinned", "single_set"]
@@ -52,30 +53,6 @@ class _Flags(NamedTuple):
     i: bool = False  # case-insensitive
     m: bool = False  # tiktoken multi-line anchors
     s: bool = False  # "." matches "\n" (tiktoken s, Oniguruma m)
-
-
-def _cls_ch(cp: int) -> str:
-    if cp < 0x80 and chr(cp).isalnum():
-        return chr(cp)
-    if cp < 0x100:
-        return "\\x%02x" % cp
-    return "\\u%04x" % cp if cp < 0x10000 else "\\U%08x" % cp
-
-
-def _emit_set(r) -> str:
-    """A flat class for normal-form ranges (never empty: that would not compile)."""
-    if len(r) == 0:
-        return "[^\\x00-\\U0010ffff]"
-    parts = [_cls_ch(a) if a == b else _cls_ch(a) + ("" if b == a + 1 else "-") + _cls_ch(b)
-             for a, b in r.tolist()]
-    return "[" + "".join(parts) + "]"
-
-
-def _emit_char(cp: int) -> str:
-    ch = chr(cp)
-    if ch.isascii():
-        return ch if ch.isalnum() or ch == "_" else "\\x%02x" % cp
-    return ch if ch.isprintable() else _cls_ch(cp)
 
 
 class _Pin:
