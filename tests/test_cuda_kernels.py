@@ -185,14 +185,17 @@ def test_nvrtc_compiles_what_the_driver_loads(arch):
 # ---------------------------------------------------------------- 1a. class table
 
 def _regex_classes(gpt2: bool) -> np.ndarray:
-    """The class of every code point, straight from the regex module (not from scan.py)."""
+    """The class of every code point, from the pinned patterns (the oracle's tables, not
+    scan.py's class table)."""
+    from gputok.unicode import compile_pinned
+
     cps = np.arange(0x110000, dtype=np.uint32)
     cps = cps[(cps < 0xD800) | (cps > 0xDFFF)]
     text = cps.tobytes().decode("utf-32-le")
     cls = np.full(0x110000, 3, np.uint8)  # P
     for prop, k in ((r"\p{N}", 2), (r"\p{L}", 1), (r"\s", 6), (r"[\r\n]", 6 if gpt2 else 7)):
         hit = np.zeros(len(cps), bool)
-        for m in regex.finditer(prop + "+", text):
+        for m in compile_pinned(prop + "+", "tiktoken").finditer(text):
             hit[m.start():m.end()] = True
         cls[cps[hit]] = k
     cls[0x20], cls[0x27] = 5, 4
