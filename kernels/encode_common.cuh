@@ -18,9 +18,12 @@ typedef unsigned int enc_u32;
 typedef unsigned long long enc_u64;
 typedef long long enc_i64;
 
+// (a host compiler gets its own form from kernels/dialect_host.h: a block's threads as one loop)
+#ifndef ENC_GRID_STRIDE
 #define ENC_GRID_STRIDE(i, n)                                                    \
   for (enc_i64 i = (enc_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (enc_i64)(n); \
        i += (enc_i64)gridDim.x * blockDim.x)
+#endif
 
 // ---------------------------------------------------------------- pre-tokenizer classes
 // The run classes of gputok/stages/scan_rules.py (cl100k / gpt2 families), one per code point;

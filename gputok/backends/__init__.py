@@ -22,8 +22,8 @@ from collections import Counter
 
 import numpy as np
 
-BACKENDS = ("numpy", "cuda", "metal")
-AUTO_ORDER = ("cuda", "metal")  # then numpy
+BACKENDS = ("numpy", "cuda", "metal", "native")
+AUTO_ORDER = ("cuda", "metal", "native")  # then numpy
 
 
 class FallbackWarning(RuntimeWarning):

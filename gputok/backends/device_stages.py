@@ -47,8 +47,14 @@ class DeviceStages:
         self.dev.launch(name, self.grid(count), (self.dev.block,), args)
 
     def scan(self, arr, n: int, op: str, exclusive: bool) -> None:
-        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan."""
+        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan. A device
+        with its own ``scan`` runs that instead (the native CPU device: block scans need
+        shared memory and barriers, which a plain loop over a block's threads does not have)."""
         dev = self.dev
+        own = getattr(dev, "scan", None)
+        if own is not None:
+            own(arr, n, op, exclusive)
+            return
         tile = dev.scan_block * dev.scan_items
         blk = (dev.scan_block,)
         if n <= tile:
