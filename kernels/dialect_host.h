@@ -65,6 +65,10 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
                                                                     : enc_hn_);                 \
          i < enc_he_; ++i)
 
+// Memory-level parallelism is the CPU's latency hiding (a GPU switches warps instead): kernels
+// mark loads they will need soon (encode_common.cuh, enc_pair_prefetch).
+#define ENC_PREFETCH(p) __builtin_prefetch(p)
+
 // atomicCAS on 64-bit words (CUDA's unsigned long long overload): sequentially consistent, as
 // the dedup insert-or-find needs (a claimed slot's entry index is read only after the CAS).
 __forceinline__ unsigned long long atomicCAS(unsigned long long* p, unsigned long long expected,

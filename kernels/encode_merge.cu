@@ -30,12 +30,14 @@
 //   where tiktoken is quadratic, but a single 10 MB piece keeps one thread busy for a while.
 #include "encode_common.cuh"
 
+// The whole-token table (gputok/backends/device_tables.py, whole_table): open addressing on the
+// top bits of enc_bytes_hash, linear probing; four words per slot, [low 32 bits of the hash,
+// token id (ENC_EMPTY_SLOT: free), first byte in tok_bytes, length], so a probe reads one 16-byte
+// slot and, when tag and length match, the token's bytes (two cache lines; separate tag / entry
+// / offset / id arrays cost five).
 struct EncWholeTable {
-  const enc_u32* slot_tag;    // low 32 bits of the hash of the token in this slot
-  const enc_u32* slot_entry;  // token index, ENC_EMPTY_SLOT for a free slot
-  const enc_u32* tok_off;     // token t's bytes: tok_bytes[tok_off[t] .. tok_off[t + 1])
+  const enc_u32* slots;
   const enc_u8* tok_bytes;
-  const enc_u32* tok_id;
   enc_u32 bits;  // 0: no whole-piece lookup (HF rule without ignore_merges)
 };
 
@@ -46,13 +48,11 @@ __device__ __forceinline__ enc_u32 enc_whole_lookup(const EncWholeTable& w, cons
   enc_u64 s = h >> (64 - w.bits);
   const enc_u32 tag = (enc_u32)h;
   while (true) {
-    const enc_u32 t = w.slot_entry[s];
-    if (t == ENC_EMPTY_SLOT) return ENC_NO_MERGE;
-    if (w.slot_tag[s] == tag) {
-      const enc_u32 off = w.tok_off[t];
-      if (w.tok_off[t + 1] - off == len && enc_bytes_equal(w.tok_bytes + off, p, len))
-        return w.tok_id[t];
-    }
+    const enc_u32* slot = w.slots + 4 * s;
+    const enc_u32 id = slot[1];
+    if (id == ENC_EMPTY_SLOT) return ENC_NO_MERGE;
+    if (slot[0] == tag && slot[3] == len && enc_bytes_equal(w.tok_bytes + slot[2], p, len))
+      return id;
     s = (s + 1) & mask;
   }
 }
@@ -60,12 +60,10 @@ __device__ __forceinline__ enc_u32 enc_whole_lookup(const EncWholeTable& w, cons
 extern "C" __global__ void encode_piece_kind(
     const enc_u8* __restrict__ buf, const enc_u32* __restrict__ pstart,
     const enc_u32* __restrict__ spec, const enc_u32* __restrict__ n_entries,
-    const enc_u32* __restrict__ w_slot_tag, const enc_u32* __restrict__ w_slot_entry,
-    const enc_u32* __restrict__ w_tok_off, const enc_u8* __restrict__ w_tok_bytes,
-    const enc_u32* __restrict__ w_tok_id, enc_u32 w_bits, enc_u64* dedup_slots,
-    enc_u32 dedup_bits, enc_u32* __restrict__ owner, enc_u32* __restrict__ count,
-    enc_u32* __restrict__ scratch, enc_i64 cap) {
-  const EncWholeTable w{w_slot_tag, w_slot_entry, w_tok_off, w_tok_bytes, w_tok_id, w_bits};
+    const enc_u32* __restrict__ w_slots, const enc_u8* __restrict__ w_tok_bytes, enc_u32 w_bits,
+    enc_u64* dedup_slots, enc_u32 dedup_bits, enc_u32* __restrict__ owner,
+    enc_u32* __restrict__ count, enc_u32* __restrict__ scratch, enc_i64 cap) {
+  const EncWholeTable w{w_slots, w_tok_bytes, w_bits};
   const enc_i64 n_ent = (enc_i64)*n_entries;
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;
@@ -125,11 +123,10 @@ extern "C" __global__ void encode_piece_kind(
 extern "C" __global__ void encode_merge_short(
     const enc_u8* __restrict__ buf, const enc_u32* __restrict__ pstart,
     const enc_u32* __restrict__ n_entries, const enc_u32* __restrict__ owner,
-    const enc_u64* __restrict__ t_keys, const enc_u32* __restrict__ t_prio,
-    const enc_u32* __restrict__ t_merged, enc_u32 t_bits, const enc_u32* __restrict__ byte_ids,
+    const enc_u64* __restrict__ t_slots, enc_u32 t_bits, const enc_u32* __restrict__ byte_ids,
     enc_u32* __restrict__ scratch, enc_u32* __restrict__ prio_ws, enc_u32* __restrict__ count,
     enc_i64 cap) {
-  const EncMergeTable t{t_keys, t_prio, t_merged, t_bits};
+  const EncMergeTable t{t_slots, t_bits};
   const enc_i64 n_ent = (enc_i64)*n_entries;
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;
@@ -155,6 +152,9 @@ extern "C" __global__ void encode_merge_short(
       enc_u32 merged;
       enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
       ids[at] = merged;
+      // both new pairs' slots are fetched before either probe waits on memory
+      if (at > 0) enc_pair_prefetch(t, ids[at - 1], merged);
+      if (at + 2 < len) enc_pair_prefetch(t, merged, ids[at + 2]);
       for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
       for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
       --len;
@@ -230,12 +230,11 @@ __device__ __forceinline__ void enc_heap_remove(EncHeap& h, enc_u32 p) {
 extern "C" __global__ void encode_merge_long(
     const enc_u8* __restrict__ buf, const enc_u32* __restrict__ pstart,
     const enc_u32* __restrict__ n_entries, const enc_u32* __restrict__ owner,
-    const enc_u64* __restrict__ t_keys, const enc_u32* __restrict__ t_prio,
-    const enc_u32* __restrict__ t_merged, enc_u32 t_bits, const enc_u32* __restrict__ byte_ids,
+    const enc_u64* __restrict__ t_slots, enc_u32 t_bits, const enc_u32* __restrict__ byte_ids,
     enc_u32* __restrict__ scratch, enc_u32* __restrict__ prio_ws, enc_u32* __restrict__ nxt_ws,
     enc_u32* __restrict__ prv_ws, enc_u32* __restrict__ heap_ws,
     enc_u32* __restrict__ where_ws, enc_u32* __restrict__ count, enc_i64 cap) {
-  const EncMergeTable t{t_keys, t_prio, t_merged, t_bits};
+  const EncMergeTable t{t_slots, t_bits};
   const enc_i64 n_ent = (enc_i64)*n_entries;
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;

@@ -1,35 +1,41 @@
 // host_runtime.h: the native CPU device's launcher (gputok/backends/native.py builds it with the
 // kernels into one shared library; it is the runtime's own translation unit, after
-// dialect_host.h). It provides, as extern "C" functions called through ctypes (which releases
-// the GIL for the call):
+// dialect_host.h). Called through ctypes, which releases the GIL for every call.
 //
-//   gputok_native_launch(call, grid, block, args, threads)
-//        run one kernel launch: `grid` blocks of `block` threads (dialect_host.h: one block = one
-//        loop over its elements), blocks taken from an atomic counter by `threads` workers (the
-//        calling thread is one of them); returns when every block is done
-//   gputok_native_scan_u32(a, n, op, exclusive, threads)
-//        in-place prefix scan of a uint32 array (op 0: sum modulo 2^32, 1: max), the host form
-//        of kernels/encode_scan.cu (whose block scans need __shared__ and __syncthreads):
-//        reduce each of `threads` contiguous parts, scan the part totals, scan each part from
-//        its carry
+// Work comes in two forms, as on a GPU:
+//   * synchronous: gputok_native_launch / gputok_native_scan_u32 run one launch (or scan) and
+//     return when it is done (tests and one-off steps);
+//   * streams: gputok_native_stream_* queue launches, scans and timestamps on a stream, which
+//     runs them in order on its own thread (plus its own helper workers) while Python goes on;
+//     gputok_native_stream_sync waits for everything queued. The driver keeps two chunks in
+//     flight on two streams (driver.py), so two chunks run at once with no barrier between
+//     them: on a machine whose cores are shared with other processes, a worker the OS stops for
+//     a time slice holds up only its own chunk. (Splitting every launch over all cores instead
+//     made each launch wait for its slowest worker: 1.75x slower than one thread on the shared
+//     2-core box; on an idle machine both forms scale.)
 //
-// The worker pool is created on first use and grown to the largest `threads` asked for; workers
-// sleep on a condition variable between launches (no spinning: the machine's other work, and
-// the Python thread preparing the next chunk, get the cores). A fork()ed child gets a fresh pool
-// (the parent's workers do not exist there).
+// A launch of `grid` blocks of `block` threads (dialect_host.h: one block = one loop over its
+// elements) hands its blocks out through an atomic counter (dynamic scheduling: a block holding
+// one long piece does not hold up the others). The scan is the host form of
+// kernels/encode_scan.cu (whose block scans need __shared__ and __syncthreads): reduce a few
+// contiguous parts per thread, scan the part totals, scan each part from its carry.
 //
-// Performance notes: waking the workers costs ~10-30 us per launch, against milliseconds of work
-// per launch on a chunk of a few MB; tried and dropped: OpenMP (its idle workers spin by default
-// and would need OMP_WAIT_POLICY set before the library loads), and static equal ranges per
-// worker (one long piece in a range stalls its worker while the others idle).
+// Workers sleep on condition variables between launches (no spinning: the machine's other work,
+// and the Python thread preparing the next chunk, get the cores). A fork()ed child gets fresh
+// pools; streams do not survive a fork (native.py makes new ones in the child).
+//
+// Performance notes: waking a helper costs ~10-30 us per launch, against milliseconds of work
+// per launch on a chunk of a few MB. Tried and dropped: OpenMP (its idle workers spin by
+// default, and would need OMP_WAIT_POLICY set before the library loads).
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include <pthread.h>
-#include <unistd.h>
 
 #define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -138,6 +144,16 @@ void run_block(const void* ctx, unsigned b) {
   l.call(l.args);
 }
 
+void launch(Pool& p, void (*call)(void**), unsigned grid, unsigned block, void** args,
+            int threads) {
+  Launch l{call, args, grid, block};
+  Job job;
+  job.run = run_block;
+  job.ctx = &l;
+  job.items = grid;
+  p.run(job, threads);
+}
+
 // ---------------------------------------------------------------- scans
 struct Scan {
   unsigned* a;
@@ -187,45 +203,163 @@ void scan_apply(const void* ctx, unsigned p) {
   }
 }
 
+void scan(Pool& p, unsigned* a, long long n, int op, int exclusive, int threads) {
+  if (n <= 0) return;
+  // below ~256K elements one thread is faster than waking the others; above, a few parts per
+  // thread so that a worker the OS runs late leaves its parts to the others
+  long long parts = n < (1 << 18) || threads < 2 ? 1 : n >> 16;
+  if (parts > 4LL * threads) parts = 4LL * threads;
+  std::vector<unsigned> totals((size_t)parts);
+  Scan s{a, n, op, exclusive, (unsigned)parts, totals.data()};
+  if (parts > 1) {
+    Job reduce;
+    reduce.run = scan_reduce;
+    reduce.ctx = &s;
+    reduce.items = (unsigned)parts;
+    p.run(reduce, threads);
+  }
+  unsigned carry = 0;  // exclusive scan of the part totals: each part's carry
+  for (long long k = 0; k < parts; ++k) {
+    const unsigned t = totals[k];
+    totals[k] = carry;
+    carry = op == 0 ? carry + t : (t > carry ? t : carry);
+  }
+  Job apply;
+  apply.run = scan_apply;
+  apply.ctx = &s;
+  apply.items = (unsigned)parts;
+  p.run(apply, threads);
+}
+
+// ---------------------------------------------------------------- streams
+constexpr int kMaxArgs = 32;
+
+struct Op {
+  enum Kind { kLaunch, kScan, kTime } kind;
+  void (*call)(void**);
+  unsigned grid, block;
+  unsigned long long vals[kMaxArgs];  // argument values, copied at enqueue (args[k] = &vals[k])
+  unsigned* a;  // scan
+  long long n;
+  int op, exclusive;
+  double* when;  // timestamp: seconds on the steady clock, written when the op runs
+};
+
+class Stream {
+ public:
+  explicit Stream(int threads) : threads_(threads) {
+    std::thread([this] { loop(); }).detach();
+  }
+
+  void push(const Op& op) {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      queue_.push_back(op);
+      ++pending_;
+    }
+    work_.notify_one();
+  }
+
+  void sync() {
+    std::unique_lock<std::mutex> lk(m_);
+    idle_.wait(lk, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(m_);
+    while (true) {
+      work_.wait(lk, [&] { return !queue_.empty(); });
+      Op op = queue_.front();
+      queue_.pop_front();
+      lk.unlock();
+      run(op);
+      lk.lock();
+      if (--pending_ == 0) idle_.notify_all();  // the mutex publishes the op's writes
+    }
+  }
+
+  void run(Op& op) {
+    if (op.kind == Op::kLaunch) {
+      void* args[kMaxArgs];
+      for (int k = 0; k < kMaxArgs; ++k) args[k] = &op.vals[k];
+      launch(pool_, op.call, op.grid, op.block, args, threads_);
+    } else if (op.kind == Op::kScan) {
+      scan(pool_, op.a, op.n, op.op, op.exclusive, threads_);
+    } else {
+      *op.when = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now().time_since_epoch())
+                     .count();
+    }
+  }
+
+  const int threads_;
+  Pool pool_;
+  std::mutex m_;
+  std::condition_variable work_, idle_;
+  std::deque<Op> queue_;
+  long long pending_ = 0;
+};
+
 }  // namespace enc_host
+
+ENC_HOST_EXPORT int gputok_native_abi() { return 2; }
+
+ENC_HOST_EXPORT int gputok_native_max_args() { return enc_host::kMaxArgs; }
 
 ENC_HOST_EXPORT int gputok_native_launch(void (*call)(void**), unsigned grid, unsigned block,
                                          void** args, int threads) {
-  enc_host::Launch l{call, args, grid, block};
-  enc_host::Job job;
-  job.run = enc_host::run_block;
-  job.ctx = &l;
-  job.items = grid;
-  enc_host::pool().run(job, threads);
+  enc_host::launch(enc_host::pool(), call, grid, block, args, threads);
   return 0;
 }
 
 ENC_HOST_EXPORT int gputok_native_scan_u32(unsigned* a, long long n, int op, int exclusive,
                                            int threads) {
-  if (n <= 0) return 0;
-  // below ~256K elements one thread is faster than waking the others
-  const unsigned parts = n < (1 << 18) || threads < 2 ? 1u : (unsigned)threads;
-  std::vector<unsigned> totals(parts);
-  enc_host::Scan s{a, n, op, exclusive, parts, totals.data()};
-  if (parts > 1) {
-    enc_host::Job reduce;
-    reduce.run = enc_host::scan_reduce;
-    reduce.ctx = &s;
-    reduce.items = parts;
-    enc_host::pool().run(reduce, threads);
-  }
-  unsigned carry = 0;  // exclusive scan of the part totals: each part's carry
-  for (unsigned p = 0; p < parts; ++p) {
-    const unsigned t = totals[p];
-    totals[p] = carry;
-    carry = op == 0 ? carry + t : (t > carry ? t : carry);
-  }
-  enc_host::Job apply;
-  apply.run = enc_host::scan_apply;
-  apply.ctx = &s;
-  apply.items = parts;
-  enc_host::pool().run(apply, threads);
+  enc_host::scan(enc_host::pool(), a, n, op, exclusive, threads);
   return 0;
 }
 
-ENC_HOST_EXPORT int gputok_native_abi() { return 1; }
+// A new stream whose launches use `threads` threads (its own thread included). Streams live as
+// long as the process: the Python side makes two per device.
+ENC_HOST_EXPORT void* gputok_native_stream_new(int threads) {
+  return new enc_host::Stream(threads < 1 ? 1 : threads);
+}
+
+ENC_HOST_EXPORT int gputok_native_stream_launch(void* stream, void (*call)(void**), unsigned grid,
+                                                unsigned block, const unsigned long long* vals,
+                                                int nargs) {
+  if (nargs < 0 || nargs > enc_host::kMaxArgs) return -1;
+  enc_host::Op op{};
+  op.kind = enc_host::Op::kLaunch;
+  op.call = call;
+  op.grid = grid;
+  op.block = block;
+  for (int k = 0; k < nargs; ++k) op.vals[k] = vals[k];
+  static_cast<enc_host::Stream*>(stream)->push(op);
+  return 0;
+}
+
+ENC_HOST_EXPORT int gputok_native_stream_scan_u32(void* stream, unsigned* a, long long n, int op,
+                                                  int exclusive) {
+  enc_host::Op o{};
+  o.kind = enc_host::Op::kScan;
+  o.a = a;
+  o.n = n;
+  o.op = op;
+  o.exclusive = exclusive;
+  static_cast<enc_host::Stream*>(stream)->push(o);
+  return 0;
+}
+
+ENC_HOST_EXPORT int gputok_native_stream_time(void* stream, double* when) {
+  enc_host::Op o{};
+  o.kind = enc_host::Op::kTime;
+  o.when = when;
+  static_cast<enc_host::Stream*>(stream)->push(o);
+  return 0;
+}
+
+ENC_HOST_EXPORT int gputok_native_stream_sync(void* stream) {
+  static_cast<enc_host::Stream*>(stream)->sync();
+  return 0;
+}

@@ -389,9 +389,8 @@ def test_whole_token_table_finds_every_token_and_nothing_else():
     a, s = plan.tables.arrays, plan.tables.scalars
     be.stages.go("encode_piece_kind", cap,
            [np.frombuffer(buf, np.uint8), pstart, spec, np.array([cap], np.uint32),
-            a["w_slot_tag"], a["w_slot_entry"], a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"],
-            s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0), owner, count, scratch,
-            np.int64(cap)])
+            a["w_slots"], a["w_tok_bytes"], s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0),
+            owner, count, scratch, np.int64(cap)])
     k = len(toks)
     assert (owner[:k] == device_tables.EMPTY_SLOT).all() and (count[:k] == 1).all()
     np.testing.assert_array_equal(scratch[pstart[:k]], [ranks[t] for t in toks])

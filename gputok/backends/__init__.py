@@ -1,4 +1,5 @@
-"""Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``).
+"""Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``,
+``native``: the CPU's cores).
 
 A backend encodes ``(model, documents, allowed, disallowed) -> (ids, offsets)``. The numpy
 backend composes the numpy stages of ``gputok.stages``; a device backend is the one
@@ -8,9 +9,12 @@ stage on the host for the rest. Each such host stage, or any part of a batch tha
 CPU (out of device memory), is a *fallback*: counted in ``backend.fallbacks`` and warned about
 once (``FallbackWarning``), so tests can assert that the device path really ran.
 
-``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, else
-numpy. A name that is not available raises ``RuntimeError`` saying why and which ``pip install``
-fixes it. cupy and mlx are imported only here, on demand (``import gputok`` stays light).
+``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, then
+the native CPU backend (the same kernels compiled for the host, when a C++ compiler is found),
+else numpy; ``auto_report`` says what it took and why it skipped the others (a backend that is
+available but fails to start, e.g. a compiler error, is a counted ``FallbackWarning``). A name
+that is not available raises ``RuntimeError`` saying why and which ``pip install`` fixes it.
+cupy and mlx are imported only here, on demand (``import gputok`` stays light).
 """
 
 from __future__ import annotations
@@ -85,8 +89,8 @@ def availability() -> dict[str, tuple[bool, str]]:
 
 
 def get_backend(name="auto") -> Backend:
-    """A backend by name (``"auto"``, ``"numpy"``, ``"cuda"``, ``"cuda:1"``, ``"metal"``), built
-    once per process; a ``Backend`` object is returned as is.
+    """A backend by name (``"auto"``, ``"numpy"``, ``"native"``, ``"cuda"``, ``"cuda:1"``,
+    ``"metal"``), built once per process; a ``Backend`` object is returned as is.
 
     >>> get_backend("numpy").name
     'numpy'
@@ -105,15 +109,34 @@ def get_backend(name="auto") -> Backend:
     return got
 
 
+#: why "auto" took what it took: {"backend": name, "skipped": {name: reason}} (``gputok info``)
+auto_report: dict = {}
+
+
 def _create(name: str) -> Backend:
     if name == "auto":
+        skipped = {}
         for cand in AUTO_ORDER:
             try:
-                ok = _module(cand).available()[0]
-            except Exception:
-                ok = False
-            if ok:
-                return get_backend(cand)
+                ok, why = _module(cand).available()
+            except Exception as e:
+                ok, why = False, f"{type(e).__name__}: {e}"
+            if not ok:
+                skipped[cand] = why
+                continue
+            try:
+                got = get_backend(cand)
+            except Exception as e:  # available, but it failed to start (e.g. a compiler error)
+                skipped[cand] = f"failed to start: {e}"
+                from ..stages import counters
+
+                counters[f"backend.auto.failed.{cand}"] += 1
+                warnings.warn(f"gputok: the {cand} backend failed to start, trying the next "
+                              f"one ({e})", FallbackWarning, stacklevel=4)
+                continue
+            auto_report.update(backend=cand, skipped=skipped)
+            return got
+        auto_report.update(backend="numpy", skipped=skipped)
         return get_backend("numpy")
     kind, _, index = name.partition(":")
     if kind not in BACKENDS or (index and not index.isdigit()):

@@ -39,6 +39,11 @@ class DeviceStages:
     def __init__(self, dev, *, dedup: bool = False):
         self.dev = dev
         self.dedup = dedup
+        # A device whose memory the host reads directly (the native CPU device: ``fence()``
+        # waits for the chunk's stream) sizes per-entry arrays, grids, the dedup set and the
+        # count scan by the real entry count; a GPU sizes them by the bound (n + 2 entries) so
+        # the host never waits mid-chunk.
+        self.host_memory = bool(getattr(dev, "host_memory", False))
 
     def grid(self, count: int) -> tuple:
         return (max(1, min(self.dev.max_blocks, -(-int(count) // self.dev.block))),)
@@ -108,15 +113,20 @@ class DeviceStages:
         dev = self.dev
         m = n + 2
         self.scan(ent, m, "add", True)  # entry index of every flagged byte
-        pstart = dev.empty(m, np.uint32)
-        spec = dev.empty(m, np.uint32)
+        if self.host_memory:
+            dev.fence()  # the entry count is read on the host: wait for this chunk's stream
+            cap = int(ent[n + 1])
+        else:
+            cap = m
+        pstart = dev.empty(cap, np.uint32)
+        spec = dev.empty(cap, np.uint32)
         self.go("encode_entries_compact", n + 1, [ent, i64(n), pstart, spec])
         if n_spans:
             self.go("encode_entries_specials", n_spans,
                      [ent, d_sp_pos, d_sp_id, i64(n_spans), spec])
         doc_entry = dev.empty(n_docs + 1, np.uint32)
         self.go("encode_doc_entries", n_docs + 1, [ent, d_off, i64(n_docs + 1), doc_entry])
-        return pstart, spec, doc_entry, ent[n + 1:n + 2], m
+        return pstart, spec, doc_entry, ent[n + 1:n + 2], cap
 
     def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
@@ -132,11 +142,10 @@ class DeviceStages:
         else:
             dbits, slots = 0, dev.dummy(np.uint64)
         self.go("encode_piece_kind", cap,
-                 [d_buf, pstart, spec, n_entries, a["w_slot_tag"], a["w_slot_entry"],
-                  a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"], s["w_bits"], slots,
-                  u32(dbits), owner, count, scratch, i64(cap)])
+                 [d_buf, pstart, spec, n_entries, a["w_slots"], a["w_tok_bytes"], s["w_bits"],
+                  slots, u32(dbits), owner, count, scratch, i64(cap)])
         del slots
-        table = [a["t_keys"], a["t_prio"], a["t_merged"], s["t_bits"], a["byte_ids"]]
+        table = [a["t_slots"], s["t_bits"], a["byte_ids"]]
         prio_ws = dev.empty(n, np.uint32)
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
@@ -155,7 +164,7 @@ class DeviceStages:
         offsets (int64, n_docs + 1)). ``count`` is scanned in place into output offsets."""
         dev = self.dev
         self.scan(count, cap + 1, "add", True)
-        out = dev.empty(n, out_dtype)
+        out = dev.empty(n, out_dtype)  # (on the host, pages past the last id are never touched)
         kern = "encode_emit_u16" if np.dtype(out_dtype).itemsize == 2 else "encode_emit_u32"
         self.go(kern, cap, [n_entries, pstart, owner, count, scratch, out, i64(cap)])
         out_doc = dev.empty(n_docs + 1, np.int64)

@@ -1,9 +1,11 @@
 """The tables a device needs for one model, built on the host and uploaded once per device.
 
-* the merge table's hash arrays (``stages/table.py``: the kernels probe the same layout);
+* the merge table's hash arrays (``stages/table.py``: the kernels probe the same slots),
+  interleaved so that a probe reads one 16-byte slot (``merge_slots``);
 * the whole-token table: a piece whose bytes are a token is emitted whole. Linear probing at load
-  <= 1/2 on the top bits of ``bytes_hash`` of the token; a slot holds the low 32 bits of the hash
-  (a cheap first check) and the token's index; hits are confirmed by comparing bytes;
+  <= 1/2 on the top bits of ``bytes_hash`` of the token; a 16-byte slot holds the low 32 bits of
+  the hash (a cheap first check), the token's id, offset and length; hits are confirmed by
+  comparing bytes;
 * for device pre-tokenization: the class table, the pair table and the contraction letters of
   the pattern's scanner family (``stages/scan_rules.py``).
 """
@@ -55,7 +57,9 @@ def bytes_hash_many(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def whole_table(whole: "dict[bytes, int]") -> dict:
-    """Host build of the device whole-token table (see the module docstring)."""
+    """Host build of the device whole-token table (see the module docstring): ``slots`` (uint32,
+    4 per slot: hash tag, token id or ``EMPTY_SLOT``, first byte in ``tok_bytes``, length),
+    ``tok_bytes`` and ``bits``."""
     toks = list(whole)
     ids = np.fromiter(whole.values(), np.uint32, len(toks))
     lens = np.fromiter(map(len, toks), np.int64, len(toks))
@@ -65,29 +69,35 @@ def whole_table(whole: "dict[bytes, int]") -> dict:
     h = bytes_hash_many(data, off)
     bits = max(4, int(len(toks) * 2 - 1).bit_length())
     cap = 1 << bits
-    slot_entry = np.full(cap, EMPTY_SLOT, np.uint32)
-    slot_tag = np.zeros(cap, np.uint32)
+    slots = np.zeros((cap, 4), np.uint32)
+    slots[:, 1] = EMPTY_SLOT
     slot = (h >> np.uint64(64 - bits)).astype(np.int64)
     pending = np.arange(len(toks))
     while len(pending):
         s = slot[pending]
-        free = slot_entry[s] == EMPTY_SLOT
+        free = slots[s, 1] == EMPTY_SLOT
         cand = pending[free]
         _, first = np.unique(s[free], return_index=True)
         win = cand[first]
-        slot_entry[slot[win]] = win
-        slot_tag[slot[win]] = (h[win] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        slots[slot[win]] = np.stack([(h[win] & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                                     ids[win], off[win].astype(np.uint32),
+                                     lens[win].astype(np.uint32)], axis=1)
         placed = np.zeros(len(toks), bool)
         placed[win] = True
         pending = pending[~placed[pending]]
         slot[pending] = (slot[pending] + 1) & (cap - 1)
-    return {"slot_tag": slot_tag, "slot_entry": slot_entry, "tok_off": off.astype(np.uint32),
-            "tok_bytes": data if len(data) else np.zeros(1, np.uint8), "tok_id": ids,
+    return {"slots": slots.reshape(-1), "tok_bytes": data if len(data) else np.zeros(1, np.uint8),
             "bits": bits}
 
 
-_WHOLE_DTYPES = (("slot_tag", np.uint32), ("slot_entry", np.uint32), ("tok_off", np.uint32),
-                 ("tok_bytes", np.uint8), ("tok_id", np.uint32))
+def merge_slots(table) -> np.ndarray:
+    """The merge table's hash arrays interleaved for the kernels (``enc_pair_lookup``): two
+    uint64 per slot, [key, priority | merged << 32]."""
+    out = np.empty(2 * len(table.h_keys), np.uint64)
+    out[0::2] = table.h_keys
+    out[1::2] = table.h_prio.astype(np.uint64) | (table.h_merged.astype(np.uint64)
+                                                  << np.uint64(32))
+    return out
 
 
 def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
@@ -95,18 +105,15 @@ def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
     scanner when pre-tokenization runs on the device (else None). ``class_cache`` keeps one
     class table per (family, Unicode family) on the device."""
     table = model.merge_table
-    a: dict = {"t_keys": dev.put(table.h_keys), "t_prio": dev.put(table.h_prio),
-               "t_merged": dev.put(table.h_merged),
+    a: dict = {"t_slots": dev.put(merge_slots(table)),
                "byte_ids": dev.put(table.byte_ids.astype(np.uint32))}
     s: dict = {"t_bits": u32(table.hash_bits)}
     if table.whole:
         w = whole_table(table.whole)
-        for k, _ in _WHOLE_DTYPES:
-            a["w_" + k] = dev.put(w[k])
+        a["w_slots"], a["w_tok_bytes"] = dev.put(w["slots"]), dev.put(w["tok_bytes"])
         s["w_bits"] = u32(w["bits"])
     else:
-        for k, t in _WHOLE_DTYPES:
-            a["w_" + k] = dev.dummy(t)
+        a["w_slots"], a["w_tok_bytes"] = dev.dummy(np.uint32), dev.dummy(np.uint8)
         s["w_bits"] = u32(0)
     if scanner is not None:
         sc = scanner

@@ -5,22 +5,35 @@ compiler (``native_build.py``: the same sources every device gets, plus the host
 ``kernels/dialect_host.h``; built on first use and cached by source digest, compiler and flags).
 ``NativeDevice`` is the adapter the driver sees, the CPU counterpart of ``cuda.CupyDevice``:
 
-* ``launch`` runs a kernel's grid on a pool of worker threads, blocks taken dynamically, through
-  ctypes (which releases the GIL: the workers and the caller all run C++);
+* ``launch`` runs a kernel's grid through ctypes (which releases the GIL), blocks handed out
+  dynamically to worker threads; inside the driver's ``stream(slot)`` it is queued on that
+  slot's stream instead, a C++ thread that runs its queue in order (``host_runtime.h``), so the
+  driver's two chunks in flight really run at once, as on a GPU;
 * ``scan`` overrides the block scans of ``encode_scan.cu`` (shared memory and barriers have no
   plain-loop form) with the runtime's two-pass parallel scan;
-* memory is numpy arrays, host<->device copies are views, streams are a no-op: the driver's two
-  slots simply run one after the other.
+* memory is numpy arrays, host<->device copies are views; ``fence()`` waits for the current
+  stream, so the driver may size per-entry arrays by the real entry count (``host_memory``).
 
 Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
 
-Performance notes: a chunk is a few MB of text (``CHUNK_BYTES``): the kernels touch ~40 bytes of
-workspace per byte of text, so larger chunks only cost memory (the per-chunk Python work is well
-under a millisecond per launch); arrays come from ``np.empty`` / ``np.zeros``, so workspace that a
-chunk never touches (the long-piece arrays when it has no long piece, entry arrays past the last
-entry) never becomes resident. Launch overhead (argument packing in Python + waking the pool) is
-~30 us, ~15 launches per chunk.
+Performance notes (2-core shared VM, cl100k, one thread): ~30 MB/s of CPU time on prose and
+code, ~21 on multilingual text (tiktoken 0.14: ~9). Of the kernel time, pre-tokenization is
+about half (window 25%, runs 15%), the whole-token lookup 15-20%, merging the misses 15-45%
+(multilingual); every hash probe is a cache miss on 8-16 MB tables. Decisions:
+* dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
+  a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
+  prose even);
+* streams, not one pool over all cores per launch: on the shared box a launch split over both
+  cores waited at every launch for a worker the OS had paused (1.75x slower than one thread);
+  two independent chunks on two streams are not held up by each other;
+* a chunk is a few MB of text (``CHUNK_BYTES``): 1-8 MB measured the same; the kernels touch
+  ~30 bytes of workspace per byte, so larger chunks only cost memory. Arrays come from
+  ``np.empty`` / ``np.zeros``: workspace a chunk never touches (the long-piece arrays when it
+  has no long piece, ids past the last) never becomes resident;
+* launch overhead (argument checks and packing in Python, waking a worker) is ~30 us, ~15
+  launches per chunk: nothing to gain there. Page faults on fresh arrays cost ~10-15%; an arena
+  reused across chunks would keep ~100 MB resident per stream, so it was not done.
 """
 
 from __future__ import annotations
@@ -73,6 +86,7 @@ def create(threads: "int | None" = None, **options) -> DeviceBackend:
     'native CPU (2 threads)'
     """
     options.setdefault("chunk_bytes", CHUNK_BYTES)
+    options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
     return DeviceBackend(NativeDevice(threads), name="native", **options)
 
 
@@ -89,10 +103,16 @@ class _Library:
         lib = ctypes.CDLL(self.path)  # CDLL calls release the GIL
         if lib.gputok_native_abi() != native_build.ABI:
             raise native_build.NativeBuildError(f"{path}: runtime ABI mismatch")
-        lib.gputok_native_launch.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
-                                             ctypes.c_void_p, ctypes.c_int]
-        lib.gputok_native_scan_u32.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
-                                               ctypes.c_int, ctypes.c_int]
+        vp, u, ll, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_longlong, ctypes.c_int
+        lib.gputok_native_launch.argtypes = [vp, u, u, vp, i]
+        lib.gputok_native_scan_u32.argtypes = [vp, ll, i, i, i]
+        lib.gputok_native_stream_new.argtypes = [i]
+        lib.gputok_native_stream_new.restype = vp
+        lib.gputok_native_stream_launch.argtypes = [vp, vp, u, u, vp, i]
+        lib.gputok_native_stream_scan_u32.argtypes = [vp, vp, ll, i, i]
+        lib.gputok_native_stream_time.argtypes = [vp, vp]
+        lib.gputok_native_stream_sync.argtypes = [vp]
+        self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}
         for f in native_build.HOST_FILES:
@@ -130,6 +150,24 @@ def library() -> _Library:
         return got
 
 
+_stream_handles: dict = {}
+
+
+def _shared_stream(lib: _Library, threads: int, slot: int):
+    """Stream threads are per process, not per device (devices come and go; a stream's thread
+    lives as long as the process): one per (library, threads per launch, slot)."""
+    key = (os.getpid(), lib.path, threads, slot)
+    with _build_lock:
+        h = _stream_handles.get(key)
+        if h is None:
+            h = _stream_handles[key] = lib.lib.gputok_native_stream_new(threads)
+        return h
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
 class _Ready:
     """A finished "download" (host memory already): the interface of ``devices.Pending``."""
 
@@ -140,11 +178,27 @@ class _Ready:
         return self.value
 
 
+class _OnStream:
+    """A "download" of an array a stream is still writing: ``result()`` waits for the stream."""
+
+    def __init__(self, dev: "NativeDevice", slot: int, arr: np.ndarray, count: int):
+        self.dev, self.slot, self.arr, self.count = dev, slot, arr, count
+
+    def result(self) -> np.ndarray:
+        self.dev._sync(self.slot)
+        return self.arr[:self.count]
+
+
 class NativeDevice:
     """The kernels on this machine's cores (see the module docstring).
 
-    ``threads``: workers per launch (default ``threads_default()``); ``poison``: fill fresh
-    arrays with 0xCD bytes, so a kernel reading memory nobody wrote shows up (the tests use it).
+    Inside ``stream(slot)`` (the driver's chunks) launches, scans and marks are queued on that
+    slot's stream and run in order on its own thread (``threads // 2`` threads per launch, at
+    least one) while Python goes on; ``fence()`` and ``download(...).result()`` wait for it.
+    Outside a stream (and with ``threads=1``) every launch runs at once on ``threads`` threads.
+
+    ``threads``: default ``threads_default()``; ``poison``: fill fresh arrays with 0xCD bytes, so
+    a kernel reading memory nobody wrote shows up (the tests use it).
     """
 
     kind = "native"
@@ -152,6 +206,7 @@ class NativeDevice:
     block = BLOCK
     max_blocks = MAX_BLOCKS
     scan_block, scan_items = 1, 1  # unused: scans run on the host (``scan``)
+    host_memory = True  # the host reads results directly (after ``fence``)
 
     def __init__(self, threads: "int | None" = None, *, poison: bool = False):
         self.threads = threads_default() if threads is None else int(threads)
@@ -162,9 +217,58 @@ class NativeDevice:
         self.name = f"native CPU ({self.threads} threads)"
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
+        self._slot: "int | None" = None
+        self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
+        self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
+        self._pid = os.getpid()
 
     def defines(self) -> tuple:
         return ()
+
+    def __del__(self):
+        # queued work may still use arrays only this device keeps alive
+        try:
+            self.synchronize()
+        except Exception:
+            pass
+
+    # -- streams
+    def _stream(self, slot: int):
+        if self._pid != os.getpid():  # a fork()ed child: the parent's stream threads are gone
+            self._streams.clear()
+            self._live.clear()
+            self._pid = os.getpid()
+        h = self._streams.get(slot)
+        if h is None:
+            h = self._streams[slot] = _shared_stream(self.lib, max(1, self.threads // 2), slot)
+            self._live[slot] = []
+        return h
+
+    def _sync(self, slot: int) -> None:
+        h = self._streams.get(slot)
+        if h is not None and self._pid == os.getpid():
+            self.lib.lib.gputok_native_stream_sync(h)
+            self._live[slot].clear()
+
+    @contextlib.contextmanager
+    def stream(self, slot: int):
+        if self.threads == 1:  # one thread: no stream threads either, everything runs at once
+            yield
+            return
+        prev, self._slot = self._slot, int(slot)
+        try:
+            yield
+        finally:
+            self._slot = prev
+
+    def fence(self) -> None:
+        """Wait for the current stream (no-op outside one): results are then readable."""
+        if self._slot is not None:
+            self._sync(self._slot)
+
+    def synchronize(self) -> None:
+        for slot in list(self._streams):
+            self._sync(slot)
 
     # -- kernels
     def launch(self, name: str, grid, block, args) -> None:
@@ -175,8 +279,7 @@ class NativeDevice:
                            f"{', '.join(native_build.HOST_FILES)})") from None
         if len(args) != len(params):
             raise TypeError(f"{name}: {len(args)} arguments for {len(params)} parameters")
-        slots = np.empty(len(args), np.uint64)
-        keep = []
+        vals = np.empty(len(args), np.uint64)
         for k, (a, (ptr, writable, kind, size)) in enumerate(zip(args, params)):
             if ptr:
                 if not isinstance(a, np.ndarray) or a.dtype.kind != kind \
@@ -186,31 +289,41 @@ class NativeDevice:
                 if writable and not a.flags.writeable:
                     raise TypeError(f"{name}: argument {k} is written by the kernel but the "
                                     "array is read-only")
-                slots[k] = a.__array_interface__["data"][0]
-                keep.append(a)
+                vals[k] = _address(a)
             else:
                 if not isinstance(a, np.generic) or a.dtype.kind != kind \
                         or a.dtype.itemsize != size:
                     raise TypeError(f"{name}: argument {k} must be a numpy {kind}{size * 8} "
                                     f"scalar (the parameter's exact type), got {_describe(a)}")
-                slots[k] = int(np.asarray(a).view(f"u{size}"))  # little-endian low bytes
-        argv = slots.__array_interface__["data"][0] + 8 * np.arange(len(args), dtype=np.uint64)
+                vals[k] = int(np.asarray(a).view(f"u{size}"))  # little-endian low bytes
         g = int(np.prod(grid))
         b = int(np.prod(block))
-        self.lib.lib.gputok_native_launch(call, g, b, argv.__array_interface__["data"][0],
-                                          min(self.threads, g))
+        lib = self.lib.lib
+        if self._slot is None:
+            argv = _address(vals) + 8 * np.arange(len(args), dtype=np.uint64)
+            lib.gputok_native_launch(call, g, b, _address(argv), min(self.threads, g))
+        else:
+            h = self._stream(self._slot)
+            lib.gputok_native_stream_launch(h, call, g, b, _address(vals), len(args))
+            self._live[self._slot].append(args)
         self.launches[name] = self.launches.get(name, 0) + 1
 
     def scan(self, arr: np.ndarray, n: int, op: str, exclusive: bool) -> None:
         """In-place prefix scan of ``arr[:n]`` (uint32; "add" modulo 2^32, or "max")."""
-        if arr.dtype != np.uint32 or not arr.flags.c_contiguous or len(arr) < n:
-            raise TypeError(f"scan: a contiguous uint32 array of at least {n} elements, "
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint32 \
+                or not arr.flags.c_contiguous or not arr.flags.writeable or len(arr) < n:
+            raise TypeError(f"scan: a writable contiguous uint32 array of at least {n} elements, "
                             f"got {_describe(arr)}")
         if op not in ("add", "max"):
             raise ValueError(f"scan: op must be 'add' or 'max', not {op!r}")
-        self.lib.lib.gputok_native_scan_u32(arr.__array_interface__["data"][0], int(n),
-                                            0 if op == "add" else 1, int(bool(exclusive)),
-                                            self.threads)
+        code, excl = (0 if op == "add" else 1), int(bool(exclusive))
+        lib = self.lib.lib
+        if self._slot is None:
+            lib.gputok_native_scan_u32(_address(arr), int(n), code, excl, self.threads)
+        else:
+            h = self._stream(self._slot)
+            lib.gputok_native_stream_scan_u32(h, _address(arr), int(n), code, excl)
+            self._live[self._slot].append(arr)
         self.launches["scan_" + op] = self.launches.get("scan_" + op, 0) + 1
 
     # -- memory (host memory: copies are views)
@@ -235,8 +348,10 @@ class NativeDevice:
     def upload(self, arrays: list) -> list:
         return [np.ascontiguousarray(a) for a in arrays]
 
-    def download(self, key, arr, count) -> _Ready:
-        return _Ready(arr[:int(count)])
+    def download(self, key, arr, count):
+        if self._slot is None:
+            return _Ready(arr[:int(count)])
+        return _OnStream(self, self._slot, arr, int(count))
 
     def memory_budget(self) -> int:
         try:
@@ -248,21 +363,20 @@ class NativeDevice:
         pass
 
     def release(self) -> None:
-        pass
+        self.synchronize()
 
-    def synchronize(self) -> None:
-        pass
-
-    @contextlib.contextmanager
-    def stream(self, slot: int):
-        yield
-
-    # -- timing
+    # -- timing (marks are timestamps the stream writes when it gets there, like GPU events)
     def mark(self):
-        return time.perf_counter()
+        if self._slot is None:
+            return np.array([time.perf_counter()])
+        when = np.zeros(1, np.float64)
+        self.lib.lib.gputok_native_stream_time(self._stream(self._slot), _address(when))
+        self._live[self._slot].append(when)
+        return when
 
     def elapsed_ms(self, a, b) -> float:
-        return (b - a) * 1e3
+        self.synchronize()
+        return float(b[0] - a[0]) * 1e3
 
 
 def _describe(a) -> str:

@@ -40,7 +40,7 @@ from . import kernels
 #: have a host form in the runtime instead (NativeDevice.scan)
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
-ABI = 1  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
+ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
 
 
