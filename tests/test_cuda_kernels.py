@@ -303,6 +303,9 @@ def merge_pieces() -> list[bytes]:
                "日本語".encode() * 120, b"x" * (LONG_PIECE - 1), b"y" * LONG_PIECE]
     b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     pieces += [bytes(rng.choice(b64) for _ in range(rng.randrange(200, 1500))) for _ in range(3)]
+    # long pieces that the merge cuts into runs no token spans (encode_merge_long's join bits)
+    pieces += [bytes(rng.randrange(256) for _ in range(1200)), ("😀👍🏽x" * 120).encode(),
+               ("é" * 200 + "😀" * 80 + "a" * 300).encode()]
     pieces += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(150)]
     pieces += pieces[:50]  # repeats: the dedup path
     return [p for p in pieces if p]

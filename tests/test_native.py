@@ -255,9 +255,9 @@ def test_arguments_are_checked_before_a_launch():
     ok = [d, np.zeros(4, np.uint32), np.int64(2), np.zeros(4, np.int64)]
     dev.launch("encode_doc_offsets", (1,), (32,), ok)  # doc_entry, out_off, n_docs1, out_doc
     bad = [
-        ([d, d, 2, np.zeros(4, np.int64)], "numpy i64 scalar"),
-        ([d, d, np.int32(2), np.zeros(4, np.int64)], "numpy i64 scalar"),
-        ([d.astype(np.int32), d, np.int64(2), np.zeros(4, np.int64)], "array of u32"),
+        ([d, d, 2, np.zeros(4, np.int64)], "numpy int64 scalar"),
+        ([d, d, np.int32(2), np.zeros(4, np.int64)], "numpy int64 scalar"),
+        ([d.astype(np.int32), d, np.int64(2), np.zeros(4, np.int64)], "array of uint32"),
         ([d, d, np.int64(2), np.zeros(4, np.int64)[::2]], "contiguous"),
         ([d, d, np.int64(2)], "3 arguments for 4"),
     ]

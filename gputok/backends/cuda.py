@@ -106,7 +106,7 @@ class CupyDevice:
         free, _total = self.cp.cuda.runtime.memGetInfo()
         return int(free) + int(self.cp.get_default_memory_pool().free_bytes())
 
-    def begin_chunk(self) -> None:
+    def begin_chunk(self, nbytes: int = 0) -> None:
         pass
 
     def release(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..stages.merge import LONG_PIECE
 
 i32, i64, u32, u64 = np.int32, np.int64, np.uint32, np.uint64
 EMPTY64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -126,7 +127,10 @@ class DeviceStages:
                      [ent, d_sp_pos, d_sp_id, i64(n_spans), spec])
         doc_entry = dev.empty(n_docs + 1, np.uint32)
         self.go("encode_doc_entries", n_docs + 1, [ent, d_off, i64(n_docs + 1), doc_entry])
-        return pstart, spec, doc_entry, ent[n + 1:n + 2], cap
+        # the count as its own array when the host knows it: ent (4 bytes per byte) is then
+        # freed before the merge workspace is allocated
+        n_entries = dev.put(np.array([cap], np.uint32)) if self.host_memory else ent[n + 1:n + 2]
+        return pstart, spec, doc_entry, n_entries, cap
 
     def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
@@ -149,10 +153,14 @@ class DeviceStages:
         prio_ws = dev.empty(n, np.uint32)
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
-        ws = [dev.empty(n, np.uint32) for _ in range(4)]  # next, prev, heap, where
+        # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys (uint64),
+        # and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
+        units = n // LONG_PIECE + 2
+        ws = [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
+              dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
         self.go("encode_merge_long", cap,
-                 [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, *ws, count,
-                  i64(cap)])
+                 [d_buf, pstart, n_entries, owner, *table, a["join"], scratch, prio_ws, *ws,
+                  count, i64(cap)])
         del ws, prio_ws
         if self.dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])

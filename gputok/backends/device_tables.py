@@ -90,6 +90,23 @@ def whole_table(whole: "dict[bytes, int]") -> dict:
             "bits": bits}
 
 
+def join_bitmap(table, decoder) -> np.ndarray:
+    """65536 bits (uint32[2048]): bit ``x << 8 | y`` is set when the bytes x, y are next to each
+    other inside a token the merge table makes (``decoder``: id -> bytes). Where it is clear,
+    no merge crosses between x and y (``enc_may_join`` in kernels/encode_merge.cu)."""
+    merged = np.unique(table.pair_merged)
+    toks = [decoder[int(i)] for i in merged]
+    data = np.frombuffer(b"".join(toks), np.uint8).astype(np.uint32)
+    lens = np.fromiter(map(len, toks), np.int64, len(toks))
+    ends = np.cumsum(lens)
+    inside = np.ones(max(len(data) - 1, 0), bool)  # pairs within one token, not across two
+    inside[ends[:-1][ends[:-1] > 0] - 1] = False
+    codes = np.unique(((data[:-1] << 8) | data[1:])[inside])
+    bits = np.zeros(2048, np.uint32)
+    np.bitwise_or.at(bits, codes >> 5, np.left_shift(np.uint32(1), (codes & 31).astype(np.uint32)))
+    return bits
+
+
 def merge_slots(table) -> np.ndarray:
     """The merge table's hash arrays interleaved for the kernels (``enc_pair_lookup``): two
     uint64 per slot, [key, priority | merged << 32]."""
@@ -106,7 +123,8 @@ def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
     class table per (family, Unicode family) on the device."""
     table = model.merge_table
     a: dict = {"t_slots": dev.put(merge_slots(table)),
-               "byte_ids": dev.put(table.byte_ids.astype(np.uint32))}
+               "byte_ids": dev.put(table.byte_ids.astype(np.uint32)),
+               "join": dev.put(join_bitmap(table, model.decoder))}
     s: dict = {"t_bits": u32(table.hash_bits)}
     if table.whole:
         w = whole_table(table.whole)

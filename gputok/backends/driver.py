@@ -283,7 +283,7 @@ class DeviceBackend(Backend):
                 self._finish(flight.popleft(), parts)  # frees its slot
             slot = k % 2
             k += 1
-            self.dev.begin_chunk()
+            self.dev.begin_chunk(hc.n)
             with self.dev.stream(slot):
                 flight.append(self._enqueue(plan, hc, slot, model.id_dtype))
             if len(flight) == 2:

@@ -43,6 +43,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -50,6 +51,8 @@ from . import native_build
 from .driver import DeviceBackend
 
 CHUNK_BYTES = 4 << 20  # text per chunk (see the performance notes)
+STREAM_MIN = 1 << 20  # smaller chunks run on the calling thread: a stream hand-off per launch
+#                       (~50 us on the shared box) is not worth it for a few ms of work
 BLOCK = 1 << 14  # elements per work item of a launch
 MAX_BLOCKS = 1 << 20  # a grid always covers its range in one stride
 
@@ -126,13 +129,12 @@ class _Library:
 
 
 def _parse_signature(sig: str) -> tuple:
-    """``"cu1 u8 mu4"`` -> ((is pointer, writable, dtype kind, itemsize), ...)."""
+    """``"cu1 u8 mu4"`` -> ((is pointer, writable, numpy dtype), ...)."""
     out = []
     for tok in sig.split():
-        if tok[0] in "cm":
-            out.append((True, tok[0] == "m", tok[1], int(tok[2:])))
-        else:
-            out.append((False, False, tok[0], int(tok[1:])))
+        ptr = tok[0] in "cm"
+        code = tok[1:] if ptr else tok
+        out.append((ptr, tok[0] == "m", np.dtype(f"{code[0]}{code[1:]}")))
     return tuple(out)
 
 
@@ -218,6 +220,11 @@ class NativeDevice:
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
         self._slot: "int | None" = None
+        self._inline = False  # the current stream context runs its work at once
+        self._small_chunk = False
+        # id(array) -> (weak reference, address): checks and the address lookup (~5 us) once
+        # per array, not once per launch
+        self._addr: dict = {}
         self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
         self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
         self._pid = os.getpid()
@@ -252,18 +259,19 @@ class NativeDevice:
 
     @contextlib.contextmanager
     def stream(self, slot: int):
-        if self.threads == 1:  # one thread: no stream threads either, everything runs at once
-            yield
-            return
-        prev, self._slot = self._slot, int(slot)
+        # one thread, or a small chunk (begin_chunk): its work runs at once on this thread
+        inline = self.threads == 1 or self._small_chunk
+        self._small_chunk = False
+        prev = self._slot, self._inline
+        self._slot, self._inline = int(slot), inline
         try:
             yield
         finally:
-            self._slot = prev
+            self._slot, self._inline = prev
 
     def fence(self) -> None:
         """Wait for the current stream (no-op outside one): results are then readable."""
-        if self._slot is not None:
+        if self._slot is not None and not self._inline:
             self._sync(self._slot)
 
     def synchronize(self) -> None:
@@ -280,26 +288,25 @@ class NativeDevice:
         if len(args) != len(params):
             raise TypeError(f"{name}: {len(args)} arguments for {len(params)} parameters")
         vals = np.empty(len(args), np.uint64)
-        for k, (a, (ptr, writable, kind, size)) in enumerate(zip(args, params)):
+        addr = self._addr
+        for k, (a, (ptr, writable, dt)) in enumerate(zip(args, params)):
             if ptr:
-                if not isinstance(a, np.ndarray) or a.dtype.kind != kind \
-                        or a.dtype.itemsize != size or not a.flags.c_contiguous:
-                    raise TypeError(f"{name}: argument {k} must be a contiguous numpy array of "
-                                    f"{kind}{size * 8}, got {_describe(a)}")
-                if writable and not a.flags.writeable:
-                    raise TypeError(f"{name}: argument {k} is written by the kernel but the "
-                                    "array is read-only")
-                vals[k] = _address(a)
+                got = addr.get(id(a))
+                if got is None or got[0]() is not a:  # (a dead array's id may be reused)
+                    _check_array(name, k, a, writable, dt)
+                    if len(addr) > 4096:
+                        addr.clear()
+                    got = addr[id(a)] = (weakref.ref(a), _address(a))
+                vals[k] = got[1]
             else:
-                if not isinstance(a, np.generic) or a.dtype.kind != kind \
-                        or a.dtype.itemsize != size:
-                    raise TypeError(f"{name}: argument {k} must be a numpy {kind}{size * 8} "
-                                    f"scalar (the parameter's exact type), got {_describe(a)}")
-                vals[k] = int(np.asarray(a).view(f"u{size}"))  # little-endian low bytes
-        g = int(np.prod(grid))
-        b = int(np.prod(block))
+                if type(a) is not dt.type:
+                    raise TypeError(f"{name}: argument {k} must be a numpy {dt} scalar (the "
+                                    f"parameter's exact type), got {_describe(a)}")
+                vals[k] = int(a) & ((1 << (8 * dt.itemsize)) - 1)  # two's complement bits
+        g = int(grid[0]) if len(grid) == 1 else int(np.prod(grid))
+        b = int(block[0]) if len(block) == 1 else int(np.prod(block))
         lib = self.lib.lib
-        if self._slot is None:
+        if self._slot is None or self._inline:
             argv = _address(vals) + 8 * np.arange(len(args), dtype=np.uint64)
             lib.gputok_native_launch(call, g, b, _address(argv), min(self.threads, g))
         else:
@@ -318,7 +325,7 @@ class NativeDevice:
             raise ValueError(f"scan: op must be 'add' or 'max', not {op!r}")
         code, excl = (0 if op == "add" else 1), int(bool(exclusive))
         lib = self.lib.lib
-        if self._slot is None:
+        if self._slot is None or self._inline:
             lib.gputok_native_scan_u32(_address(arr), int(n), code, excl, self.threads)
         else:
             h = self._stream(self._slot)
@@ -359,15 +366,16 @@ class NativeDevice:
         except (ValueError, OSError, AttributeError):
             return 1 << 32
 
-    def begin_chunk(self) -> None:
-        pass
+    def begin_chunk(self, nbytes: int = 0) -> None:
+        """A chunk of ``nbytes`` of text is about to be queued (in the next ``stream``)."""
+        self._small_chunk = nbytes < STREAM_MIN
 
     def release(self) -> None:
         self.synchronize()
 
     # -- timing (marks are timestamps the stream writes when it gets there, like GPU events)
     def mark(self):
-        if self._slot is None:
+        if self._slot is None or self._inline:
             return np.array([time.perf_counter()])
         when = np.zeros(1, np.float64)
         self.lib.lib.gputok_native_stream_time(self._stream(self._slot), _address(when))
@@ -377,6 +385,15 @@ class NativeDevice:
     def elapsed_ms(self, a, b) -> float:
         self.synchronize()
         return float(b[0] - a[0]) * 1e3
+
+
+def _check_array(name: str, k: int, a, writable: bool, dt: np.dtype) -> None:
+    if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+        raise TypeError(f"{name}: argument {k} must be a contiguous numpy array of {dt}, got "
+                        f"{_describe(a)}")
+    if writable and not a.flags.writeable:
+        raise TypeError(f"{name}: argument {k} is written by the kernel but the array is "
+                        "read-only")
 
 
 def _describe(a) -> str:
