@@ -70,6 +70,8 @@ class Backend:
 
 _instances: dict = {}
 _lock = threading.RLock()  # "auto" resolves to another name inside
+#: why "auto" took what it took: {"backend": name, "skipped": {name: reason}}
+auto_report: dict = {}
 
 
 def _module(kind: str):
@@ -77,7 +79,12 @@ def _module(kind: str):
 
 
 def availability() -> dict[str, tuple[bool, str]]:
-    """{backend: (available, reason)} without raising."""
+    """{backend: (available, reason)} without raising; the reason of the one ``"auto"`` takes
+    says so (``gputok info`` prints these).
+
+    >>> availability()["numpy"][0]
+    True
+    """
     out = {}
     for name in BACKENDS:
         try:
@@ -85,6 +92,11 @@ def availability() -> dict[str, tuple[bool, str]]:
         except Exception as e:  # a broken optional install must not break `gputok info`
             ok, why = False, f"{type(e).__name__}: {e}"
         out[name] = (ok, why)
+    chosen = next((n for n in AUTO_ORDER if out[n][0]), "numpy")
+    if auto_report.get("backend") and auto_report["backend"] != chosen:
+        chosen = auto_report["backend"]  # auto already ran here and skipped one (start failure)
+    ok, why = out[chosen]
+    out[chosen] = (ok, f"{why}; used by backend='auto'")
     return out
 
 
@@ -107,10 +119,6 @@ def get_backend(name="auto") -> Backend:
         if got is None:
             got = _instances[name] = _create(name)
     return got
-
-
-#: why "auto" took what it took: {"backend": name, "skipped": {name: reason}} (``gputok info``)
-auto_report: dict = {}
 
 
 def _create(name: str) -> Backend:

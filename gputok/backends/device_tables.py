@@ -12,6 +12,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 import numpy as np
 
 EMPTY_SLOT = 0xFFFFFFFF
@@ -90,14 +93,13 @@ def whole_table(whole: "dict[bytes, int]") -> dict:
             "bits": bits}
 
 
-def join_bitmap(table, decoder) -> np.ndarray:
+def join_bitmap(tokens: "list[bytes]") -> np.ndarray:
     """65536 bits (uint32[2048]): bit ``x << 8 | y`` is set when the bytes x, y are next to each
-    other inside a token the merge table makes (``decoder``: id -> bytes). Where it is clear,
-    no merge crosses between x and y (``enc_may_join`` in kernels/encode_merge.cu)."""
-    merged = np.unique(table.pair_merged)
-    toks = [decoder[int(i)] for i in merged]
-    data = np.frombuffer(b"".join(toks), np.uint8).astype(np.uint32)
-    lens = np.fromiter(map(len, toks), np.int64, len(toks))
+    other inside one of ``tokens`` (every token the merge table can make, or a superset: more
+    bits only cut long pieces less). Where it is clear, no merge crosses between x and y
+    (``enc_may_join`` in kernels/encode_merge.cu)."""
+    data = np.frombuffer(b"".join(tokens), np.uint8).astype(np.uint32)
+    lens = np.fromiter(map(len, tokens), np.int64, len(tokens))
     ends = np.cumsum(lens)
     inside = np.ones(max(len(data) - 1, 0), bool)  # pairs within one token, not across two
     inside[ends[:-1][ends[:-1] > 0] - 1] = False
@@ -105,6 +107,14 @@ def join_bitmap(table, decoder) -> np.ndarray:
     bits = np.zeros(2048, np.uint32)
     np.bitwise_or.at(bits, codes >> 5, np.left_shift(np.uint32(1), (codes & 31).astype(np.uint32)))
     return bits
+
+
+def merged_tokens(model, table) -> "list[bytes]":
+    """The bytes of every token the merge table makes (tiktoken rule: the vocabulary itself,
+    a superset, read without filling the decoder)."""
+    if model.ranks is not None:
+        return list(model.ranks)
+    return [model.decoder[int(i)] for i in np.unique(table.pair_merged)]
 
 
 def merge_slots(table) -> np.ndarray:
@@ -117,19 +127,62 @@ def merge_slots(table) -> np.ndarray:
     return out
 
 
+#: bump when whole_table or join_bitmap change: old cache files are ignored
+TABLES_VERSION = 1
+
+
+def _cache_path(model) -> "str | None":
+    """Where a tiktoken-rule model's host-built tables are cached (None: not cached)."""
+    if model.ranks is None or model.ranks_digest is None:
+        return None
+    from ..stages.table import _cache_file
+
+    key = hashlib.sha256(f"{model.ranks_digest}|{FNV_OFFSET:x}|{FNV_PRIME:x}|{MIX1:x}|{MIX2:x}|"
+                         f"{TABLES_VERSION}".encode()).hexdigest()[:32]
+    return _cache_file(key).replace("merge-table-", "device-tables-")
+
+
+def host_tables(model, table) -> dict:
+    """The whole-token table and the join bits of ``model``: built here (~0.4 s for a 100K
+    vocabulary) or read from the cache next to the merge table's (tiktoken rule)."""
+    path = _cache_path(model)
+    if path is not None:
+        try:
+            with np.load(path) as z:
+                got = {k: z[k] for k in z.files}
+            if set(got) == {"slots", "tok_bytes", "bits", "join"} and \
+                    len(got["slots"]) == 4 << int(got["bits"]) and len(got["join"]) == 2048:
+                got["bits"] = int(got["bits"])
+                return got
+        except (OSError, ValueError, KeyError, EOFError):
+            pass  # absent or damaged: rebuilt
+    out = whole_table(table.whole) if table.whole else {}
+    out["join"] = join_bitmap(merged_tokens(model, table))
+    if path is not None and table.whole:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                np.savez(f, **out)
+            os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+        except OSError:
+            pass
+    return out
+
+
 def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
     """(device arrays, kernel scalars) of ``model`` on ``dev``; ``scanner`` is the pattern's
     scanner when pre-tokenization runs on the device (else None). ``class_cache`` keeps one
     class table per (family, Unicode family) on the device."""
     table = model.merge_table
+    host = host_tables(model, table)
     a: dict = {"t_slots": dev.put(merge_slots(table)),
                "byte_ids": dev.put(table.byte_ids.astype(np.uint32)),
-               "join": dev.put(join_bitmap(table, model.decoder))}
+               "join": dev.put(host["join"])}
     s: dict = {"t_bits": u32(table.hash_bits)}
     if table.whole:
-        w = whole_table(table.whole)
-        a["w_slots"], a["w_tok_bytes"] = dev.put(w["slots"]), dev.put(w["tok_bytes"])
-        s["w_bits"] = u32(w["bits"])
+        a["w_slots"], a["w_tok_bytes"] = dev.put(host["slots"]), dev.put(host["tok_bytes"])
+        s["w_bits"] = u32(host["bits"])
     else:
         a["w_slots"], a["w_tok_bytes"] = dev.dummy(np.uint32), dev.dummy(np.uint8)
         s["w_bits"] = u32(0)
