@@ -101,6 +101,7 @@ def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
     script = tmp / "tiktoken_encode.py"
     script.write_text(TIKTOKEN_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both start as an installed package would
     runs = {"gputok encode": [], "tiktoken script": []}
     outs = {k: tmp / k.replace(" ", "_") for k in runs}
     for _ in range(repeat):

@@ -50,8 +50,8 @@ import numpy as np
 from . import native_build
 from .driver import DeviceBackend
 
-CHUNK_BYTES = 4 << 20  # text per chunk (see the performance notes)
-STREAM_MIN = 1 << 20  # smaller chunks run on the calling thread: a stream hand-off per launch
+CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
+STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
 #                       (~50 us on the shared box) is not worth it for a few ms of work
 BLOCK = 1 << 14  # elements per work item of a launch
 MAX_BLOCKS = 1 << 20  # a grid always covers its range in one stride
