@@ -3,10 +3,13 @@
 For each encoding and corpus kind, every runner encodes the same documents in its own fresh
 process (``--child``): the encoder is built (timed as start-up), the first pass over the corpus
 is the *cold* time (empty caches, first use of every table), then ``--repeat`` more passes give
-the *warm* time (median). Wall and CPU time (all threads) are both recorded: on a shared machine
-the CPU time is the fairer per-core figure, the wall time what a user waits. Before anything is
-reported, every runner's ids are checked identical to tiktoken's (a digest of all ids and
-document lengths); a runner that differs stops the benchmark.
+the *warm* time. This is done in ``--rounds`` rounds, all runners in turn, and medians are
+reported (the machine's load changes under a long run; rounds spread it over every runner).
+Wall and CPU time (all threads) are both recorded: the wall time is what a user waits; the CPU
+time is the per-core cost, but on a virtual machine it is only approximate (here single-thread
+code has shown CPU times above its wall time). Before anything is reported, every runner's ids
+are checked identical to tiktoken's (a digest of all ids and document lengths); a runner that
+differs stops the benchmark.
 
 Runners (peers that are not installed are listed as such):
   gputok native batch   encode_batch_arrays(backend="native"): the kernels on every core
@@ -173,13 +176,25 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
     if not hf_json.exists():
         save_hf_json(gputok.get_encoding(encoding), hf_json)
     cell = {"docs": len(docs), "bytes": nbytes, "runners": {}, "skipped": {}}
+    names = []
     for name in args.runners:
         why = available(name)
-        if why is not None:
+        if why is None:
+            names.append(name)
+        else:
             cell["skipped"][name] = why
-            continue
-        cell["runners"][name] = measure(name, encoding, str(docs_file), str(hf_json),
-                                        args.repeat, args.timeout)
+    # rounds of every runner in turn: a change in the machine's load hits all of them alike
+    for _ in range(args.rounds):
+        for name in names:
+            got = measure(name, encoding, str(docs_file), str(hf_json), args.repeat,
+                          args.timeout)
+            r = cell["runners"].setdefault(name, {"build_s": [], "cold": [], "warm": [],
+                                                  "digest": got["digest"]})
+            if got["digest"] != r["digest"]:
+                raise SystemExit(f"{name}: ids differ between two runs")
+            r["build_s"].append(got["build_s"])
+            r["cold"].append(got["cold"])
+            r["warm"].extend(got["warm"])
     ref = cell["runners"][REFERENCE]["digest"]
     bad = [n for n, r in cell["runners"].items() if r["digest"] != ref]
     if bad:
@@ -189,10 +204,13 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
 
 
 def _rates(r: dict, mb: float) -> dict:
-    warm_wall = statistics.median(w for w, _ in r["warm"]) if r["warm"] else float("nan")
-    warm_cpu = statistics.median(c for _, c in r["warm"]) if r["warm"] else float("nan")
-    return {"cold": mb / r["cold"][0], "cold_cpu": mb / r["cold"][1], "warm": mb / warm_wall,
-            "warm_cpu": mb / warm_cpu, "build_s": r["build_s"]}
+    """MB/s from the medians over all rounds (cold: one per round; warm: every pass)."""
+    med = statistics.median
+    nan = float("nan")
+    warm_wall = med(w for w, _ in r["warm"]) if r["warm"] else nan
+    warm_cpu = med(c for _, c in r["warm"]) if r["warm"] else nan
+    return {"cold": mb / med(w for w, _ in r["cold"]), "cold_cpu": mb / med(c for _, c in r["cold"]),
+            "warm": mb / warm_wall, "warm_cpu": mb / warm_cpu, "build_s": med(r["build_s"])}
 
 
 def report(encoding, kind, cell) -> list:
@@ -223,7 +241,9 @@ def main():
     p.add_argument("--kinds", nargs="+", default=["prose", "code", "multilingual"],
                    help="corpus kinds from tests/testdata.py, or 'sample' (bundled Austen)")
     p.add_argument("--mb", type=float, default=4.0, help="MB per corpus kind")
-    p.add_argument("--repeat", type=int, default=3, help="warm passes per runner")
+    p.add_argument("--repeat", type=int, default=2, help="warm passes per runner and round")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="fresh processes per runner, taken in turns (medians are reported)")
     p.add_argument("--runners", nargs="+", default=RUNNERS, choices=RUNNERS)
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--e2e", action="store_true", help="also time `gputok encode` end to end")

@@ -92,9 +92,9 @@ def availability() -> dict[str, tuple[bool, str]]:
         except Exception as e:  # a broken optional install must not break `gputok info`
             ok, why = False, f"{type(e).__name__}: {e}"
         out[name] = (ok, why)
-    chosen = next((n for n in AUTO_ORDER if out[n][0]), "numpy")
-    if auto_report.get("backend") and auto_report["backend"] != chosen:
-        chosen = auto_report["backend"]  # auto already ran here and skipped one (start failure)
+    failed = {n for n, why in auto_report.get("skipped", {}).items()
+              if why.startswith("failed to start")}  # auto ran here and one failed to start
+    chosen = next((n for n in AUTO_ORDER if out[n][0] and n not in failed), "numpy")
     ok, why = out[chosen]
     out[chosen] = (ok, f"{why}; used by backend='auto'")
     return out
