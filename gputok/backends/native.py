@@ -225,6 +225,7 @@ class NativeDevice:
         # id(array) -> (weak reference, address): checks and the address lookup (~5 us) once
         # per array, not once per launch
         self._addr: dict = {}
+        self._kernels: dict = {}
         self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
         self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
         self._pid = os.getpid()
@@ -279,17 +280,31 @@ class NativeDevice:
             self._sync(slot)
 
     # -- kernels
+    def _kernel(self, name: str) -> tuple:
+        """(call, parameter specs, value slots, argv) of a kernel: the slots and the pointer
+        array to them are made once per kernel and device, so a launch only fills values."""
+        got = self._kernels.get(name)
+        if got is None:
+            try:
+                call, params = self.lib.kernels[name]
+            except KeyError:
+                raise KeyError(f"{name}: no such kernel in the native module (kernels of "
+                               f"{', '.join(native_build.HOST_FILES)})") from None
+            vals = (ctypes.c_uint64 * max(1, len(params)))()
+            base = ctypes.addressof(vals)
+            argv = (ctypes.c_void_p * max(1, len(params)))(*[base + 8 * k
+                                                               for k in range(len(params))])
+            masks = [(1 << (8 * dt.itemsize)) - 1 for _, _, dt in params]
+            got = self._kernels[name] = (call, params, masks, vals, argv)
+        return got
+
     def launch(self, name: str, grid, block, args) -> None:
-        try:
-            call, params = self.lib.kernels[name]
-        except KeyError:
-            raise KeyError(f"{name}: no such kernel in the native module (kernels of "
-                           f"{', '.join(native_build.HOST_FILES)})") from None
+        call, params, masks, vals, argv = self._kernel(name)
         if len(args) != len(params):
             raise TypeError(f"{name}: {len(args)} arguments for {len(params)} parameters")
-        vals = np.empty(len(args), np.uint64)
         addr = self._addr
-        for k, (a, (ptr, writable, dt)) in enumerate(zip(args, params)):
+        for k, a in enumerate(args):
+            ptr, writable, dt = params[k]
             if ptr:
                 got = addr.get(id(a))
                 if got is None or got[0]() is not a:  # (a dead array's id may be reused)
@@ -302,16 +317,15 @@ class NativeDevice:
                 if type(a) is not dt.type:
                     raise TypeError(f"{name}: argument {k} must be a numpy {dt} scalar (the "
                                     f"parameter's exact type), got {_describe(a)}")
-                vals[k] = int(a) & ((1 << (8 * dt.itemsize)) - 1)  # two's complement bits
+                vals[k] = int(a) & masks[k]  # two's complement bits
         g = int(grid[0]) if len(grid) == 1 else int(np.prod(grid))
         b = int(block[0]) if len(block) == 1 else int(np.prod(block))
         lib = self.lib.lib
         if self._slot is None or self._inline:
-            argv = _address(vals) + 8 * np.arange(len(args), dtype=np.uint64)
-            lib.gputok_native_launch(call, g, b, _address(argv), min(self.threads, g))
-        else:
-            h = self._stream(self._slot)
-            lib.gputok_native_stream_launch(h, call, g, b, _address(vals), len(args))
+            lib.gputok_native_launch(call, g, b, argv, min(self.threads, g))
+        else:  # the stream copies the values: the slots are free again on return
+            lib.gputok_native_stream_launch(self._stream(self._slot), call, g, b, vals,
+                                            len(args))
             self._live[self._slot].append(args)
         self.launches[name] = self.launches.get(name, 0) + 1
 
