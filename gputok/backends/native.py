@@ -17,9 +17,10 @@ compiler (``native_build.py``: the same sources every device gets, plus the host
 Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
 
-Performance notes (2-core shared VM, cl100k, one thread): ~30 MB/s of CPU time on prose and
-code, ~21 on multilingual text (tiktoken 0.14: ~9). Of the kernel time, pre-tokenization is
-about half (window 25%, runs 15%), the whole-token lookup 15-20%, merging the misses 15-45%
+Performance notes (2-core shared VM whose second core is mostly taken by other work; cl100k;
+bench/results/encode-native-*.md has the runs): ~25-30 MB/s per core on prose and code, ~18 on
+multilingual text (tiktoken 0.14: ~9-15). Of the kernel time, pre-tokenization is about half
+(window 25%, runs 15%), the whole-token lookup 15-20%, merging the misses 15-45%
 (multilingual); every hash probe is a cache miss on 8-16 MB tables. Decisions:
 * dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
   a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
@@ -27,13 +28,15 @@ about half (window 25%, runs 15%), the whole-token lookup 15-20%, merging the mi
 * streams, not one pool over all cores per launch: on the shared box a launch split over both
   cores waited at every launch for a worker the OS had paused (1.75x slower than one thread);
   two independent chunks on two streams are not held up by each other;
-* a chunk is a few MB of text (``CHUNK_BYTES``): 1-8 MB measured the same; the kernels touch
-  ~30 bytes of workspace per byte, so larger chunks only cost memory. Arrays come from
-  ``np.empty`` / ``np.zeros``: workspace a chunk never touches (the long-piece arrays when it
-  has no long piece, ids past the last) never becomes resident;
-* launch overhead (argument checks and packing in Python, waking a worker) is ~30 us, ~15
-  launches per chunk: nothing to gain there. Page faults on fresh arrays cost ~10-15%; an arena
-  reused across chunks would keep ~100 MB resident per stream, so it was not done.
+* 1 MB chunks (``CHUNK_BYTES``): 1-8 MB measured the same speed, and the kernels touch ~30
+  bytes of workspace per byte of text, two chunks in flight: 1 MB keeps ``gputok encode`` at
+  tiktoken's peak memory (4 MB chunks: 1.5x). Arrays come from ``np.empty`` / ``np.zeros``:
+  workspace a chunk never touches (the long-piece arrays when it has no long piece, ids past
+  the last) never becomes resident;
+* a launch costs ~20 us of Python (argument checks; value slots and pointers are made once per
+  kernel) plus a hand-off to the stream's thread; chunks under ``STREAM_MIN`` run on the calling
+  thread. Page faults on fresh arrays cost ~10-15%; an arena reused across chunks would keep
+  the workspace resident between calls, so it was not done.
 """
 
 from __future__ import annotations
