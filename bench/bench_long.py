@@ -1,7 +1,8 @@
 """Long single pieces: time per byte and peak memory vs length (10 KB .. 10 MB), gputok vs tiktoken.
 
 Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a run of emoji (one
-piece of 4-byte characters) and base64 (many mid-size pieces). Each (library, input, size) runs
+piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
+document of ordinary pieces). Each (library, input, size) runs
 in a fresh process: the encoder is built and warmed up on a small text of the same kind, the
 peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (best
 of ``--repeat``; one run from 1 MB up) and the peak resident memory of the encode is read back.
@@ -25,11 +26,19 @@ import time
 
 import _common
 
+def _line(n: int) -> str:
+    """One line of prose (the corpus' documents joined by spaces), repeated to n characters:
+    a giant document of ordinary pieces (gputok cuts it into chunks at safe points)."""
+    base = " ".join(d.replace("\n", " ") for d in _common.corpus("prose", 2.0))
+    return (base * (n // len(base) + 1))[:n]
+
+
 KINDS = {
     "a": lambda n: "a" * n,
     "space": lambda n: " " * n,
     "emoji": lambda n: "\U0001F600" * (n // 4),
     "base64": lambda n: base64.b64encode(random.Random(n).randbytes(n))[:n].decode(),
+    "line": _line,
 }
 
 
@@ -86,7 +95,8 @@ def main():
     p.add_argument("--encoding", default="cl100k_base")
     p.add_argument("--sizes", nargs="+", type=int,
                    default=[10_000, 100_000, 1_000_000, 10_000_000])
-    p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    p.add_argument("--kinds", nargs="+", default=[k for k in KINDS if k != "line"],
+                   choices=list(KINDS))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--json", help="also write the results here")

@@ -366,3 +366,65 @@ def test_threads_option_and_environment(monkeypatch):
     assert native.threads_default() == len(os.sched_getaffinity(0))
     with pytest.raises(ValueError, match="threads must be >= 1"):
         native.NativeDevice(0)
+
+
+# ---------------------------------------------------------------- giant documents
+
+def _giant_line() -> str:
+    return " ".join(d.replace("\n", " ") for d in testdata.corpus("prose", max_mb=0.6)
+                    + testdata.corpus("multilingual", max_mb=0.2))
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base", "llama3", "qwen2"])
+def test_a_giant_line_runs_as_ordinary_chunks(name):
+    from gputok.stages import counters
+
+    line = _giant_line()
+    if name in ("llama3", "qwen2"):
+        enc, hf = hf_encoding(name), hf_oracle(name)
+        sp = sorted(enc.special_tokens_set)[0]
+        docs = [line, "short", line[:200_000] + sp + " " + line[200_000:400_000], ""]
+        want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    else:
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        sp = sorted(enc.special_tokens_set)[0]
+        docs = [line, "short", line[:200_000] + sp + " " + line[200_000:400_000], ""]
+        want = tk.encode_batch(docs, allowed_special={sp}, num_threads=2)
+    be = native.create(threads=2, chunk_bytes=40_000)
+    before = counters["device.chunks"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = be.encode(enc.model, Documents(docs), frozenset([sp]), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+    assert counters["device.chunks"] - before >= len(line.encode()) // 40_000
+
+
+def test_cut_points_are_safe_and_outside_token_spans():
+    from gputok.backends.hostplan import cut_long_documents
+
+    text = ("word " * 3000 + "é" * 500 + " x").encode()
+    buf = text + b"a" * 20_000 + text
+    off = np.array([0, len(text), len(text) + 20_000, len(buf)], np.int64)
+    spans = (np.array([1000, 6000], np.int64), np.array([1012, 6400], np.int64),
+             np.array([1, 2], np.uint32))
+    sub, keep = cut_long_documents(buf, off, spans, 1000)
+    assert sub[keep].tolist() == off.tolist() and (np.diff(sub) > 0).all()
+    cuts = sorted(set(sub.tolist()) - set(off.tolist()))
+    for p in cuts:
+        assert buf[p - 1:p + 2].decode().isascii() and buf[p:p + 1] == b" "
+        assert buf[p - 1:p].isalpha() and buf[p + 1:p + 2].isalpha()
+        assert not any(a <= p < b for a, b in zip(*spans[:2]))
+    assert not [p for p in cuts if off[1] < p < off[2]]  # "a" * 20000: no safe point, kept whole
+    parts = np.diff(sub)
+    assert parts.max() <= 20_000 and (parts[:5] <= 1000).all()
+    assert cut_long_documents(buf, off, spans, 10 ** 6) == (off, None)
+
+
+def test_no_cuts_for_pre_tokenizers_without_known_safe_points():
+    enc = gputok.get_encoding("cl100k_base")
+    line = _giant_line()[:300_000]
+    be = backend("1-thread", pretok="split", chunk_bytes=40_000)  # host split: not cut
+    with pytest.warns(FallbackWarning, match="pre-tokenizer split"):
+        ids, off = be.encode(enc.model, Documents([line]), frozenset(), frozenset())
+    assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(line)
+    assert be.dev.launches["encode_merge_short"] == 1  # one document, one chunk
