@@ -305,8 +305,13 @@ def test_without_a_compiler_auto_takes_numpy(monkeypatch, tmp_path):
     monkeypatch.setattr(backends, "_instances", {})
     with pytest.raises(RuntimeError, match="backend 'native' is not available"):
         backends.get_backend("native")
+    from gputok.stages import counters
+
+    counters.clear()
     assert backends.get_backend("auto").name == "numpy"
     assert backends.auto_report["skipped"]["native"] == why
+    assert counters["backend.auto.skipped.native"] == 1
+    assert backends.availability()["numpy"][1].endswith("used by backend='auto'")
 
 
 def test_a_failing_compiler_is_a_visible_fallback(monkeypatch, tmp_path):

@@ -129,15 +129,16 @@ def _create(name: str) -> Backend:
                 ok, why = _module(cand).available()
             except Exception as e:
                 ok, why = False, f"{type(e).__name__}: {e}"
+            from ..stages import counters
+
             if not ok:
                 skipped[cand] = why
+                counters[f"backend.auto.skipped.{cand}"] += 1
                 continue
             try:
                 got = get_backend(cand)
             except Exception as e:  # available, but it failed to start (e.g. a compiler error)
                 skipped[cand] = f"failed to start: {e}"
-                from ..stages import counters
-
                 counters[f"backend.auto.failed.{cand}"] += 1
                 warnings.warn(f"gputok: the {cand} backend failed to start, trying the next "
                               f"one ({e})", FallbackWarning, stacklevel=4)
