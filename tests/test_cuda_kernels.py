@@ -306,6 +306,9 @@ def merge_pieces() -> list[bytes]:
                "日本語".encode() * 120, b"x" * (LONG_PIECE - 1), b"y" * LONG_PIECE]
     b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     pieces += [bytes(rng.choice(b64) for _ in range(rng.randrange(200, 1500))) for _ in range(3)]
+    # long pieces that the merge cuts into runs no token spans (encode_merge_long's join bits)
+    pieces += [bytes(rng.randrange(256) for _ in range(1200)), ("😀👍🏽x" * 120).encode(),
+               ("é" * 200 + "😀" * 80 + "a" * 300).encode()]
     pieces += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(150)]
     pieces += pieces[:50]  # repeats: the dedup path
     return [p for p in pieces if p]
@@ -392,9 +395,8 @@ def test_whole_token_table_finds_every_token_and_nothing_else():
     a, s = plan.tables.arrays, plan.tables.scalars
     be.stages.go("encode_piece_kind", cap,
            [np.frombuffer(buf, np.uint8), pstart, spec, np.array([cap], np.uint32),
-            a["w_slot_tag"], a["w_slot_entry"], a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"],
-            s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0), owner, count, scratch,
-            np.int64(cap)])
+            a["w_slots"], a["w_tok_bytes"], s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0),
+            owner, count, scratch, np.int64(cap)])
     k = len(toks)
     assert (owner[:k] == device_tables.EMPTY_SLOT).all() and (count[:k] == 1).all()
     np.testing.assert_array_equal(scratch[pstart[:k]], [ranks[t] for t in toks])
@@ -640,6 +642,7 @@ def _fake_cupy(kernel_log: list):
 def test_cupy_device_layer_on_a_stand_in(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
+    monkeypatch.setattr(cuda, "_no_driver", lambda: False)  # the stand-in is the "driver"
     kernels._cupy_module.cache_clear()
     try:
         assert cuda.available()[0]
