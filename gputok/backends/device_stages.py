@@ -80,7 +80,8 @@ class DeviceStages:
     # The stages below take and return device arrays; the tests drive them one by one.
 
     def pretok(self, tables, n: int, d_buf, d_mpos, d_mbits, n_marks: int):
-        """encode_pretok.cu: returns ``ent`` (uint32, n + 2): 1 where an entry starts."""
+        """encode_pretok.cu (encode_o200k.cu for o200k): returns ``ent`` (uint32, n + 2): 1
+        where an entry starts."""
         dev = self.dev
         a, s = tables.arrays, tables.scalars
         m = n + 2
