@@ -179,10 +179,13 @@ class DeviceBackend(Backend):
         with self._lock:
             plan = self._plan(model)
             d1 = self._chunk_end(doc_off, 0, self._chunk_budget())
-            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1, plan.normalizer)
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1,
+                         () if plan.norm_form else plan.normalizer)
             best: dict = {}
             with self.dev.stream(0):
                 ins = self.dev.upload(hc.inputs)
+                if plan.norm_form is not None and hc.mode == "device":
+                    hc, ins = self._normalize(plan, hc, ins)  # (not timed: once per chunk)
                 for _ in range(max(1, repeat)):
                     marks = [("start", self.dev.mark())]
                     self._kernels(plan, hc, ins, model.id_dtype, marks)
