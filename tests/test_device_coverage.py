@@ -269,3 +269,59 @@ def test_every_encoding_and_tokenizer_json_runs_with_zero_fallbacks(name):
     assert plan["pretok"].startswith("device") and plan["normalize"] != "host"
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
         [enc.encode(d, disallowed_special=()) for d in docs]
+
+
+# ---------------------------------------------------------------- 5. dialect-neutral headers
+
+METAL_HEADER = """// gpuemu: header
+#include <metal_stdlib>
+using namespace metal;
+#include "common/o200k_rules.h"
+#include "common/nfc_check.h"
+"""
+METAL_BODY = """// gpuemu: name=o2check inputs=buf:uint8,mark:uint8,cls:uint8,letters:uint8,bits:uint32 \
+outputs=out:int64,unsafe:uint32 header=hdr.metal
+uint i = thread_position_in_grid.x;
+long n = (long)buf_shape[0] - 1;
+if ((long)i < n) {
+  O2Text t;
+  t.buf = buf; t.mark = mark; t.cls = cls; t.letters = letters;
+  t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
+  out[i] = cls[i] == ENC_O_CONT ? -1 : o200k_match(t, (long)i);
+  unsafe[i] = nfc_unsafe_at(buf, n, bits, (long)i) ? 1u : 0u;
+}
+"""
+
+
+def test_common_headers_run_in_the_metal_dialect(tmp_path):
+    """kernels/common/o200k_rules.h and nfc_check.h compile as Metal (the emulator's strict
+    shim) and compute there what the Python reference computes: the matcher's end from every
+    character of one segment, and the quick-check flags."""
+    from emulator import check_metal_file
+    from gputok.stages.scan_o200k import o200k_match
+
+    (tmp_path / "hdr.metal").write_text(METAL_HEADER)
+    (tmp_path / "body.metal").write_text(METAL_BODY)
+    kern = check_metal_file(tmp_path / "body.metal")
+    sc = scanner_for_pattern(O200K)
+    sc._setup()
+    text = "".join(o200k_texts(30, 21)) + "e\u0301\u1100\u1161"
+    raw = text.encode()
+    n = len(raw)
+    data = np.frombuffer(raw + b"\0", np.uint8)
+    first = np.flatnonzero((data[:n] & 0xC0) != 0x80)
+    cps = np.array([ord(c) for c in text], np.uint32)
+    cls = np.full(n + 1, 15, np.uint8)  # ENC_O_CONT
+    cls[first], cls[n] = sc._cls[cps], X
+    mark = np.zeros(n + 2, np.uint8)
+    mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
+    out, unsafe = kern(inputs=[data, mark, cls, np.asarray(sc._letters, np.uint8),
+                               device_tables.unsafe_bits("NFC")],
+                       output_shapes=[(n,), (n,)], output_dtypes=[np.int64, np.uint32],
+                       grid=(n, 1, 1), threadgroup=(32, 1, 1))
+    k = [int(v) for v in sc._cls[cps]] + [X] * 3
+    ends = np.append(first, n)
+    want = [int(ends[o200k_match(k, cps.tolist() + [0] * 3, sc._letters, c)])
+            for c in range(len(cps))]
+    assert out[first].tolist() == want
+    np.testing.assert_array_equal(np.flatnonzero(unsafe), first[nfc_unsafe(cps)])

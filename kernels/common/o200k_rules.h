@@ -15,6 +15,12 @@
 
 // The o200k classes of gputok/stages/scan_rules.py (OU ... OE), injected from there by
 // gputok/backends/kernels.py; the defaults only let a file compile on its own.
+#ifndef ENC_X
+#define ENC_X 0  // no character: outside every segment, or past a segment end
+#endif
+#ifndef ENC_SEG_END
+#define ENC_SEG_END 2  // a segment ends here: the previous byte was its last
+#endif
 #ifndef ENC_O_U
 #define ENC_O_U 1  // Lu Lt: upper-only letters
 #endif
