@@ -176,10 +176,17 @@ def test_quick_check_kernel_flags_what_nfc_unsafe_flags(order, seed):
     assert len(got) > 20
 
 
-def test_host_spans_normalise_like_the_whole_segment():
-    """``normal_spans`` + the splice give HF's NFC of every segment; token spans are kept."""
-    tok = "<|endoftext|>"
-    docs = [f"a\u0301{tok}\u0301b", "\u0301\u0301", f"e\u0301{tok}", "ok"] + nfd(NFD_DOCS)
+SPAN_TOKEN = "<|endoftext|>"
+SPAN_DOCS = [f"a\u0301{SPAN_TOKEN}\u0301b", "\u0301\u0301", f"e\u0301{SPAN_TOKEN}", "ok"]
+
+
+@pytest.mark.parametrize("extra", [[], ["x\uffff\u0301"]], ids=["joined", "one-by-one"])
+def test_host_spans_normalise_like_the_whole_segment(extra):
+    """``normal_spans`` + the splice give HF's NFC of every segment; token spans are kept.
+    (A U+FFFF in a span: the spans cannot be joined for one normaliser call, each is done on
+    its own.)"""
+    tok = SPAN_TOKEN
+    docs = SPAN_DOCS + nfd(NFD_DOCS) + extra
     buf, off = pack(docs)
     ss = np.array([buf.index(tok.encode()), buf.index(tok.encode(), 10)], np.int64)
     se, sid = ss + len(tok), np.array([7, 7], np.uint32)

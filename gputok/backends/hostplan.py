@@ -295,6 +295,26 @@ def normal_spans(data: np.ndarray, pos: np.ndarray, bounds: np.ndarray
     return starts.astype(np.int64), ends.astype(np.int64)
 
 
+# Joins the spans for one normaliser call: a noncharacter (combining class 0, no mapping in any
+# form, the second half of no composition), so no span's result depends on its neighbours.
+_SPAN_SEP = "\uffff".encode("utf-8")
+
+
+def _normalize_many(spans: list, form: str) -> list:
+    """Every span (UTF-8 bytes) in normal form ``form``: one normaliser call over all of them.
+
+    Performance notes: multilingual text flags ~45 KB per MB (Indic and Arabic marks have
+    non-zero combining classes), i.e. ~10^4 spans per MB; one call per span cost ~40 us of
+    numpy set-up each (2.3 MB/s for Qwen2 on the multilingual corpus, against 7.3 for the host
+    normaliser over whole segments); joined, the spans cost one quick check and one pass."""
+    joined = _SPAN_SEP.join(spans)
+    if joined.count(_SPAN_SEP) == len(spans) - 1:  # (the text has no U+FFFF of its own)
+        out = normalize_text((form,), joined.decode("utf-8")).encode("utf-8").split(_SPAN_SEP)
+        if len(out) == len(spans):
+            return out
+    return [normalize_text((form,), s.decode("utf-8")).encode("utf-8") for s in spans]
+
+
 def splice_normalized(hc: HostChunk, pos: np.ndarray, form: str) -> tuple[HostChunk, int, int]:
     """A device chunk with the spans around the flagged characters ``pos`` normalised on the
     host (``normal_spans``) and spliced back; token spans are never normalised. Returns (the
@@ -309,17 +329,18 @@ def splice_normalized(hc: HostChunk, pos: np.ndarray, form: str) -> tuple[HostCh
     bounds = np.unique(np.concatenate([off, ss, se]))
     data = np.frombuffer(chunk, np.uint8)
     starts, ends = normal_spans(data, pos, bounds)
+    sl, el = starts.tolist(), ends.tolist()
+    olds = [chunk[a:b] for a, b in zip(sl, el)]
+    news = _normalize_many(olds, form)
+    nbytes = int((ends - starts).sum())
+    if news == olds:
+        return hc, len(starts), nbytes
     parts: list = []
     prev = 0
-    delta = np.zeros(len(starts), np.int64)
-    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
-        new = normalize_text((form,), chunk[a:b].decode("utf-8")).encode("utf-8")
+    for a, b, new in zip(sl, el, news):
         parts += [chunk[prev:a], new]
-        delta[k] = len(new) - (b - a)
         prev = b
-    nbytes = int((ends - starts).sum())
-    if not delta.any() and all(p == chunk[a:b] for p, a, b in zip(parts[1::2], starts, ends)):
-        return hc, len(starts), nbytes
+    delta = np.fromiter(map(len, news), np.int64, len(news)) - (ends - starts)
     parts.append(chunk[prev:])
     shift = np.concatenate([[0], np.cumsum(delta)])
 
