@@ -27,7 +27,8 @@ Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
 from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
 from .pattern import compile_pinned, pin_pattern
-from .sets import FAMILIES, member_table, ranges, unicode_version
+from .atoms import member_table, ranges
+from .sets import FAMILIES, unicode_version
 
 __all__ = [
     "FAMILIES", "unicode_version", "ranges", "member_table",
