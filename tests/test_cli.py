@@ -354,3 +354,21 @@ def test_another_broken_pipe_is_an_error(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_stdout_is_closed", lambda: False)
     assert cli.main(["info"]) == 2
     assert "broken pipe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_encode_on_the_native_backend(tmp_path, capsys, workers):
+    from gputok.backends import native
+
+    ok, why = native.available()
+    if not ok:
+        pytest.skip(f"native backend unavailable: {why}")
+    enc = gputok.get_encoding("o200k_base")
+    texts = ["Hello wörld, it's 2026!", "", "日本語のテキスト " * 40, "x = f(a, b)  # 😀\n" * 30,
+             " " * 3000, "abc" * 2000] * 7
+    src = _jsonl(tmp_path / "in.jsonl", texts)
+    out = tmp_path / "out"
+    assert main(["encode", "-e", "o200k_base", str(src), "-o", str(out), "-q", "--backend",
+                 "native", "--workers", workers, "--shard-tokens", "5000"]) == 0
+    assert f"(o200k_base, native{' x2' if workers == '2' else ''})" in capsys.readouterr().out
+    assert _all_docs(out) == [enc.encode_ordinary(t) for t in texts]
