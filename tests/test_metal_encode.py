@@ -248,6 +248,20 @@ def test_unavailable_here_says_why_and_auto_skips_it():
         metal.create()
 
 
+def test_available_names_the_gpu_and_info_prints_it(monkeypatch, capsys):
+    """On a Mac, ``available()`` names the GPU (``mx.device_info()``) and ``gputok info`` prints
+    it; MLX's answers are stood in for here."""
+    info = {"device_name": "Apple M3 Max", "memory_size": 36 << 30}
+    monkeypatch.setattr(mx.metal, "is_available", lambda: True)
+    monkeypatch.setattr(mx, "device_info", lambda: info, raising=False)
+    ok, why = metal.available()
+    assert ok and why.endswith("Metal GPU: Apple M3 Max, 36 GiB unified memory")
+    from gputok import cli
+
+    assert cli.main(["info"]) == 0
+    assert "Metal GPU: Apple M3 Max" in capsys.readouterr().out
+
+
 def test_dedup_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="64-bit compare-and-swap"):
         metal_backend(dedup=True)
