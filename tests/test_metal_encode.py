@@ -79,7 +79,8 @@ def test_every_encode_shader_is_launched_by_the_pipeline():
     """The adapter has a form of every kernel the driver launches, and each shader runs."""
     be = metal_backend()
     enc = gputok.get_encoding("cl100k_base")
-    docs = ["Hello world, it's 12345\n\n  ok", "", "a" * 700, "日本語 😀👍🏽", "x\r\n  y 1234567"]
+    docs = ["Hello world, it's 12345\n\n  ok", "", "a" * 700, "日本語 😀👍🏽",
+            "x\r\n  y 1234567"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)  # everything on the device
         ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())

@@ -336,7 +336,8 @@ class MetalDevice:
                             n_letters, gpt2, digit_group, end_whole], [ent.size], init_value=0)
         mx = self.mx
         x = ent.a
-        ent.a = mx.where(fix == 2, mx.array(1, x.dtype), mx.where(fix == 1, mx.array(0, x.dtype), x))
+        one, zero = mx.array(1, x.dtype), mx.array(0, x.dtype)
+        ent.a = mx.where(fix == 2, one, mx.where(fix == 1, zero, x))
         self._queue(ent.a)
 
     def _k_encode_entries_compact(self, g, b, args) -> None:
