@@ -8,7 +8,7 @@
 EncMergeTable t;
 t.slots = t_slots;
 t.bits = t_bits;
-const long n_ent = min((long)n_entries, cap);
+const long n_ent = (long)n_entries < cap ? (long)n_entries : cap;
 for (long e = thread_position_in_grid.x; e < n_ent; e += threads_per_grid.x) {
   const uint s = pstart[e];
   if (owner[e] == (uint)e) {

@@ -9,7 +9,7 @@ EncWholeTable w;
 w.slots = w_slots;
 w.tok_bytes = w_tok_bytes;
 w.bits = w_bits;
-const long n_ent = min((long)n_entries, cap);
+const long n_ent = (long)n_entries < cap ? (long)n_entries : cap;
 for (long e = thread_position_in_grid.x; e < n_ent; e += threads_per_grid.x) {
   const uint s = pstart[e];
   const uint sp = spec[e];
