@@ -188,8 +188,11 @@ def assert_no_mismatch(got, expect, docs) -> None:
 
 
 def cuda_fallbacks(enc, docs, chunk_bytes: int, allowed=frozenset()) -> dict:
-    """What the CUDA kernels (the emulated CUDA device) count as fallbacks on the same batch."""
-    be = DeviceBackend(emu_device("forward"), chunk_bytes=chunk_bytes)
+    """What the CUDA kernels (the emulated CUDA device) count as fallbacks on the same batch,
+    with pre-tokenization on the device for the scanner families the Metal shaders implement."""
+    dev = emu_device("forward")
+    dev.pretok_families = metal.MetalDevice.pretok_families
+    be = DeviceBackend(dev, chunk_bytes=chunk_bytes)
     encode_all(be, enc, docs, allowed)
     return dict(be.fallbacks)
 
@@ -261,6 +264,22 @@ def test_available_names_the_gpu_and_info_prints_it(monkeypatch, capsys):
 
     assert cli.main(["info"]) == 0
     assert "Metal GPU: Apple M3 Max" in capsys.readouterr().out
+
+
+def test_a_family_without_metal_shaders_is_cut_on_the_host_and_counted():
+    """A scanner family the CUDA kernels know and the shaders do not (as when a new family's
+    CUDA kernels land first) runs its pre-tokenization on the host: counted, ids unchanged."""
+    be = metal_backend()
+    be.dev.pretok_families = ("cl3",)  # as if the gpt2 family had no shaders
+    enc, tk = gputok.get_encoding("r50k_base"), tiktoken_oracle("r50k_base")
+    assert "no pretok kernels for the gpt2 rules" in be.plan(enc.model)["pretok"]
+    docs = ["Hello world, it's 12345", "a" * 300, ""]
+    with pytest.warns(FallbackWarning, match="no pretok kernels"):
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(3)] == \
+        [tk.encode_ordinary(d) for d in docs]
+    assert be.fallbacks == {("pretok", "scanner"): 1}
+    assert "encode_pretok_window" not in be.dev.launches
 
 
 def test_dedup_is_refused_with_the_reason():
