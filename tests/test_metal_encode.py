@@ -282,6 +282,33 @@ def test_a_family_without_metal_shaders_is_cut_on_the_host_and_counted():
     assert "encode_pretok_window" not in be.dev.launches
 
 
+def test_out_of_memory_from_mlx_splits_the_batch_then_falls_back(monkeypatch):
+    """MLX's failed allocations (RuntimeError) reach the driver as MemoryError: the batch is
+    split, then a document that still fails goes to the host, counted as on CUDA."""
+    from gputok.backends import driver
+
+    be = metal_backend(chunk_bytes=4 << 20)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    monkeypatch.setattr(driver, "MIN_CHUNK", 1 << 20)
+    calls = []
+
+    def failing(*a, **k):
+        calls.append(1)
+        raise RuntimeError("[metal::malloc] Attempting to allocate 4294967296 bytes which is "
+                           "greater than the maximum allowed buffer size of 2147483648 bytes.")
+
+    monkeypatch.setattr(be.dev, "_k_encode_merge_short", failing)
+    docs = ["hello world " * 10, "x = 1\n" * 5]
+    with pytest.warns(FallbackWarning, match="out of device memory"):
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(2)] == \
+        [tk.encode_ordinary(d) for d in docs]
+    assert be.fallbacks[("chunk", "out of memory")] >= 1 and len(calls) >= 2
+    with pytest.raises(RuntimeError, match="not about memory"):  # other errors pass through
+        with metal._oom_as_memory_error():
+            raise RuntimeError("not about memory")
+
+
 def test_dedup_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="64-bit compare-and-swap"):
         metal_backend(dedup=True)

@@ -110,6 +110,27 @@ def _check_dedup(dedup: bool) -> bool:
     return False
 
 
+class MetalOutOfMemory(MemoryError):
+    """MLX could not allocate a buffer (or the GPU ran out of memory): the driver splits the
+    batch, then falls back to the host, as on CUDA."""
+
+
+_OOM_WORDS = ("out of memory", "insufficient memory", "malloc", "allocate", "buffer size")
+
+
+@contextlib.contextmanager
+def _oom_as_memory_error():
+    """MLX reports a failed allocation as a RuntimeError ("[metal::malloc] Attempting to
+    allocate ...", "Insufficient Memory" from a command buffer); make it the MemoryError the
+    driver's out-of-memory split catches. (The exact messages are to confirm on a Mac.)"""
+    try:
+        yield
+    except RuntimeError as e:
+        if any(w in str(e).lower() for w in _OOM_WORDS):
+            raise MetalOutOfMemory(str(e)) from e
+        raise
+
+
 class MetalArray:
     """A device array of the driver: an ``mx.array`` (padded to at least ``PAD`` elements) that
     launches replace, so the driver's in-place updates hold. ``len`` is the logical length."""
@@ -159,7 +180,8 @@ class _Pending:
     def result(self) -> np.ndarray:
         if self.count == 0:
             return np.zeros(0, self.value.dtype)
-        return np.array(self.value.a[:self.count], copy=True)  # unified memory: one copy
+        with _oom_as_memory_error():  # an asynchronous failure surfaces here
+            return np.array(self.value.a[:self.count], copy=True)  # unified memory: one copy
 
 
 class MetalDevice:
@@ -189,7 +211,7 @@ class MetalDevice:
         self.scan_block, self.scan_items = 256, 8  # (the driver's scans run as MLX ops here)
         self.memory_limit = memory_limit
         self.name = name or (f"metal ({gpu_name()})" if factory is None else "metal (custom)")
-        self.oom_errors = (MemoryError,)
+        self.oom_errors = (MemoryError,)  # MetalOutOfMemory included
         self.launches: dict = {}
 
     # ---- memory ------------------------------------------------------------------------------
@@ -258,6 +280,10 @@ class MetalDevice:
 
     def scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
         """In-place prefix scan of ``arr[:n]`` (op "add" or "max") with MLX's own scans."""
+        with _oom_as_memory_error():
+            self._scan(arr, n, op, exclusive)
+
+    def _scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
         mx = self.mx
         x = arr.a
         head = x[:n]
@@ -301,7 +327,8 @@ class MetalDevice:
             raise KeyError(f"the metal backend has no form of kernel {name!r} "
                            "(gputok/backends/metal.py)")
         self.launches[name] = self.launches.get(name, 0) + 1
-        step(tuple(grid), tuple(block), list(args))
+        with _oom_as_memory_error():
+            step(tuple(grid), tuple(block), list(args))
 
     # Each _k_<kernel> takes the arguments of kernels/encode_*.cu's kernel of that name.
 
