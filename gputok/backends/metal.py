@@ -71,7 +71,11 @@ def available() -> tuple[bool, str]:
 
 
 def gpu_name() -> str:
-    """The Metal GPU's name as MLX reports it (``mx.metal.device_info()``)."""
+    """The Metal GPU's name as MLX reports it (``mx.device_info()``), with its memory.
+
+    >>> gpu_name()  # on a Mac
+    'Apple M2 Max, 32 GiB unified memory'
+    """
     import mlx.core as mx
 
     try:
@@ -92,7 +96,10 @@ def _device_info(mx) -> dict:
 def create(*, factory=None, dedup: bool = False, chunk_bytes: "int | None" = None,
            pretok: str = "auto", **device_options) -> DeviceBackend:
     """The metal backend (``factory``: the kernel factory, MLX's by default; the other options
-    are ``DeviceBackend``'s and ``MetalDevice``'s)."""
+    are ``DeviceBackend``'s and ``MetalDevice``'s). ``get_backend("metal")`` calls this.
+
+    >>> enc.encode_batch_arrays(texts, backend=create(chunk_bytes=64 << 20))  # on a Mac
+    """
     if factory is None:
         ok, why = available()
         if not ok:
@@ -190,7 +197,10 @@ class MetalDevice:
     ``factory``: a ``gputok.train.metal.KernelFactory`` (MLX's by default; the tests pass one
     whose ``make`` is the emulator). ``block``: threads per threadgroup; ``max_blocks``:
     threadgroups per grid-stride launch; ``memory_limit``: bytes the driver plans chunks for
-    (default: MLX's recommended working set on a Mac).
+    (default: half of MLX's recommended working set on a Mac).
+
+    >>> DeviceBackend(MetalDevice(), name="metal").plan(gputok.get_encoding("r50k_base").model)
+    {'split': 'host', 'normalize': 'none', 'pretok': 'device (metal (Apple M2 Max, ...))', ...}
     """
 
     kind = "metal"
