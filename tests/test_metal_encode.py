@@ -40,9 +40,7 @@ from test_cuda_kernels import (EDGE, ORDER_IDS, ORDERS, PATTERNS, corpus_snippet
                                emu_device, expected_merge, merge_pieces, pack, pretok_docs,
                                specials_of, tiny_encoding, tricky_texts)
 
-ENCODE_SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
-                  "encode_pretok_fix", "encode_entries_compact", "encode_piece_kind",
-                  "encode_merge_short", "encode_merge_long", "encode_emit_u16", "encode_emit_u32")
+ENCODE_SHADERS = metal.SHADERS
 
 
 def metal_backend(order: str = "forward", seed: int = 0, **options) -> DeviceBackend:

@@ -45,6 +45,9 @@ import numpy as np
 from .driver import DeviceBackend
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
+SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
+           "encode_pretok_fix", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
+           "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
 PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
 
