@@ -90,25 +90,30 @@ class _InFlight:
     marks: list = field(default_factory=list)
 
 
-def pretok_mode(model) -> tuple[str, str]:
-    """(mode, reason): where a model's pieces are cut on a device backend."""
+def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
+    """(mode, reason): where a model's pieces are cut on a device backend whose pretok kernels
+    implement the scanner ``families`` (a device adapter may name fewer: ``pretok_families``)."""
     pre = model.pretokenizer
     if pre.pattern is None:
         return "split", ("its pre-tokenizer has several steps: pieces are cut on the host")
     sc = pre.scanner
     if sc is None:
         return "split", "its pattern has no vectorised form: pieces are cut on the host (regex)"
-    if sc.family.name in DEVICE_FAMILIES:
+    if sc.family.name in families:
         return "device", f"pre-tokenization on the device ({sc.name} rules)"
+    if sc.family.name in DEVICE_FAMILIES:
+        return "scanner", (f"this device has no pretok kernels for the {sc.name} rules yet: "
+                           "pieces are cut on the host (vectorised scanner)")
     return "scanner", (f"the {sc.name} pattern has spans only the reference regex resolves: "
                        "pieces are cut on the host (vectorised scanner)")
 
 
-def device_norm_form(model, mode: str) -> "str | None":
+def device_norm_form(model, mode: str, forms=FORMS) -> "str | None":
     """The normal form whose quick check runs on the device (encode_nfc.cu), or None: a
-    normaliser of exactly one normal form, with pieces cut on the device."""
+    normaliser of exactly one normal form, with pieces cut on the device, on a device whose
+    kernels check ``forms`` (a device adapter may name fewer: ``normal_forms``)."""
     steps = tuple(model.normalizer)
-    if mode == "device" and len(steps) == 1 and steps[0] in FORMS:
+    if mode == "device" and len(steps) == 1 and steps[0] in forms:
         return steps[0]
     return None
 
@@ -150,7 +155,7 @@ class DeviceBackend(Backend):
         norm = "none"
         if model.normalizer:
             norm = (f"device quick check ({where}), flagged spans on the host"
-                    if device_norm_form(model, mode) else "host")
+                    if self._norm_form(model, mode) else "host")
         return {"split": "host", "normalize": norm,
                 "pretok": where if mode == "device" else f"host: {why}", "merge": where,
                 "emit": where}
@@ -198,7 +203,7 @@ class DeviceBackend(Backend):
     # ---- planning ------------------------------------------------------------------------------
 
     def _mode(self, model) -> tuple[str, str]:
-        mode, why = pretok_mode(model)
+        mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
         want = self.pretok
         if want == "auto" or want == mode:
             return mode, why
@@ -209,6 +214,9 @@ class DeviceBackend(Backend):
                 raise ValueError(f"{model.name}: no vectorised scanner for this pre-tokenizer")
             return "scanner", "pieces cut on the host (vectorised scanner, forced)"
         return "split", "pieces cut on the host (pre-tokenizer split, forced)"
+
+    def _norm_form(self, model, mode: str) -> "str | None":
+        return device_norm_form(model, mode, getattr(self.dev, "normal_forms", FORMS))
 
     def model_plan(self, model) -> ModelPlan:
         """The model's plan on this device (tables uploaded on first use)."""
@@ -224,7 +232,7 @@ class DeviceBackend(Backend):
             del self._plans[k]  # tables of models that are gone
         mode, why = self._mode(model)
         scanner = model.pretokenizer.scanner if mode == "device" else None
-        form = device_norm_form(model, mode)
+        form = self._norm_form(model, mode)
         arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables, form)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
         plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
