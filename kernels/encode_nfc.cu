@@ -1,5 +1,5 @@
 // encode_nfc.cu: the normaliser's quick check on the device (driven by
-// gputok/backends/driver.py through device_stages.py, nfc_check).
+// gputok/backends/driver.py through device_stages.py: DeviceStages.nfc_check).
 //
 // HF's NFC (and NFD / NFKC / NFKD: the same check with the form's table) changes only text
 // around "unsafe" code points (common/nfc_check.h). The device flags them; when there are none,

@@ -1,5 +1,5 @@
 // encode_o200k.cu: o200k / o200k_harmony pre-tokenization on the device, in byte coordinates
-// (driven by gputok/backends/device_stages.py, pretok_o200k).
+// (driven by gputok/backends/device_stages.py: DeviceStages.pretok for an o200k model).
 //
 // The o200k pattern has spans only a sequential matcher resolves (a mark after a non-letter,
 // chained contractions; gputok/stages/scan_o200k.py's docstring). So instead of the window rule
@@ -28,20 +28,7 @@ extern "C" __global__ void encode_o200k_classify(const enc_u8* __restrict__ buf,
                                                  const enc_u8* __restrict__ mark,
                                                  const enc_u8* __restrict__ cls_table,
                                                  enc_u8* __restrict__ cls) {
-  ENC_GRID_STRIDE(i, n + 1) {
-    if (i == n) {
-      cls[i] = ENC_X;
-      continue;
-    }
-    const enc_u8 b = buf[i];
-    if ((b & 0xC0) == 0x80) {
-      cls[i] = ENC_O_CONT;
-    } else if (mark[i] & ENC_OUTSIDE) {
-      cls[i] = ENC_X;
-    } else {
-      cls[i] = cls_table[enc_decode(buf, i, n)];
-    }
-  }
+  ENC_GRID_STRIDE(i, n + 1) { cls[i] = o200k_classify_at(buf, n, mark, cls_table, i); }
 }
 
 extern "C" __global__ void encode_o200k_spans(const enc_u8* __restrict__ buf, enc_i64 n,
@@ -60,26 +47,8 @@ extern "C" __global__ void encode_o200k_spans(const enc_u8* __restrict__ buf, en
   ENC_GRID_STRIDE(i, n + 2) {
     if (i >= n) {
       ent[i] = i == n;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
-      continue;
-    }
-    const enc_u8 m = mark[i];
-    if (m & ENC_OUTSIDE) {  // a token span's bytes: one entry at its first byte
-      ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
-      continue;
-    }
-    const enc_u8 c = cls[i];
-    if (c == ENC_O_CONT) continue;  // written by the span that holds it
-    const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : cls[o2_prev(t, i)];
-    if (!o200k_span_start(p, c)) continue;  // written by the span that holds it
-    // this thread's span: match after match until the next span start or the segment's end
-    enc_i64 pos = i;
-    while (true) {
-      ent[pos] = 1;
-      const enc_i64 end = o200k_match(t, pos);
-      for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0;
-      pos = end;
-      const enc_u8 k = o2_at(t, pos);
-      if (k == ENC_X || o200k_span_start(cls[o2_prev(t, pos)], k)) break;
+    } else {
+      o200k_spans_at(t, i, ent);
     }
   }
 }

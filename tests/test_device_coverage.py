@@ -287,7 +287,7 @@ using namespace metal;
 #include "common/nfc_check.h"
 """
 METAL_BODY = """// gpuemu: name=o2check inputs=buf:uint8,mark:uint8,cls:uint8,letters:uint8,bits:uint32 \
-outputs=out:int64,unsafe:uint32 header=hdr.metal
+outputs=out:int64,unsafe:uint32,ent:uint32 header=hdr.metal
 uint i = thread_position_in_grid.x;
 long n = (long)buf_shape[0] - 1;
 if ((long)i < n) {
@@ -296,6 +296,7 @@ if ((long)i < n) {
   t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
   out[i] = cls[i] == ENC_O_CONT ? -1 : o200k_match(t, (long)i);
   unsafe[i] = nfc_unsafe_at(buf, n, bits, (long)i) ? 1u : 0u;
+  o200k_spans_at(t, (long)i, ent);
 }
 """
 
@@ -303,7 +304,7 @@ if ((long)i < n) {
 def test_common_headers_run_in_the_metal_dialect(tmp_path):
     """kernels/common/o200k_rules.h and nfc_check.h compile as Metal (the emulator's strict
     shim) and compute there what the Python reference computes: the matcher's end from every
-    character of one segment, and the quick-check flags."""
+    character of one segment, the piece starts of the span threads, the quick-check flags."""
     from emulator import check_metal_file
     from gputok.stages.scan_o200k import o200k_match
 
@@ -322,13 +323,16 @@ def test_common_headers_run_in_the_metal_dialect(tmp_path):
     cls[first], cls[n] = sc._cls[cps], X
     mark = np.zeros(n + 2, np.uint8)
     mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
-    out, unsafe = kern(inputs=[data, mark, cls, np.asarray(sc._letters, np.uint8),
-                               device_tables.unsafe_bits("NFC")],
-                       output_shapes=[(n,), (n,)], output_dtypes=[np.int64, np.uint32],
-                       grid=(n, 1, 1), threadgroup=(32, 1, 1))
+    out, unsafe, ent = kern(inputs=[data, mark, cls, np.asarray(sc._letters, np.uint8),
+                                    device_tables.unsafe_bits("NFC")],
+                            output_shapes=[(n,), (n,), (n,)],
+                            output_dtypes=[np.int64, np.uint32, np.uint32],
+                            grid=(n, 1, 1), threadgroup=(32, 1, 1))
     k = [int(v) for v in sc._cls[cps]] + [X] * 3
     ends = np.append(first, n)
     want = [int(ends[o200k_match(k, cps.tolist() + [0] * 3, sc._letters, c)])
             for c in range(len(cps))]
     assert out[first].tolist() == want
+    starts = encode_o200k_spans(k, cps.tolist() + [0] * 3, sc._letters)  # o200k_spans_at
+    np.testing.assert_array_equal(np.flatnonzero(ent), first[starts])
     np.testing.assert_array_equal(np.flatnonzero(unsafe), first[nfc_unsafe(cps)])

@@ -9,16 +9,12 @@
 // THE QUICK CHECK: nfc_unsafe_at.
 #pragma once
 
-#include "dialect.h"
+#include "encode_rules.h"  // types, UTF-8 (enc_decode)
 
 // The unsafe table as a bitmap, bit cp of word cp >> 5 (0x110000 bits, 136 KiB: it stays in
 // L2, where the byte-per-code-point table of the host, 1.1 MB, would not).
 GPUTOK_FN bool nfc_unsafe_cp(const GPUTOK_DEV unsigned int* bits, unsigned int cp) {
   return cp < 0x110000u && ((bits[cp >> 5] >> (cp & 31u)) & 1u) != 0u;
-}
-
-GPUTOK_FN int nfc_utf8_len(unsigned char b) {
-  return b < 0xC0 ? 1 : (b < 0xE0 ? 2 : (b < 0xF0 ? 3 : 4));
 }
 
 // THE QUICK CHECK: does the character starting at byte i (of valid UTF-8, n bytes) need the
@@ -28,11 +24,6 @@ GPUTOK_FN bool nfc_unsafe_at(const GPUTOK_DEV unsigned char* buf, gputok_i64 n,
   const unsigned int b0 = buf[i];
   if (b0 < 0x80u) return false;  // ASCII is safe in every form: one load per byte of prose
   if ((b0 & 0xC0u) == 0x80u) return false;
-  const int len = nfc_utf8_len((unsigned char)b0);
-  unsigned int cp = len == 2 ? (b0 & 0x1Fu) : (len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u));
-  for (int k = 1; k < len; ++k) {
-    const unsigned int b = i + k < n ? (unsigned int)buf[i + k] : 0x80u;
-    cp = (cp << 6) | (b & 0x3Fu);
-  }
+  const unsigned int cp = enc_decode(buf, i, n);
   return nfc_unsafe_cp(bits, cp);
 }
