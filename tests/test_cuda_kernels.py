@@ -425,7 +425,7 @@ def test_emulated_pipeline_matches_tiktoken(name, order, seed):
     docs = e2e_docs()
     be = DeviceBackend(emu_device(order, seed), chunk_bytes=6000)  # several chunks
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)  # o200k: pieces on the CPU
+        warnings.simplefilter("error", FallbackWarning)  # every stage on the device
         assert_same(enc, be, docs, [tk.encode_ordinary(d) for d in docs])
     assert be.dev.launches["encode_emit_u16" if name == "r50k_base" else "encode_emit_u32"] > 2
 
@@ -455,17 +455,17 @@ def test_emulated_pipeline_matches_hf_tokenizers(key):
     be = DeviceBackend(emu_device("reverse"), chunk_bytes=8000)
     expect = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)  # qwen2: NFC on the CPU
+        warnings.simplefilter("error", FallbackWarning)  # qwen2: NFC checked on the device
         assert_same(enc, be, docs, expect, allowed=frozenset(enc.special_tokens_set))
-    assert be.model_plan(enc.model).mode == "device"  # qwen2: NFC on the host, cut on the device
+    assert be.model_plan(enc.model).mode == "device" and not be.fallbacks
 
 
 def test_pre_tokenization_off_the_device_is_announced():
     be = DeviceBackend(emu_device())
-    enc = gputok.get_encoding("o200k_base")
-    assert "host" in be.plan(enc.model)["pretok"] and "o200k" in be.describe(enc.model)
-    assert be.plan(gputok.get_encoding("cl100k_base").model)["pretok"].startswith("device")
-    with pytest.warns(FallbackWarning, match="o200k"):
+    enc = tiny_encoding(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+")  # no vectorised form
+    assert "host" in be.plan(enc.model)["pretok"] and "regex" in be.describe(enc.model)
+    assert be.plan(gputok.get_encoding("o200k_base").model)["pretok"].startswith("device")
+    with pytest.warns(FallbackWarning, match="vectorised form"):
         be.encode(enc.model, Documents(["hi"]), frozenset(), frozenset())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per encoding and backend
@@ -692,8 +692,8 @@ def test_lstrip_rstrip_tokens_run_on_the_device(tmp_path):
 
 
 @pytest.mark.parametrize("name,expected", [
-    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()),
-    ("o200k_base", {("pretok", "scanner")}), ("qwen2", {("normalize", "host")})])
+    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()), ("o200k_base", set()),
+    ("qwen2", set())])
 def test_fallbacks_are_exactly_the_host_stages(name, expected):
     enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
     be = DeviceBackend(emu_device())
@@ -704,6 +704,7 @@ def test_fallbacks_are_exactly_the_host_stages(name, expected):
     assert set(be.fallbacks) == expected
     want = [enc.encode(d) for d in docs]
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
-    if name == "qwen2":  # normalised on the host, then cut on the device
+    if name == "qwen2":  # checked on the device, the flagged spans normalised on the host
         assert be.model_plan(enc.model).mode == "device"
         assert be.dev.launches["encode_pretok_window"] >= 1
+        assert be.dev.launches["encode_nfc_compact"] == 1 and be.host_normalized["spans"] == 2

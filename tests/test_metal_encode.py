@@ -187,9 +187,11 @@ def assert_no_mismatch(got, expect, docs) -> None:
 
 def cuda_fallbacks(enc, docs, chunk_bytes: int, allowed=frozenset()) -> dict:
     """What the CUDA kernels (the emulated CUDA device) count as fallbacks on the same batch,
-    with pre-tokenization on the device for the scanner families the Metal shaders implement."""
+    with pre-tokenization on the device for the scanner families the Metal shaders implement,
+    and the quick check for the normal forms they check."""
     dev = emu_device("forward")
     dev.pretok_families = metal.MetalDevice.pretok_families
+    dev.normal_forms = metal.MetalDevice.normal_forms
     be = DeviceBackend(dev, chunk_bytes=chunk_bytes)
     encode_all(be, enc, docs, allowed)
     return dict(be.fallbacks)

@@ -30,6 +30,7 @@ from gputok.backends import FallbackWarning, native, native_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
+from gputok.unicode import normalize
 from test_cuda_kernels import (EDGE, PATTERNS, _regex_classes, assert_same, device_entries,
                                e2e_docs, expected_merge, merge_pieces, pack, pretok_docs,
                                run_merge, specials_of, tiny_encoding, tricky_texts)
@@ -118,6 +119,24 @@ def test_pretok_matches_regex(name, layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUT_IDS)
+def test_o200k_pretok_matches_regex(layout):
+    """encode_o200k.cu (span starts, one matcher per span) on the host's cores."""
+    from gputok.patterns import O200K
+    from test_device_coverage import o200k_docs
+
+    enc = tiny_encoding(O200K)
+    be = backend(layout)
+    assert be.model_plan(enc.model).mode == "device"
+    docs = o200k_docs()
+    buf, off = pack(docs)
+    pstart, spec, doc_entry = device_entries(be, enc, buf, off)
+    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(O200K)))
+    np.testing.assert_array_equal(pstart, want)
+    np.testing.assert_array_equal(doc_entry, want_doc)
+    assert be.dev.launches["encode_o200k_spans"] == 1
+
+
+@pytest.mark.parametrize("layout", LAYOUT_IDS)
 def test_pretok_with_special_tokens_matches_host_paths(layout):
     enc = gputok.get_encoding("cl100k_base")
     eot = "<|endoftext|>"
@@ -158,7 +177,7 @@ def test_pipeline_matches_tiktoken(name, layout):
     docs = e2e_docs()
     be = backend(layout, chunk_bytes=3000, dedup=layout != "1-thread")  # many chunks
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)  # o200k: pieces on the CPU
+        warnings.simplefilter("error", FallbackWarning)  # every stage on the device
         assert_same(enc, be, docs, [tk.encode_ordinary(d) for d in docs])
     assert be.dev.launches["encode_merge_short"] > 4
 
@@ -189,13 +208,13 @@ def test_pipeline_matches_hf_tokenizers(key):
     be = backend("2-threads-grid-strides", chunk_bytes=8000)
     expect = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)  # qwen2: NFC on the host
+        warnings.simplefilter("error", FallbackWarning)  # qwen2: NFC checked on the device
         assert_same(enc, be, docs, expect, allowed=frozenset(enc.special_tokens_set))
 
 
 @pytest.mark.parametrize("name,expected", [
-    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()),
-    ("o200k_base", {("pretok", "scanner")}), ("qwen2", {("normalize", "host")})])
+    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()), ("o200k_base", set()),
+    ("qwen2", set())])
 def test_fallbacks_are_exactly_the_host_stages(name, expected):
     enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
     be = native.create(threads=2)
@@ -224,6 +243,17 @@ def test_every_kernel_runs_on_real_volumes():
     assert ids.dtype == np.uint16
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs[::10]))] == \
         tk50.encode_ordinary_batch(docs[::10], num_threads=2)
+    # o200k (encode_o200k.cu) and Qwen2 on NFD text (encode_nfc.cu, flagged spans spliced)
+    o2, tko2 = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    ids, off = be.encode(o2.model, Documents(docs[::7]), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs[::7]))] == \
+        tko2.encode_ordinary_batch(docs[::7], num_threads=2)
+    qw, hf = hf_encoding("qwen2"), hf_oracle("qwen2")
+    nfd = [normalize("NFD", d) for d in docs[1::9]]
+    ids, off = be.encode(qw.model, Documents(nfd), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(nfd))] == \
+        [e.ids for e in hf.encode_batch(nfd, add_special_tokens=False)]
+    assert be.host_normalized["spans"] > 0
     assert set(be.dev.launches) == set(be.dev.lib.kernels) | {"scan_add", "scan_max"}
     assert min(be.dev.launches.values()) >= 1 and not be.fallbacks
 
@@ -273,7 +303,8 @@ def test_arguments_are_checked_before_a_launch():
 
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
-    assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_merge.cpp",
+    assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_o200k.cpp",
+                                            "encode_nfc.cpp", "encode_merge.cpp",
                                             "encode_emit.cpp", "host_runtime.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild

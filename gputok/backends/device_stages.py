@@ -3,8 +3,11 @@
 ``DeviceStages`` knows kernels and buffers, nothing of tokenizers: the driver (``driver.py``)
 hands it the model's uploaded ``tables`` and a chunk's arrays. The stages, in order:
 
+    nfc      encode_nfc.cu: the normaliser's quick check (flags, count, flagged positions);
+             the driver normalises the rare flagged spans on the host
     pretok   encode_pretok.cu: UTF-8 decode + the scanner's class table, its window rule and
-             sparse corrections, in byte coordinates -> one flag per entry start
+             sparse corrections, in byte coordinates -> one flag per entry start; o200k:
+             encode_o200k.cu, span starts + one sequential matcher per span
     entries  encode_scan.cu (exclusive scan of the flags) + compaction -> piece starts, token
              spans and a sentinel as one entry list, plus each document's first entry
     merge    encode_merge.cu: whole-token lookup (hash of the bytes, hits confirmed by comparing
@@ -77,7 +80,8 @@ class DeviceStages:
     # The stages below take and return device arrays; the tests drive them one by one.
 
     def pretok(self, tables, n: int, d_buf, d_mpos, d_mbits, n_marks: int):
-        """encode_pretok.cu: returns ``ent`` (uint32, n + 2): 1 where an entry starts."""
+        """encode_pretok.cu (encode_o200k.cu for o200k): returns ``ent`` (uint32, n + 2): 1
+        where an entry starts."""
         dev = self.dev
         a, s = tables.arrays, tables.scalars
         m = n + 2
@@ -85,6 +89,12 @@ class DeviceStages:
         if n_marks:
             self.go("encode_pretok_marks", n_marks, [d_mpos, d_mbits, i64(n_marks), mark])
         cls = dev.empty(m, np.uint8)
+        if s.get("o200k"):
+            self.go("encode_o200k_classify", n + 1, [d_buf, i64(n), mark, a["cls_table"], cls])
+            ent = dev.empty(m, np.uint32)
+            self.go("encode_o200k_spans", n + 2,
+                    [d_buf, i64(n), mark, cls, a["letters"], s["n_letters"], ent])
+            return ent
         self.go("encode_pretok_classify", n + 1, [d_buf, i64(n), mark, a["cls_table"], cls])
         if s["runs"]:
             runv = dev.empty(n, np.uint32)
@@ -106,6 +116,27 @@ class DeviceStages:
                   s["n_letters"], runv, cidx, ws_next, s["gpt2"], s["digit_group"],
                   s["end_whole"], ent])
         return ent
+
+    def nfc_check(self, tables, n: int, d_buf):
+        """encode_nfc.cu: the byte positions (uint32, on the host) of the characters the
+        model's normal form may change; none for a chunk that is already normalised."""
+        dev = self.dev
+        flag = dev.empty(n + 1, np.uint32)
+        self.go("encode_nfc_flags", n + 1, [d_buf, i64(n), tables.arrays["nfc_bits"], flag])
+        self.scan(flag, n + 1, "add", True)
+        if self.host_memory:
+            dev.fence()
+            count = int(flag[n])
+        else:
+            count = int(dev.download("nfc_count", flag[n:n + 1], 1).result()[0])
+        if not count:
+            return np.zeros(0, np.uint32)
+        pos = dev.empty(count, np.uint32)
+        self.go("encode_nfc_compact", n, [flag, i64(n), pos])
+        if self.host_memory:
+            dev.fence()
+            return np.array(pos[:count])
+        return np.array(dev.download("nfc_pos", pos, count).result())
 
     def entries(self, n: int, ent, d_off, n_docs: int, d_sp_pos, d_sp_id,
                 n_spans: int):

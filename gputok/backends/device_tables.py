@@ -179,10 +179,20 @@ def host_tables(model) -> dict:
     return out
 
 
-def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
+def unsafe_bits(form: str) -> np.ndarray:
+    """The normaliser's quick-check table (``gputok.unicode.unsafe_table``) as the bitmap
+    ``nfc_unsafe_cp`` of kernels/common/nfc_check.h reads: bit cp of word cp >> 5 (uint32)."""
+    from ..unicode import unsafe_table
+
+    return np.packbits(unsafe_table(form), bitorder="little").view(np.uint32)
+
+
+def upload_tables(dev, model, scanner, class_cache: dict, norm_form: "str | None" = None
+                  ) -> tuple[dict, dict]:
     """(device arrays, kernel scalars) of ``model`` on ``dev``; ``scanner`` is the pattern's
-    scanner when pre-tokenization runs on the device (else None). ``class_cache`` keeps one
-    class table per (family, Unicode family) on the device."""
+    scanner when pre-tokenization runs on the device (else None); ``norm_form`` the normal form
+    whose quick check runs on the device (else None). ``class_cache`` keeps one class table per
+    (family, Unicode family), and one quick-check bitmap per form, on the device."""
     host = host_tables(model)
     a: dict = {"t_slots": dev.put(host["t_slots"]), "byte_ids": dev.put(host["byte_ids"]),
                "join": dev.put(host["join"])}
@@ -193,6 +203,11 @@ def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
     else:
         a["w_slots"], a["w_tok_bytes"] = dev.dummy(np.uint32), dev.dummy(np.uint8)
         s["w_bits"] = u32(0)
+    if norm_form is not None:
+        key = ("unsafe", norm_form)
+        if key not in class_cache:
+            class_cache[key] = dev.put(unsafe_bits(norm_form))
+        a["nfc_bits"] = class_cache[key]
     if scanner is not None:
         sc = scanner
         sc._setup()
@@ -201,9 +216,12 @@ def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
         if key not in class_cache:
             class_cache[key] = dev.put(fam.tables(sc.unicode_family))
         a["cls_table"] = class_cache[key]
-        a["pair"] = dev.put(np.frombuffer(fam.pair, np.uint8))
         letters = np.asarray(sc._letters, np.uint8)
         a["letters"] = dev.put(letters)
+        if sc._kind == "o200k":  # encode_o200k.cu: classes and contraction letters only
+            s.update(o200k=True, n_letters=u32(len(letters)), runs=False)
+            return a, s
+        a["pair"] = dev.put(np.frombuffer(fam.pair, np.uint8))
         nlo, nn = fam.next_range
         plo, pn = fam.prev2_range if fam.prev2_range is not None else (0, 0)
         s.update(pair_bits=i32(fam.bits), next_lo=i32(nlo), next_n=i32(nn), prev2_lo=i32(plo),

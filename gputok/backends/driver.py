@@ -4,8 +4,13 @@ Documents are packed into one UTF-8 buffer and cut into chunks of whole document
 MB at most, sized from the device's free memory). Per chunk:
 
     host     split: the active tokens' byte spans (``stages.split.token_spans``; disallowed ones
-             raise first); normalise and, where the device cannot, cut pieces (``hostplan.py``)
-    device   pretok -> entries -> merge -> emit (``device_stages.py``)
+             raise first); where the device cannot, normalise and cut pieces (``hostplan.py``)
+    device   [nfc check] -> pretok -> entries -> merge -> emit (``device_stages.py``)
+
+A model whose normaliser is one normal form (Qwen2's NFC) has it checked on the device: a chunk
+with no flagged character never leaves it; otherwise only the spans around the flagged
+characters are normalised on the host (``hostplan.splice_normalized``) and the rebuilt chunk is
+uploaded again. That is not a fallback: ``host_normalized`` counts those spans and bytes.
 
 Two chunks are in flight, each on its own stream slot with its own staging buffers: while chunk
 k's kernels run, chunk k+1 is prepared on the host and uploaded, and chunk k-1's ids come down.
@@ -25,7 +30,7 @@ Performance notes (nothing here was measured on a GPU yet; ``bench/bench_cuda.py
 end-to-end and per-stage times). To measure first: (1) dedup off vs on; (2) the stage split of
 kernel time and whether merge_short wants a register path; (3) end-to-end vs kernel-only (host
 packing, specials, pinned copies) and whether 256 MiB chunks with two streams hide the copies;
-(4) o200k end to end, whose pieces are cut on the host. Decisions so far:
+(4) o200k end to end (one matcher thread per span: encode_o200k.cu). Decisions so far:
 * No piece dedup by default: whole-token hits skip merging for most pieces of natural text, so
   the simplest exact design merges every remaining piece where it stands. ``dedup=True`` adds a
   device hash set (one CAS per remaining piece; duplicates copy their owner's ids).
@@ -48,13 +53,14 @@ import numpy as np
 from . import Backend, get_backend
 from .device_stages import DeviceStages, Tables
 from .device_tables import upload_tables
-from .hostplan import HostChunk, cut_long_documents, prepare
+from .hostplan import HostChunk, cut_long_documents, prepare, splice_normalized
 from ..stages import counters
 from ..stages.emit import assemble
 from ..stages.pack import Documents
+from ..unicode import FORMS
 from ..stages.split import check_buffer, token_spans
 
-DEVICE_FAMILIES = ("cl3", "cl1", "gpt2")  # scanner families the pretok kernels implement
+DEVICE_FAMILIES = ("cl3", "cl1", "gpt2", "o200k")  # scanner families the pretok kernels implement
 BYTES_PER_BYTE = 64  # device memory planned per input byte of a chunk (see the notes above)
 MAX_CHUNK = 256 << 20  # bytes of text per chunk at most
 MIN_CHUNK = 1 << 20  # below this an out-of-memory chunk goes to the host
@@ -71,6 +77,7 @@ class ModelPlan:
     pretok: object  # the model's Pretokenizer
     tables: Tables
     normalizer: tuple
+    norm_form: "str | None" = None  # the normal form checked on the device (encode_nfc.cu)
 
 
 @dataclass
@@ -101,6 +108,16 @@ def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
                        "pieces are cut on the host (vectorised scanner)")
 
 
+def device_norm_form(model, mode: str, forms=FORMS) -> "str | None":
+    """The normal form whose quick check runs on the device (encode_nfc.cu), or None: a
+    normaliser of exactly one normal form, with pieces cut on the device, on a device whose
+    kernels check ``forms`` (a device adapter may name fewer: ``normal_forms``)."""
+    steps = tuple(model.normalizer)
+    if mode == "device" and len(steps) == 1 and steps[0] in forms:
+        return steps[0]
+    return None
+
+
 class DeviceBackend(Backend):
     """The encode pipeline on one device.
 
@@ -124,6 +141,8 @@ class DeviceBackend(Backend):
         self._class_tables: dict = {}
         self._lock = threading.RLock()
         self.profile: "list | None" = None  # set to a list to collect per-stage times
+        #: spans the device's quick check sent to the host normaliser: {"spans", "bytes"}
+        self.host_normalized: collections.Counter = collections.Counter()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on {self.dev.name}>"
@@ -133,7 +152,11 @@ class DeviceBackend(Backend):
     def plan(self, model) -> dict:
         mode, why = self._mode(model)
         where = f"device ({self.dev.name})"
-        return {"split": "host", "normalize": "host" if model.normalizer else "none",
+        norm = "none"
+        if model.normalizer:
+            norm = (f"device quick check ({where}), flagged spans on the host"
+                    if self._norm_form(model, mode) else "host")
+        return {"split": "host", "normalize": norm,
                 "pretok": where if mode == "device" else f"host: {why}", "merge": where,
                 "emit": where}
 
@@ -161,10 +184,13 @@ class DeviceBackend(Backend):
         with self._lock:
             plan = self._plan(model)
             d1 = self._chunk_end(doc_off, 0, self._chunk_budget())
-            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1, plan.normalizer)
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1,
+                         () if plan.norm_form else plan.normalizer)
             best: dict = {}
             with self.dev.stream(0):
                 ins = self.dev.upload(hc.inputs)
+                if plan.norm_form is not None and hc.mode == "device":
+                    hc, ins = self._normalize(plan, hc, ins)  # (not timed: once per chunk)
                 for _ in range(max(1, repeat)):
                     marks = [("start", self.dev.mark())]
                     self._kernels(plan, hc, ins, model.id_dtype, marks)
@@ -189,6 +215,9 @@ class DeviceBackend(Backend):
             return "scanner", "pieces cut on the host (vectorised scanner, forced)"
         return "split", "pieces cut on the host (pre-tokenizer split, forced)"
 
+    def _norm_form(self, model, mode: str) -> "str | None":
+        return device_norm_form(model, mode, getattr(self.dev, "normal_forms", FORMS))
+
     def model_plan(self, model) -> ModelPlan:
         """The model's plan on this device (tables uploaded on first use)."""
         with self._lock:
@@ -203,10 +232,11 @@ class DeviceBackend(Backend):
             del self._plans[k]  # tables of models that are gone
         mode, why = self._mode(model)
         scanner = model.pretokenizer.scanner if mode == "device" else None
-        arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables)
+        form = self._norm_form(model, mode)
+        arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables, form)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
         plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
-                         tuple(model.normalizer))
+                         tuple(model.normalizer), form)
         self._plans[key] = (weakref.ref(model), plan)
         return plan
 
@@ -237,7 +267,7 @@ class DeviceBackend(Backend):
         if plan.mode != "device":
             self.fallback("pretok", plan.mode, f"{model.name}: {plan.why}",
                           once_key=("pretok", id(model)))
-        if plan.normalizer:
+        if plan.normalizer and plan.norm_form is None:
             self.fallback("normalize", "host", f"{model.name}: its normaliser "
                           f"({', '.join(plan.normalizer)}) runs on the host",
                           once_key=("normalize", id(model)))
@@ -283,7 +313,8 @@ class DeviceBackend(Backend):
                 parts.append(self._host_part(model, buf, doc_off, d0, d1, allowed))
                 d0 = d1
                 continue
-            hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1, plan.normalizer)
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
+                         () if plan.norm_form else plan.normalizer)
             if hc.n == 0:  # only empty documents (or only token spans that emit nothing)
                 while flight:
                     self._finish(flight.popleft(), parts)
@@ -310,6 +341,8 @@ class DeviceBackend(Backend):
         if self.profile is not None:
             marks.append(("start", self.dev.mark()))
         ins = self.dev.upload(hc.inputs)
+        if plan.norm_form is not None and hc.mode == "device":
+            hc, ins = self._normalize(plan, hc, ins)
         if self.profile is not None:
             marks.append(("h2d", self.dev.mark()))
         out, out_doc = self._kernels(plan, hc, ins, out_dtype,
@@ -317,6 +350,21 @@ class DeviceBackend(Backend):
         doc = self.dev.download("doc", out_doc, hc.n_docs + 1)
         counters["device.chunks"] += 1
         return _InFlight(hc, slot, out, doc, marks=marks)
+
+    def _normalize(self, plan: ModelPlan, hc: HostChunk, ins: list) -> tuple:
+        """The quick check of an uploaded chunk (encode_nfc.cu); the rare flagged spans are
+        normalised on the host and the rebuilt chunk uploaded. Waits for the check's count
+        (4 bytes), the one place a chunk waits for the device before its ids."""
+        pos = self.stages.nfc_check(plan.tables, hc.n, ins[0])
+        if not len(pos):
+            return hc, ins
+        new, spans, nbytes = splice_normalized(hc, pos, plan.norm_form)
+        self.host_normalized["spans"] += spans
+        self.host_normalized["bytes"] += nbytes
+        counters["normalize.host_bytes"] += nbytes
+        if new is hc:
+            return hc, ins
+        return new, self.dev.upload(new.inputs)
 
     def _kernels(self, plan: ModelPlan, hc: HostChunk, ins: list, out_dtype, marks=None):
         """The device stages of one uploaded chunk; (ids, document offsets) on the device."""

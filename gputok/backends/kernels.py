@@ -19,10 +19,12 @@ import functools
 import hashlib
 import re
 
-ENCODE_FILES = ("encode_pretok.cu", "encode_scan.cu", "encode_merge.cu", "encode_emit.cu")
+ENCODE_FILES = ("encode_pretok.cu", "encode_o200k.cu", "encode_nfc.cu", "encode_scan.cu",
+                "encode_merge.cu", "encode_emit.cu")
 TRAIN_FILE = "train_bpe.cu"
 
 ENC_CONT = 8  # class of a UTF-8 continuation byte (device-only: the host works on code points)
+ENC_O_CONT = 15  # the same for the 4-bit o200k classes
 ENC_DONE = 0xFFFFFFFF  # owner[e]: the entry's ids are final
 
 
@@ -35,6 +37,9 @@ def kernel_constants() -> dict:
     return {
         "ENC_X": r.X, "ENC_L": r.L, "ENC_N": r.N, "ENC_P": r.P, "ENC_A": r.A, "ENC_SP": r.SP,
         "ENC_S": r.S, "ENC_E": r.E, "ENC_CONT": ENC_CONT,
+        "ENC_O_U": r.OU, "ENC_O_D": r.OD, "ENC_O_B": r.OB, "ENC_O_M": r.OM, "ENC_O_N": r.ON,
+        "ENC_O_P": r.OP, "ENC_O_A": r.OA, "ENC_O_SL": r.OSL, "ENC_O_SP": r.OSP, "ENC_O_S": r.OS,
+        "ENC_O_E": r.OE, "ENC_O_CONT": ENC_O_CONT,
         "ENC_B_PAIR": r.B_PAIR, "ENC_B_NEXT": r.B_NEXT, "ENC_B_PREV2": r.B_PREV2,
         "ENC_B_SPECIAL": r.B_SPECIAL,
         "ENC_SEG_START": hp.SEG_START, "ENC_SEG_END": hp.SEG_END, "ENC_OUTSIDE": hp.OUTSIDE,

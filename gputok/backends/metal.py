@@ -211,6 +211,9 @@ class MetalDevice:
     # the scanner families shaders/encode_pretok_*.metal implement; a family the CUDA kernels
     # gain later is cut on the host here (a counted fallback) until its shaders exist
     pretok_families = ("cl3", "cl1", "gpt2")
+    # the normal forms whose quick check (kernels/encode_nfc.cu) has a shader: none yet, so a
+    # normaliser runs on the host here (a counted fallback)
+    normal_forms: tuple = ()
 
     def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
                  memory_limit: "int | None" = None, name: "str | None" = None):

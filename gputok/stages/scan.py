@@ -29,9 +29,10 @@ Method (the specification a kernel ports)
    (``x's's``: whether the second apostrophe is a suffix depends on the first). Their spans,
    between two positions that start a piece in every parse (the first char of a whitespace run,
    CR/LF after a letter or digit, document ends), are re-scanned with the reference regex from
-   the first of them (``_rescan``), so the result stays exact; a kernel gives each such span one
-   sequential thread. Everything else in o200k (case splits, contraction suffixes,
-   ``[\\r\\n/]*``) is vectorized.
+   the first of them (``_rescan``), so the result stays exact. Everything else in o200k (case
+   splits, contraction suffixes, ``[\\r\\n/]*``) is vectorized. The device kernels do not port
+   this step: they cut o200k at finer positions that start a piece in every parse and run one
+   sequential matcher of the pattern per span (``scan_o200k.py``, ``kernels/encode_o200k.cu``).
 5. Pieces: insert a separator character absent from the text before every piece start, decode
    once and ``str.split`` (C speed; creating the piece strings is the floor of any method).
 

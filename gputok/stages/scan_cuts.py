@@ -1,6 +1,7 @@
 """The scanner's core: from classes to piece starts (window rule + sparse corrections).
 
-``Cuts`` is the part of ``Scanner`` that a kernel ports (``kernels/encode_pretok.cu``): given
+``Cuts`` is the part of ``Scanner`` that a kernel ports (``kernels/encode_pretok.cu``; o200k's
+kernels take another route, ``scan_o200k.py``): given
 the classes ``k`` of every position (documents laid end to end with separators of class X), the
 code points ``c`` and the documents' extents, it returns where pieces start. See ``scan.py``'s
 docstring for the method and its performance notes.

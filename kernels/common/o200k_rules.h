@@ -1,0 +1,253 @@
+// o200k_rules.h: o200k pre-tokenization rules, written once for every dialect (CUDA through
+// kernels/encode_o200k.cu, the native CPU device through the same file, Metal through a shader
+// that includes this header). gputok/stages/scan_o200k.py states the same rules in Python
+// (o200k_span_start, o200k_match, contraction_len) and is what the tests hold them to; read its
+// docstring first.
+//
+// Byte coordinates, as in encode_pretok.cu: cls[i] is the class of the character starting at
+// byte i (ENC_O_CONT on continuation bytes, ENC_X on token-span bytes and at n); mark[i] holds
+// the host's segment marks, so "the character at q" is ENC_X where a segment ends.
+//
+// THE O200K SPAN RULE: o200k_span_start. THE O200K MATCHER: o200k_match.
+#pragma once
+
+#include "encode_rules.h"  // types, marks, UTF-8 (enc_decode), contraction letters
+
+// The o200k classes of gputok/stages/scan_rules.py (OU ... OE), injected from there by
+// gputok/backends/kernels.py; the defaults only let a file compile on its own.
+#ifndef ENC_O_U
+#define ENC_O_U 1  // Lu Lt: upper-only letters
+#endif
+#ifndef ENC_O_D
+#define ENC_O_D 2  // Ll: lower-only letters
+#endif
+#ifndef ENC_O_B
+#define ENC_O_B 3  // Lm Lo: both letter classes
+#endif
+#ifndef ENC_O_M
+#define ENC_O_M 4  // marks: both letter classes, and punctuation
+#endif
+#ifndef ENC_O_N
+#define ENC_O_N 5  // \p{N}
+#endif
+#ifndef ENC_O_P
+#define ENC_O_P 6  // other (punctuation, symbols, ...)
+#endif
+#ifndef ENC_O_A
+#define ENC_O_A 7  // "'"
+#endif
+#ifndef ENC_O_SL
+#define ENC_O_SL 8  // "/"
+#endif
+#ifndef ENC_O_SP
+#define ENC_O_SP 9  // " "
+#endif
+#ifndef ENC_O_S
+#define ENC_O_S 10  // other \s but CR/LF
+#endif
+#ifndef ENC_O_E
+#define ENC_O_E 11  // CR / LF
+#endif
+#ifndef ENC_O_CONT
+#define ENC_O_CONT 15  // a UTF-8 continuation byte (the o200k classes use 4 bits)
+#endif
+
+GPUTOK_FN bool o2_is_u(enc_u8 c) { return c == ENC_O_U || c == ENC_O_B || c == ENC_O_M; }
+GPUTOK_FN bool o2_is_w(enc_u8 c) { return c == ENC_O_D || c == ENC_O_B || c == ENC_O_M; }
+GPUTOK_FN bool o2_is_q(enc_u8 c) {
+  return c == ENC_O_M || c == ENC_O_P || c == ENC_O_A || c == ENC_O_SL;
+}
+GPUTOK_FN bool o2_is_ws(enc_u8 c) { return c == ENC_O_SP || c == ENC_O_S || c == ENC_O_E; }
+GPUTOK_FN bool o2_is_letter(enc_u8 c) { return c == ENC_O_U || c == ENC_O_D || c == ENC_O_B; }
+// the prefix of a word: one char that is not CR/LF, a letter or a digit
+GPUTOK_FN bool o2_is_pre(enc_u8 c) {
+  return c == ENC_O_M || c == ENC_O_P || c == ENC_O_A || c == ENC_O_SL || c == ENC_O_SP ||
+         c == ENC_O_S;
+}
+
+// THE O200K SPAN RULE: a piece starts at a character of class c after one of class p in every
+// parse (p == ENC_X: a segment start). scan_o200k.py's docstring gives the reason per line.
+GPUTOK_FN bool o200k_span_start(enc_u8 p, enc_u8 c) {
+  if (p == ENC_X) return c != ENC_X;
+  if (c == ENC_O_SP || c == ENC_O_S) return !o2_is_ws(p);
+  if (c == ENC_O_E) return o2_is_letter(p) || p == ENC_O_N;
+  if (c == ENC_O_N) return p != ENC_O_N;
+  if (o2_is_letter(c)) return p == ENC_O_N || p == ENC_O_E;
+  if ((c == ENC_O_P || c == ENC_O_SL) && o2_is_letter(p)) return true;
+  return (c == ENC_O_P || c == ENC_O_A) && (p == ENC_O_E || p == ENC_O_N);
+}
+
+// A read-only view of one chunk: bytes, marks, classes, contraction letters.
+struct O2Text {
+  const GPUTOK_DEV enc_u8* buf;
+  const GPUTOK_DEV enc_u8* mark;
+  const GPUTOK_DEV enc_u8* cls;
+  const GPUTOK_DEV enc_u8* letters;  // by code point: 1 = s|d|m|t, 2 = l, 4 = v|r, 8 = e
+  enc_u32 n_letters;
+  enc_i64 n;
+  enc_i64 start;  // the current match's first byte (-1: none)
+};
+
+// first byte after the character at q (at most n)
+GPUTOK_FN enc_i64 o2_next(const O2Text t, enc_i64 q) {
+  const enc_i64 r = q + enc_utf8_len(t.buf[q]);
+  return r < t.n ? r : t.n;
+}
+
+// first byte of the character before the one at q
+GPUTOK_FN enc_i64 o2_prev(const O2Text t, enc_i64 q) {
+  enc_i64 j = q - 1;
+  while (j > 0 && t.cls[j] == ENC_O_CONT) --j;
+  return j;
+}
+
+// class of the character at q, ENC_X where its segment has ended (q <= n; cls[n] = ENC_X).
+// The match's own first byte may carry the previous segment's end mark: it is in the segment.
+GPUTOK_FN enc_u8 o2_at(const O2Text t, enc_i64 q) {
+  return ((t.mark[q] & ENC_SEG_END) && q != t.start) ? (enc_u8)ENC_X : t.cls[q];
+}
+
+GPUTOK_FN enc_u8 o2_letter_bits(const O2Text t, enc_i64 q) {
+  return enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q, t.n));
+}
+
+// The contraction suffix at e ("'" then s|d|m|t, or ll|ve|re, case-insensitive): the position
+// after it, or e when there is none.
+GPUTOK_FN enc_i64 o2_contraction(const O2Text t, enc_i64 e) {
+  if (o2_at(t, e) != ENC_O_A) return e;
+  const enc_i64 q1 = o2_next(t, e);
+  if (o2_at(t, q1) == ENC_X) return e;
+  const enc_u8 t1 = o2_letter_bits(t, q1);
+  const enc_i64 q2 = o2_next(t, q1);
+  if (t1 & 1) return q2;
+  const enc_u8 t2 = o2_at(t, q2) == ENC_X ? (enc_u8)0 : o2_letter_bits(t, q2);
+  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return o2_next(t, q2);
+  return e;
+}
+
+// pre? U* W+ (without the prefix): the end of the word from s, or -1. U* takes the U-run and
+// backtracks until W+ can start: at the run's end before an OD (W+ then takes the W-run), else at
+// the run's last OB/OM (only OU follow it, so W+ takes that char alone).
+GPUTOK_FN enc_i64 o2_word1(const O2Text t, enc_i64 s) {
+  enc_i64 j = s;
+  enc_i64 last_bm = -1;
+  enc_u8 c = o2_at(t, j);
+  while (o2_is_u(c)) {
+    if (c != ENC_O_U) last_bm = j;
+    j = o2_next(t, j);
+    c = o2_at(t, j);
+  }
+  if (c == ENC_O_D) {
+    while (o2_is_w(c)) {
+      j = o2_next(t, j);
+      c = o2_at(t, j);
+    }
+    return j;
+  }
+  return last_bm < 0 ? -1 : o2_next(t, last_bm);
+}
+
+// pre? U+ W*: the U-run (at least one char), then the OD run after it; -1 when s is not in U
+GPUTOK_FN enc_i64 o2_word2(const O2Text t, enc_i64 s) {
+  enc_u8 c = o2_at(t, s);
+  if (!o2_is_u(c)) return -1;
+  enc_i64 j = s;
+  while (o2_is_u(c)) {
+    j = o2_next(t, j);
+    c = o2_at(t, j);
+  }
+  while (c == ENC_O_D) {
+    j = o2_next(t, j);
+    c = o2_at(t, j);
+  }
+  return j;
+}
+
+// THE O200K MATCHER: the end of the o200k match that starts at i (a true piece start): the
+// pattern's alternatives in order, leftmost-first (scan_o200k.py, o200k_match).
+GPUTOK_FN enc_i64 o200k_match(O2Text t, enc_i64 i) {
+  t.start = i;
+  const enc_u8 c = o2_at(t, i);
+  const enc_i64 after = o2_next(t, i);
+  const bool pre = o2_is_pre(c);
+  // 1. pre? U* W+ C?   2. pre? U+ W* C?   (with the prefix first, then without)
+  enc_i64 e = pre ? o2_word1(t, after) : -1;
+  if (e < 0) e = o2_word1(t, i);
+  if (e < 0 && pre) e = o2_word2(t, after);
+  if (e < 0) e = o2_word2(t, i);
+  if (e >= 0) return o2_contraction(t, e);
+  // 3. \p{N}{1,3}
+  if (c == ENC_O_N) {
+    enc_i64 j = after;
+    for (int k = 1; k < 3 && o2_at(t, j) == ENC_O_N; ++k) j = o2_next(t, j);
+    return j;
+  }
+  // 4. " ?Q+[\r\n/]*"
+  const enc_i64 s = (c == ENC_O_SP && o2_is_q(o2_at(t, after))) ? after : i;
+  enc_u8 k = o2_at(t, s);
+  if (o2_is_q(k)) {
+    enc_i64 j = s;
+    while (o2_is_q(k)) {
+      j = o2_next(t, j);
+      k = o2_at(t, j);
+    }
+    while (k == ENC_O_E || k == ENC_O_SL) {
+      j = o2_next(t, j);
+      k = o2_at(t, j);
+    }
+    return j;
+  }
+  // whitespace: 5. \s*[\r\n]+ (up to the run's last CR/LF)  6. \s+(?!\S)  7. \s+
+  enc_i64 j = i;
+  enc_i64 last_nl = -1;
+  enc_i64 last = i;  // the run's last char
+  int chars = 0;
+  while (o2_is_ws(k)) {
+    if (k == ENC_O_E) last_nl = j;
+    last = j;
+    ++chars;
+    j = o2_next(t, j);
+    k = o2_at(t, j);
+  }
+  if (last_nl >= 0) return o2_next(t, last_nl);
+  if (k == ENC_X || chars < 2) return j;
+  return last;
+}
+
+// cls[i] for i in [0, n]: the o200k class of the character starting at byte i (ENC_O_CONT on
+// continuation bytes; ENC_X on token-span bytes and in slot n)
+GPUTOK_FN enc_u8 o200k_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
+                                   const GPUTOK_DEV enc_u8* mark,
+                                   const GPUTOK_DEV enc_u8* cls_table, enc_i64 i) {
+  if (i == n) return ENC_X;
+  const enc_u8 b = buf[i];
+  if ((b & 0xC0) == 0x80) return ENC_O_CONT;
+  if (mark[i] & ENC_OUTSIDE) return ENC_X;
+  return cls_table[enc_decode(buf, i, n)];
+}
+
+// The entry flags the thread of byte i (< n) owns: a token span's byte writes its own flag (1 at
+// the span's first byte); a span start writes every byte of its span, 1 where a match starts
+// (THE O200K MATCHER, match after match until the next span start or the segment's end); any
+// other byte belongs to the span that holds it and writes nothing. So every flag is written by
+// exactly one thread, whatever the order.
+GPUTOK_FN void o200k_spans_at(const O2Text t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+  const enc_u8 m = t.mark[i];
+  if (m & ENC_OUTSIDE) {
+    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
+    return;
+  }
+  const enc_u8 c = t.cls[i];
+  if (c == ENC_O_CONT) return;
+  const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[o2_prev(t, i)];
+  if (!o200k_span_start(p, c)) return;
+  enc_i64 pos = i;
+  while (true) {
+    ent[pos] = 1u;
+    const enc_i64 end = o200k_match(t, pos);
+    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
+    pos = end;
+    const enc_u8 k = o2_at(t, pos);
+    if (k == ENC_X || o200k_span_start(t.cls[o2_prev(t, pos)], k)) return;
+  }
+}
