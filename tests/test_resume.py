@@ -64,19 +64,38 @@ def reference(corpus, tmp_path_factory):
     return outs
 
 
+@pytest.fixture(scope="module")
+def job_seconds(corpus, tmp_path_factory):
+    """How long one uninterrupted job takes here, per worker count (a loaded machine is slower:
+    the kills are timed as fractions of this, not in fixed seconds)."""
+    seen = {}
+
+    def measure(fmt, workers):
+        if (fmt, workers) not in seen:
+            out = tmp_path_factory.mktemp("timed") / fmt
+            t0 = time.monotonic()
+            subprocess.run(_cmd(corpus, out, fmt, workers=workers), check=True, cwd=ROOT,
+                           capture_output=True)
+            seen[fmt, workers] = time.monotonic() - t0
+        return seen[fmt, workers]
+    return measure
+
+
 @pytest.mark.parametrize("fmt,rounds,workers", [("npy", ROUNDS, 1),
                                                 ("nanogpt", max(2, ROUNDS // 2), 1),
                                                 ("npy", max(2, ROUNDS // 3), 2)])
-def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, fmt, rounds, workers):
+def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, job_seconds, fmt,
+                                               rounds, workers):
     out = tmp_path / "out"
     rng = random.Random(1234 + rounds)
+    whole = job_seconds(fmt, workers)  # start-up included
     kills = mid_job = 0
     for r in range(rounds * 3):
         if kills >= rounds:
             break
         p = subprocess.Popen(_cmd(corpus, out, fmt, "--resume", workers=workers), cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.3, 1.8))  # start-up takes ~0.5 s, the whole job ~1.5 s
+        time.sleep(rng.uniform(0.2, 1.2) * whole)  # start-up is ~1/3 of the whole job
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
