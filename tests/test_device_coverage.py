@@ -35,9 +35,9 @@ from gputok.stages.scan import scanner_for_pattern
 from gputok.stages.scan_o200k import encode_o200k_spans, o200k_span_start
 from gputok.stages.scan_rules import X
 from gputok.unicode import nfc_unsafe, normalize
-from test_cuda_kernels import (EDGE, ORDER_IDS, ORDERS, assert_same, corpus_snippets,
-                               device_entries, e2e_docs, emu_device, pack, specials_of,
-                               tiny_encoding, tricky_texts)
+from devicekit import (EDGE, ORDER_IDS, ORDERS, assert_same, corpus_snippets,
+                       device_entries, e2e_docs, emu_device, pack, specials_of,
+                       tiny_encoding, tricky_texts)
 
 # characters that exercise every o200k rule: cases (Lu, Ll, Lt, Lm, Lo), marks after letters
 # and after non-letters, contraction letters in both cases (and the long s that folds to s),

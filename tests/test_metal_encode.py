@@ -36,9 +36,9 @@ from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
 from gputok.backends.driver import DeviceBackend  # noqa: E402
 from gputok.stages.pack import Documents  # noqa: E402
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans  # noqa: E402
-from test_cuda_kernels import (EDGE, ORDER_IDS, ORDERS, PATTERNS, corpus_snippets,  # noqa: E402
-                               emu_device, expected_merge, merge_pieces, pack, pretok_docs,
-                               specials_of, tiny_encoding, tricky_texts)
+from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, corpus_snippets,  # noqa: E402
+                       emu_device, expected_merge, merge_pieces, pack, pretok_docs,
+                       specials_of, tiny_encoding, tricky_texts)
 
 ENCODE_SHADERS = metal.SHADERS
 

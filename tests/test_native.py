@@ -31,9 +31,9 @@ from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
 from gputok.unicode import normalize
-from test_cuda_kernels import (EDGE, PATTERNS, _regex_classes, assert_same, device_entries,
-                               e2e_docs, expected_merge, merge_pieces, pack, pretok_docs,
-                               run_merge, specials_of, tiny_encoding, tricky_texts)
+from devicekit import (EDGE, PATTERNS, _regex_classes, assert_same, device_entries,
+                       e2e_docs, expected_merge, merge_pieces, pack, pretok_docs,
+                       run_merge, specials_of, tiny_encoding, tricky_texts)
 
 _ok, _why = native.available()
 pytestmark = pytest.mark.skipif(not _ok, reason=f"native backend unavailable: {_why}")
