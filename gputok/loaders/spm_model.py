@@ -119,6 +119,12 @@ def parse(data: bytes) -> SpmSpec:
     mv = memoryview(data)
     for number, wire, v in _fields(mv, "ModelProto"):
         if number == 1 and wire == 2:
+            fast = _piece_fast(v)
+            if fast is not None:  # the layout sentencepiece writes: piece, score, type
+                spec.pieces.append(fast[0])
+                spec.scores.append(fast[1])
+                spec.types.append(fast[2])
+                continue
             piece, score, kind = "", 0.0, 1
             where = f"pieces[{len(spec.pieces)}]"
             for n2, w2, v2 in _fields(v, where):
@@ -158,6 +164,31 @@ def parse(data: bytes) -> SpmSpec:
                 if n2 == 2 and w2 == 2:
                     spec.denormalizer_charsmap = bytes(v2)
     return spec
+
+
+_F32 = struct.Struct("<f")
+
+
+def _piece_fast(v) -> "tuple | None":
+    """A SentencePiece message laid out as ``0a len piece 15 score [18 type]`` with a one-byte
+    length and type, read without the generic loop (~5x faster); None for anything else."""
+    n = len(v)
+    if n < 2 or v[0] != 0x0A or v[1] >= 0x80:
+        return None
+    end = 2 + v[1]
+    if end + 5 > n or v[end] != 0x15:
+        return None
+    score = _F32.unpack_from(v, end + 1)[0]
+    pos = end + 5
+    kind = 1
+    if pos < n:
+        if pos + 2 != n or v[pos] != 0x18 or not 1 <= v[pos + 1] <= 6:
+            return None
+        kind = v[pos + 1]
+    try:
+        return bytes(v[2:end]).decode("utf-8"), score, kind
+    except UnicodeDecodeError:
+        return None
 
 
 def looks_like_model(head: bytes) -> bool:

@@ -128,40 +128,50 @@ class CharBpe:
 
     def merge(self, spans: list) -> list:
         """Final symbols of each span (lists of ints), merged from one symbol per character."""
+        ids, off = self.merge_arrays(spans)
+        ids_l, off_l = ids.tolist(), off.tolist()
+        return [ids_l[a:b] for a, b in zip(off_l, off_l[1:])]
+
+    def merge_arrays(self, spans: list) -> tuple[np.ndarray, np.ndarray]:
+        """``merge`` as one ragged array: (final symbols uint32, offsets int64)."""
         lens = np.fromiter(map(len, spans), np.int64, len(spans))
         offsets = np.zeros(len(spans) + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
         return self.merge_flat(self.sym_of[code_points("".join(spans))], offsets)
 
-    def merge_flat(self, syms: np.ndarray, offsets: np.ndarray) -> list:
-        """Final symbols of every run ``syms[offsets[i]:offsets[i + 1]]`` (a list of lists)."""
+    def merge_flat(self, syms: np.ndarray, offsets: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Final symbols of every run ``syms[offsets[i]:offsets[i + 1]]``, as a ragged array."""
         n = len(offsets) - 1
         lens = np.diff(offsets)
-        long_ = np.flatnonzero(lens >= LONG_PIECE)
+        if n == 0:
+            return np.zeros(0, np.uint32), offsets
+        long_ = lens >= LONG_PIECE
+        vector = n - int(long_.sum()) >= VECTOR_MIN
+        if vector and not long_.any():
+            counters["merge.rounds"] += n
+            return merge_rounds(syms, offsets, self.table)
+        # per run: long ones in O(L log L), the rest vectorised or one by one
         out: list = [None] * n
-        sl = syms.tolist() if n < VECTOR_MIN or len(long_) else None
-        for i in long_.tolist():
-            out[i] = merge_long_ids(sl[offsets[i]:offsets[i + 1]], self.table)
-        counters["merge.long"] += len(long_)
-        if n - len(long_) >= VECTOR_MIN:
-            if len(long_):
-                keep = lens < LONG_PIECE
-                sub = np.repeat(keep, lens)
-                syms, lens = syms[sub], lens[keep]
-                offsets = np.zeros(len(lens) + 1, np.int64)
-                np.cumsum(lens, out=offsets[1:])
-                which = np.flatnonzero(keep).tolist()
-            else:
-                which = range(n)
-            ids, off = merge_rounds(syms, offsets, self.table)
-            ids_l, off_l = ids.tolist(), off.tolist()
-            for i, a, b in zip(which, off_l, off_l[1:]):
-                out[i] = ids_l[a:b]
-            counters["merge.rounds"] += len(which)
+        sl = syms.tolist()
+        off_l = offsets.tolist()
+        for i in np.flatnonzero(long_).tolist():
+            out[i] = merge_long_ids(sl[off_l[i]:off_l[i + 1]], self.table)
+        counters["merge.long"] += int(long_.sum())
+        if vector:
+            keep = ~long_
+            ids, off = merge_rounds(syms[np.repeat(keep, lens)],
+                                    np.concatenate([[0], np.cumsum(lens[keep])]), self.table)
+            ids_l, o = ids.tolist(), off.tolist()
+            for k, i in enumerate(np.flatnonzero(keep).tolist()):
+                out[i] = ids_l[o[k]:o[k + 1]]
+            counters["merge.rounds"] += len(o) - 1
         else:
-            off_l = offsets.tolist()
             for i in range(n):
                 if out[i] is None:
                     out[i] = merge_small_ids(sl[off_l[i]:off_l[i + 1]], self.table)
-            counters["merge.small"] += n - len(long_)
-        return out
+            counters["merge.small"] += n - int(long_.sum())
+        new_off = np.zeros(n + 1, np.int64)
+        np.cumsum([len(x) for x in out], out=new_off[1:])
+        flat = np.fromiter((x for r in out for x in r), np.uint32, int(new_off[-1]))
+        return flat, new_off

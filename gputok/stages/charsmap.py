@@ -163,25 +163,45 @@ class CharsMap:
         return node, leaf
 
     @functools.cached_property
-    def _per_cp(self) -> tuple[np.ndarray, np.ndarray]:
+    def _per_cp(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(node after each code point from the root, -1 if none; True where the code point
-        alone is a key)."""
+        alone is a key; that key's value, -1 elsewhere)."""
         cps = np.arange(0x110000, dtype=np.uint32)
         root = np.full(len(cps), _off(self._units[0]), np.int64)
         node, leaf = self.walk(root, cps)
-        return node.astype(np.int32), leaf
+        value = np.full(len(cps), -1, np.int64)
+        value[leaf] = self.units[node[leaf]] & 0x7FFFFFFF  # the leaf unit sits at node ^ 0
+        return node.astype(np.int32), leaf, value
 
-    def candidates(self, cps: np.ndarray) -> np.ndarray:
-        """Positions of ``cps`` where some key may start: the character is a key, or the
-        character and the next one are a path of the trie."""
-        node1, leaf1 = self._per_cp
+    def candidates(self, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of ``cps`` where some key may start (the character is a key, or the
+        character and the next one are a path of the trie), and for each the value of the
+        one-character key when no longer key can start there (-1: search with ``lookup``)."""
+        node1, leaf1, value1 = self._per_cp
         n1 = node1[cps]
         cand = leaf1[cps]
+        longer = np.zeros(len(cps), bool)
         if len(cps) > 1:
             pair = np.flatnonzero(n1[:-1] >= 0)
             if len(pair):
-                cand[pair] |= self.walk(n1[pair], cps[pair + 1])[0] >= 0
-        return np.flatnonzero(cand)
+                longer[pair] = self.walk(n1[pair], cps[pair + 1])[0] >= 0
+        pos = np.flatnonzero(cand | longer)
+        value = np.where(longer[pos], -1, value1[cps[pos]])
+        return pos, value
+
+    def value_text(self, value: int) -> "str | None":
+        """The replacement string at a value offset (None outside the block)."""
+        got = self._values.get(value)
+        if got is None and value not in self._values:
+            if 0 <= value < len(self.strings):
+                end = self.strings.index(b"\0", value)
+                got = self.strings[value:end].decode("utf-8")
+            self._values[value] = got
+        return got
+
+    @functools.cached_property
+    def _values(self) -> dict:
+        return {}
 
     def check_utf8(self) -> None:
         """Refuse a table whose replacements are not UTF-8 (sentencepiece would produce invalid

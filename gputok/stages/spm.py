@@ -122,33 +122,29 @@ class SpmFamily:
         self.extra_chars = list(extra)
         char_syms = {p: i for p, i in pid.items() if len(p) == 1}
         char_syms.update(extra)
-        frozen = {i for i in self.user_defined.values()}
-
-        def sym(s: str):
-            if len(s) == 1:
-                i = char_syms[s] if s in char_syms else None
-            else:
-                i = pid.get(s)
-                if i is not None and types[i] not in (NORMAL, UNUSED):
-                    i = None
-            return None if i is None or i in frozen else i
-
+        frozen = set(self.user_defined.values())
+        # every text a symbol can have: a character (not a frozen one), or a merge result
+        sym_of_text = {c: i for c, i in char_syms.items() if i not in frozen}
+        sym_of_text.update(results)
+        get = sym_of_text.get
         pairs: dict[int, tuple[int, int]] = {}
         rank_l = rank.tolist()
         merged_unused = False
         for p, i in results:
+            r = (rank_l[i], i)
             for k in range(1, len(p)):
-                a, b = sym(p[:k]), sym(p[k:])
-                if a is not None and b is not None:
-                    pairs[a << 32 | b] = (rank_l[i], i)
-                    merged_unused |= types[i] == UNUSED
+                a = get(p[:k])
+                if a is not None:
+                    b = get(p[k:])
+                    if b is not None:
+                        pairs[a << 32 | b] = r
+                        merged_unused |= types[i] == UNUSED
         inner = {(a, b) for p, i in pid.items() if types[i] in mergeable for a, b in zip(p, p[1:])}
         self.bpe = CharBpe(char_syms, pairs, inner)
         # final symbols emitted as they are: NORMAL and USER_DEFINED pieces
         self.emittable = np.zeros(self.n_vocab + len(extra), bool)
         for p, i in pid.items():
             self.emittable[i] = types[i] in (NORMAL, USER_DEFINED)
-        self.bad = frozenset(np.flatnonzero(~self.emittable).tolist())
         self.unused_ids = frozenset(i for p, i in pid.items() if types[i] == UNUSED)
         self.sentence_wide = merged_unused
 
@@ -185,14 +181,19 @@ class SpmFamily:
                 todo.append(i)
             else:
                 out[i] = (j,)
-        finals = self.bpe.merge([spans[i] for i in todo])
-        bad = self.bad
-        for i, f in zip(todo, finals):
-            # a character without a symbol is a span of its own (it is in no inner pair)
-            if f[0] >= UNKNOWN or (bad and not bad.isdisjoint(f)):
-                out[i] = tuple(self._expand(f))
-            else:
-                out[i] = tuple(f)
+        ids, off = self.bpe.merge_arrays([spans[i] for i in todo])
+        # symbols no piece covers (unknown characters, extra ones, single characters that spell
+        # a CONTROL/BYTE/UNUSED piece) are expanded; the rest are ids as they are
+        ok = self.emittable
+        bad = ids >= len(ok)
+        bad[~bad] = ~ok[ids[~bad]]
+        bad_span = np.zeros(len(todo), bool)
+        if bad.any():
+            bad_span[np.searchsorted(off, np.flatnonzero(bad), "right") - 1] = True
+        ids_l, off_l, bs = ids.tolist(), off.tolist(), bad_span.tolist()
+        for k, i in enumerate(todo):
+            f = ids_l[off_l[k]:off_l[k + 1]]
+            out[i] = tuple(self._expand(f) if bs[k] else f)
         return out
 
     def _text(self, s: int) -> str:

@@ -59,24 +59,38 @@ class SpmNormalizer:
         if self.charsmap is None and self.ud_regex is None:
             return [(text, False)]
         cps = code_points(text)
-        cand = self.charsmap.candidates(cps) if self.charsmap is not None else None
+        cm = self.charsmap
+        if cm is not None:
+            cand, value = cm.candidates(cps)
+        else:
+            cand = value = np.zeros(0, np.int64)
         if self.ud_first is not None:
             at = np.searchsorted(self.ud_first, cps)
             at[at == len(self.ud_first)] = 0
             ud = np.flatnonzero(self.ud_first[at] == cps)
-            cand = ud if cand is None else np.union1d(cand, ud)
+            if len(ud):  # a user-defined piece may start here: search there too
+                value = np.concatenate([value, np.full(len(ud), -1, np.int64)])
+                cand = np.concatenate([cand, ud])
+                order = np.argsort(cand, kind="stable")
+                cand, value = cand[order], value[order]
         if not len(cand):
             return [(text, False)]
         units: list = []
         pos = 0
-        for c in cand.tolist():
+        ud_regex = self.ud_regex
+        for c, v in zip(cand.tolist(), value.tolist()):
             if c < pos:
-                continue  # inside the previous rule's match
-            m = self.ud_regex.match(text, c) if self.ud_regex is not None else None
+                continue  # inside the previous rule's match (or a duplicate candidate)
+            m = ud_regex.match(text, c) if ud_regex is not None else None
             if m is not None:
                 n, rep = m.end() - c, m.group()
+            elif v >= 0:  # a one-character key and nothing longer can start here
+                rep = cm.value_text(v)
+                if rep is None:
+                    continue
+                n = 1
             else:
-                rule = self.charsmap.lookup(text, c) if self.charsmap is not None else None
+                rule = cm.lookup(text, c) if cm is not None else None
                 if rule is None:
                     continue
                 n, rep = rule
