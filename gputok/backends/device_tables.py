@@ -94,6 +94,13 @@ def upload_tables(dev, model, scanner, class_cache: dict) -> tuple[dict, dict]:
     """(device arrays, kernel scalars) of ``model`` on ``dev``; ``scanner`` is the pattern's
     scanner when pre-tokenization runs on the device (else None). ``class_cache`` keeps one
     class table per (family, Unicode family) on the device."""
+    if model.kind == "wordpiece":  # the vocabulary's byte trie, in the merge table's layout
+        fam = model.family
+        t = fam.trie
+        return ({"t_keys": dev.put(t.h_keys), "t_prio": dev.put(t.h_prio),
+                 "t_merged": dev.put(t.h_merged)},
+                {"t_bits": u32(t.hash_bits), "cont": u32(fam.cont), "unk": u32(fam.unk_id),
+                 "max_chars": u32(min(fam.max_chars, 0xFFFFFFFF))})
     table = model.merge_table
     a: dict = {"t_keys": dev.put(table.h_keys), "t_prio": dev.put(table.h_prio),
                "t_merged": dev.put(table.h_merged),

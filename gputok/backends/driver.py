@@ -68,6 +68,7 @@ class ModelPlan:
     pretok: object  # the model's Pretokenizer
     tables: Tables
     normalizer: tuple
+    kind: str = "bytelevel-bpe"
 
 
 @dataclass
@@ -82,6 +83,10 @@ class _InFlight:
 
 def pretok_mode(model) -> tuple[str, str]:
     """(mode, reason): where a model's pieces are cut on a device backend."""
+    if model.kind == "wordpiece":
+        return "split", "WordPiece words are cut on the host (BertNormalizer + BertPreTokenizer)"
+    if model.family is not None:
+        return "host", f"{model.kind}: every stage runs on the host (no device kernels yet)"
     pre = model.pretokenizer
     if pre.pattern is None:
         return "split", ("its pre-tokenizer has several steps: pieces are cut on the host")
@@ -126,6 +131,9 @@ class DeviceBackend(Backend):
     def plan(self, model) -> dict:
         mode, why = self._mode(model)
         where = f"device ({self.dev.name})"
+        if mode == "host":
+            return {"split": "host", "normalize": "host", "pretok": f"host: {why}",
+                    "merge": f"host: {why}", "emit": "host"}
         return {"split": "host", "normalize": "host" if model.normalizer else "none",
                 "pretok": where if mode == "device" else f"host: {why}", "merge": where,
                 "emit": where}
@@ -135,6 +143,10 @@ class DeviceBackend(Backend):
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:
             check_buffer(buf, doc_off, disallowed)
+        if pretok_mode(model)[0] == "host":  # a family without kernels: the numpy backend
+            self.fallback("merge", model.kind, f"{model.name}: {pretok_mode(model)[1]}",
+                          once_key=("family", id(model)))
+            return get_backend("numpy").encode(model, docs, allowed, frozenset())
         spans = token_spans(model, buf, doc_off, allowed)
         with self._lock:
             parts = self._encode(model, buf, doc_off, spans, allowed)
@@ -168,7 +180,7 @@ class DeviceBackend(Backend):
     def _mode(self, model) -> tuple[str, str]:
         mode, why = pretok_mode(model)
         want = self.pretok
-        if want == "auto" or want == mode:
+        if want == "auto" or want == mode or model.family is not None:
             return mode, why
         if want == "device":
             raise ValueError(f"{model.name}: pre-tokenization cannot run on the device ({why})")
@@ -194,8 +206,12 @@ class DeviceBackend(Backend):
         scanner = model.pretokenizer.scanner if mode == "device" else None
         arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
-        plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
-                         tuple(model.normalizer))
+        if model.kind == "wordpiece":  # normalised inside the split (BertSteps)
+            plan = ModelPlan(mode, why, _FamilySplit(model.family), Tables(arrays, scalars), (),
+                             kind=model.kind)
+        else:
+            plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
+                             tuple(model.normalizer))
         self._plans[key] = (weakref.ref(model), plan)
         return plan
 
@@ -326,7 +342,12 @@ class DeviceBackend(Backend):
         else:
             _, pstart, spec, doc_entry, n_entries = ins
             cap = hc.n_entries
-        owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries, cap)
+        if plan.kind == "wordpiece":
+            owner, count, scratch = st.wordpiece(plan.tables, hc.n, d_buf, pstart, spec,
+                                                 n_entries, cap)
+        else:
+            owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries,
+                                             cap)
         mark("merge")
         out, out_doc = st.emit(hc.n, pstart, n_entries, cap, owner, count, scratch, doc_entry,
                                hc.n_docs, out_dtype)
@@ -356,6 +377,16 @@ class DeviceBackend(Backend):
         docs = Documents([buf[int(doc_off[d]):int(doc_off[d + 1])] for d in range(d0, d1)])
         ids, off = get_backend("numpy").encode(model, docs, allowed, frozenset())
         return (d0, ids.astype(model.id_dtype, copy=False), np.diff(off))
+
+
+class _FamilySplit:
+    """The ``split(text)`` a host-cut chunk needs, for a family's pre-tokenizer."""
+
+    def __init__(self, family):
+        self.family = family
+
+    def split(self, text: str) -> list:
+        return self.family.pieces_batch([text])[0]
 
 
 class _Done:
