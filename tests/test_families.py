@@ -428,6 +428,15 @@ def test_hf_unsupported_fields_are_refused(tmp_path):
         gputok.load(path)
 
 
+def test_export_refuses_other_families(tmp_path):
+    from gputok.export import save_hf_json, save_tiktoken
+
+    enc = trio("botchan_bpe")[0]
+    for save in (save_hf_json, save_tiktoken):
+        with pytest.raises(ValueError, match="botchan_bpe is a spm-bpe model: only byte-level"):
+            save(enc, tmp_path / "x")
+
+
 def test_family_docstring_examples_run():
     import doctest
     import importlib

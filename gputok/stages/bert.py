@@ -135,19 +135,22 @@ class BertSteps:
         c = t.ccc_table[cps]
         same = seg[:-1] == seg[1:]  # a run of marks never spans two segments
         wrong = np.flatnonzero((c[:-1] > c[1:]) & (c[1:] > 0) & same)
-        if len(wrong):  # marks out of canonical order: sort those runs
+        if len(wrong):  # marks out of canonical order: sort those runs (each once)
             cps = cps.copy()
+            done = -1
             for i in wrong.tolist():
+                if i < done:
+                    continue  # in a run already sorted
                 lo = i
                 while lo > 0 and c[lo - 1] and same[lo - 1]:
                     lo -= 1
                 hi = i + 1
                 while hi < len(c) and c[hi] and same[hi - 1]:
                     hi += 1
-                run = cps[lo:hi].tolist()
-                order = sorted(range(len(run)), key=lambda j: c[lo + j])
-                cps[lo:hi] = [run[j] for j in order]
-                c = t.ccc_table[cps]
+                order = np.argsort(c[lo:hi], kind="stable")  # a stable sort by class
+                cps[lo:hi] = cps[lo:hi][order]
+                c[lo:hi] = c[lo:hi][order]
+                done = hi
             counters["bert.reorder"] += len(wrong)
         keep = (t.flags[cps] & bu.MN) == 0
         return cps[keep], seg[keep]

@@ -98,9 +98,12 @@ class CharBpe:
             cut[1:-1] = ~inner
         return cut
 
-    def segment(self, texts: list, extra_cuts=None) -> list:
+    def segment(self, texts: list, extra_cuts=None, *, cut_before: "str | None" = None,
+                pairs: bool = True) -> list:
         """Spans of each text (see the module docstring). ``extra_cuts``: per text, more cut
-        positions (character indices), e.g. around user-defined pieces; None for none."""
+        positions (character indices), e.g. around user-defined pieces; ``cut_before``: also
+        cut before every occurrence of this character (HF's Metaspace split); ``pairs=False``:
+        no cuts between characters (spans are then the words ``cut_before`` makes)."""
         joined = "".join(texts)
         if not joined:
             return [[] for _ in texts]
@@ -108,7 +111,13 @@ class CharBpe:
         lens = np.fromiter(map(len, texts), np.int64, len(texts))
         starts = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(lens, out=starts[1:])
-        cut = self.cut_mask(cps)
+        if pairs:
+            cut = self.cut_mask(cps)
+        else:
+            cut = np.zeros(len(cps) + 1, bool)
+            cut[-1] = True
+        if cut_before is not None:
+            cut[np.flatnonzero(cps == ord(cut_before))] = True
         cut[starts] = True  # texts never merge with each other
         if extra_cuts is not None:
             for t, extra in enumerate(extra_cuts):

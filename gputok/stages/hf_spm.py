@@ -51,7 +51,7 @@ class HFSpmFamily:
         self.unk_id = vocab.get(unk_token) if unk_token is not None else None
         self.ignore_merges = ignore_merges
         self.norm_steps = norm_steps
-        self.metaspace = metaspace
+        self.metaspace_spec = metaspace
         byte_toks = [vocab.get(f"<0x{b:02X}>") for b in range(256)]
         self.byte_tok = byte_toks if byte_fallback else None
         pairs: dict[int, tuple[int, int]] = {}
@@ -84,38 +84,32 @@ class HFSpmFamily:
                 text = normalize_text((kind,), text)
         return text
 
-    def words(self, text: str, first: bool) -> list:
-        """HF's ``Metaspace`` pre-tokenizer (or one word)."""
-        ms = self.metaspace
+    def metaspace(self, text: str, first: bool) -> str:
+        """HF's ``Metaspace`` pre-tokenizer before its split: " " -> "▁", and the prefix."""
+        ms = self.metaspace_spec
         if ms is None:
-            return [text] if text else []
-        rep, scheme, split = ms["replacement"], ms["scheme"], ms["split"]
+            return text
+        rep, scheme = ms["replacement"], ms["scheme"]
         text = text.replace(" ", rep)
         # unlike Prepend, Metaspace adds nothing to a segment that already starts with "▁"
         if text and not text.startswith(rep) and (scheme == "always" or (scheme == "first"
                                                                         and first)):
             text = rep + text
-        if not split:
-            return [text] if text else []
-        parts = text.split(rep)  # a word per replacement character, which starts it
-        out = [parts[0]] if parts[0] else []
-        out += [rep + p for p in parts[1:]]
-        return out
+        return text
 
     def pieces_batch(self, segments: list, first=None) -> list:
+        """The pretok stage: normaliser, Metaspace, then spans. Metaspace's split ("a word
+        starts at every replacement character") is a cut before that character, so words and
+        exact cuts are found in one pass (with ``ignore_merges`` spans are the words)."""
         if first is None:
             first = [True] * len(segments)
-        words = [self.words(self.normalize(s), f) for s, f in zip(segments, first)]
+        texts = [self.metaspace(self.normalize(s), f) for s, f in zip(segments, first)]
         counters["normalize.segments"] += len(segments)
-        if self.no_cuts:
-            return words
-        flat = [w for ws in words for w in ws]
-        spans = self.bpe.segment(flat)
-        out, k = [], 0
-        for ws in words:
-            out.append([s for w in spans[k:k + len(ws)] for s in w])
-            k += len(ws)
-        return out
+        ms = self.metaspace_spec
+        split = ms["replacement"] if ms is not None and ms["split"] else None
+        if self.no_cuts and split is None:
+            return [[t] if t else [] for t in texts]
+        return self.bpe.segment(texts, cut_before=split, pairs=not self.no_cuts)
 
     def initial_symbols(self, span: str) -> list:
         """HF ``BPE::merge_word`` before merging (the order quirk: see the module docstring)."""
