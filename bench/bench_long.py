@@ -1,56 +1,137 @@
-"""Long single pieces: time per byte vs piece length (10 KB .. 1 MB), gputok vs tiktoken.
+"""Long single pieces: time per byte and peak memory vs length (10 KB .. 10 MB), gputok vs tiktoken.
 
-tiktoken's merge loop is quadratic in the piece length; gputok's long-piece path is
-O(n log n), so its time per byte should stay roughly flat. tiktoken sizes that would exceed
---budget seconds (extrapolated quadratically) are skipped and shown as such.
+Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a run of emoji (one
+piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
+document of ordinary pieces). Each (library, input, size) runs
+in a fresh process: the encoder is built and warmed up on a small text of the same kind, the
+peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (best
+of ``--repeat``; one run from 1 MB up) and the peak resident memory of the encode is read back.
+Ids are compared between the libraries (a digest of each result) before anything is reported.
 
-    python bench/bench_long.py
+    python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
+    python bench/bench_long.py --sizes 10000 1000000 --kinds a emoji
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
+import json
+import os
 import random
+import subprocess
+import sys
 import time
 
 import _common
 
-import gputok  # noqa: E402
+def _line(n: int) -> str:
+    """One line of prose (the corpus' documents joined by spaces), repeated to n characters:
+    a giant document of ordinary pieces (gputok cuts it into chunks at safe points)."""
+    base = " ".join(d.replace("\n", " ") for d in _common.corpus("prose", 2.0))
+    return (base * (n // len(base) + 1))[:n]
+
+
+KINDS = {
+    "a": lambda n: "a" * n,
+    "space": lambda n: " " * n,
+    "emoji": lambda n: "\U0001F600" * (n // 4),
+    "base64": lambda n: base64.b64encode(random.Random(n).randbytes(n))[:n].decode(),
+    "line": _line,
+}
+
+
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def child(lib: str, encoding: str, kind: str, n: int, repeat: int) -> dict:
+    """One measurement in this (fresh) process."""
+    if lib == "gputok":
+        import gputok
+
+        enc = gputok.get_encoding(encoding)
+        encode = enc.encode_ordinary
+    else:
+        encode = _common.tiktoken_for(encoding).encode_ordinary
+    make = KINDS[kind]
+    encode(make(16384))  # warm-up: tables built, module loaded, the same code path
+    text = make(n)
+    nbytes = len(text.encode("utf-8"))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
+        before = _rss_kb("VmRSS:")
+    except OSError:
+        before = None
+    times = []
+    ids = None
+    for _ in range(repeat if nbytes < 1_000_000 else 1):
+        t0 = time.perf_counter()
+        ids = encode(text)
+        times.append(time.perf_counter() - t0)
+    peak = _rss_kb("VmHWM:") - before if before is not None else None
+    digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
+    return {"bytes": nbytes, "s": min(times), "peak_mb": None if peak is None else peak / 1024,
+            "ids": len(ids), "digest": digest}
+
+
+def run_child(lib, args, kind, n) -> dict:
+    cmd = [sys.executable, __file__, "--child", lib, "--encoding", args.encoding, "--kinds", kind,
+           "--sizes", str(n), "--repeat", str(args.repeat)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"{lib} {kind} x {n} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--encoding", default="cl100k_base")
-    p.add_argument("--sizes", nargs="+", type=int, default=[10_000, 30_000, 100_000, 300_000,
-                                                             1_000_000])
-    p.add_argument("--budget", type=float, default=30.0, help="max seconds per tiktoken run")
+    p.add_argument("--sizes", nargs="+", type=int,
+                   default=[10_000, 100_000, 1_000_000, 10_000_000])
+    p.add_argument("--kinds", nargs="+", default=[k for k in KINDS if k != "line"],
+                   choices=list(KINDS))
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
-    enc = gputok.get_encoding(args.encoding)
-    tk = _common.tiktoken_for(args.encoding)
-    enc.model.merge_table  # build outside the timings
-    rng = random.Random(0)
-    print(f"machine: {_common.machine()}\nencoding: {args.encoding}")
-    print(f"{'input':<12}{'bytes':>10}{'gputok ns/B':>14}{'tiktoken ns/B':>15}{'ratio':>8}")
-    for label, make in [("repeat 'a'", lambda n: "a" * n),
-                        ("base64", lambda n: base64.b64encode(rng.randbytes(n))[:n].decode())]:
-        last_tk = None
+    if args.child:
+        print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
+                               args.repeat)))
+        return
+    print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
+          f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}")
+    print(f"{'input':<8}{'bytes':>10}{'gputok ns/B':>13}{'tiktoken ns/B':>15}{'speed':>7}"
+          f"{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
+    rows = []
+    for kind in args.kinds:
         for n in args.sizes:
-            text = make(n)
-            t0 = time.perf_counter()
-            ours = enc.encode_ordinary(text)
-            t_ours = time.perf_counter() - t0
-            if last_tk is not None and last_tk[1] * (n / last_tk[0]) ** 2 > args.budget:
-                tk_s, ratio = "skipped", ""
-            else:
-                t0 = time.perf_counter()
-                theirs = tk.encode_ordinary(text)
-                t_tk = time.perf_counter() - t0
-                assert theirs == ours, f"ids differ for {label} x {n}"
-                last_tk = (n, t_tk)
-                tk_s, ratio = f"{t_tk / n * 1e9:15.0f}", f"{t_tk / t_ours:7.1f}x"
-            print(f"{label:<12}{n:>10}{t_ours / n * 1e9:14.0f}{tk_s:>15}{ratio:>8}")
+            ours, theirs = run_child("gputok", args, kind, n), run_child("tiktoken", args, kind, n)
+            if (ours["ids"], ours["digest"]) != (theirs["ids"], theirs["digest"]):
+                raise SystemExit(f"ids differ for {kind} x {n}: {ours} vs {theirs}")
+            b = ours["bytes"]
+            rows.append({"kind": kind, "n": n, "gputok": ours, "tiktoken": theirs})
+            mem = (f"{ours['peak_mb'] / max(theirs['peak_mb'], 0.1):7.2f}x"
+                   if ours["peak_mb"] is not None else "")
+            print(f"{kind:<8}{b:>10}{ours['s'] / b * 1e9:13.0f}{theirs['s'] / b * 1e9:15.0f}"
+                  f"{theirs['s'] / ours['s']:6.2f}x{ours['peak_mb']:11.1f}"
+                  f"{theirs['peak_mb']:13.1f}{mem:>8}", flush=True)
+    print("speed = tiktoken time / gputok time; memory = gputok peak / tiktoken peak "
+          "(resident memory added by the encode call)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": _common.machine(), "encoding": args.encoding, "rows": rows,
+                       "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()

@@ -20,8 +20,9 @@ What is not supported is refused with a clear error naming the field, never sile
 from __future__ import annotations
 
 import json
-import unicodedata
 from pathlib import Path
+
+from gputok import unicode as pinned  # HF's own normaliser data (NFC: Unicode 9.0), as data
 
 from . import bpe, patterns, specials
 
@@ -59,13 +60,13 @@ def normalize(spec: dict | None, text: str) -> str:
         return text
     kind = spec.get("type")
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
-        return unicodedata.normalize(kind, text)
+        return pinned.normalize(kind, text)
     if kind == "Sequence":
         for sub in spec["normalizers"]:
             text = normalize(sub, text)
         return text
     if kind == "Lowercase":
-        return text.lower()
+        return pinned.lowercase(text)
     raise _unsupported(f"normalizer {kind!r}")
 
 

@@ -167,6 +167,12 @@ def cmd_info(args) -> int:
     print("backends:")
     for name, (ok, why) in availability().items():
         print(f"  {name:<6} {'available' if ok else 'unavailable'}: {why}")
+    from . import unicode as uni
+
+    print("unicode data (pinned; the installed regex/python does not matter): regex classes "
+          + ", ".join(f"{fam} {uni.unicode_version(fam)}" for fam in uni.FAMILIES)
+          + f"; hf normalizers {uni.unicode_version('hf', table='normalize')}, hf lowercase "
+          f"{uni.unicode_version('hf', table='lowercase')}")
     print(f"encodings: {', '.join(gputok.list_encoding_names())}")
     print(f"output formats: {', '.join(FORMATS)}")
     return 0

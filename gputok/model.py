@@ -32,6 +32,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .ranks_cache import RankDecoder, RankTable
 from .stages.dedup import PieceCache
 from .stages.normalize import check_steps
 from .stages.pretok import Pretokenizer, PretokSpec
@@ -88,9 +89,13 @@ class Model:
         if missing:
             raise ValueError(f"{name}: mergeable_ranks lacks {len(missing)} of the 256 single-byte "
                              f"tokens (first: {bytes([missing[0]])!r}); byte-level BPE needs all")
-        decoder = {r: b for b, r in ranks.items()}
-        if len(decoder) != len(ranks):
-            raise ValueError(f"{name}: mergeable_ranks maps two byte strings to the same rank")
+        if isinstance(ranks, RankTable):  # from the ranks cache: checked when it was written
+            decoder = RankDecoder(ranks)  # filled on demand (start-up: no 200K-entry dict)
+        else:
+            decoder = {r: b for b, r in ranks.items()}
+            if len(decoder) != len(ranks):
+                raise ValueError(f"{name}: mergeable_ranks maps two byte strings to the same "
+                                 "rank")
         clash = [s for s, i in specials.items() if i in decoder]
         if clash:
             raise ValueError(f"{name}: special token {clash[0]!r} has id {specials[clash[0]]}, "
@@ -144,7 +149,8 @@ class Model:
 
     @functools.cached_property
     def max_token_value(self) -> int:
-        return max(self.decoder)
+        top = getattr(self.decoder, "max_key", None)  # a RankDecoder knows without filling
+        return top() if top is not None else max(self.decoder)
 
     @functools.cached_property
     def id_dtype(self) -> type:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import patterns
 from .encoding import Encoding
+from . import ranks_cache
 from .loaders.tiktoken_file import read_ranks
 from .model import Model
 
@@ -20,9 +21,16 @@ ENDOFPROMPT = "<|endofprompt|>"
 
 def _bundled_ranks(stem: str) -> tuple[dict[bytes, int], str]:
     """Ranks from ``gputok/data/<stem>.tiktoken.gz``, checked against SHA256SUMS, and their
-    digest (the file's sha256: it names cached tables)."""
+    digest (the file's sha256: it names cached tables). After the first parse they come from
+    the ranks cache (``ranks_cache.py``: milliseconds instead of ~0.4 s for o200k),
+    keyed by the bundled file's bytes."""
     data_dir = resources.files("gputok") / "data"
-    raw = gzip.decompress((data_dir / f"{stem}.tiktoken.gz").read_bytes())
+    raw_file = (data_dir / f"{stem}.tiktoken.gz").read_bytes()
+    key = ranks_cache.source_key(raw_file)
+    table = ranks_cache.load(key)
+    if table is not None:
+        return table, table.digest
+    raw = gzip.decompress(raw_file)
     sums = dict(line.split()[::-1] for line in
                 (data_dir / "SHA256SUMS").read_text().splitlines() if line.strip())
     expected = sums.get(f"{stem}.tiktoken.gz") or sums.get(f"{stem}.tiktoken")
@@ -30,7 +38,9 @@ def _bundled_ranks(stem: str) -> tuple[dict[bytes, int], str]:
     if expected != actual:
         raise RuntimeError(f"bundled vocabulary {stem} is corrupt (sha256 {actual}, expected "
                            f"{expected}); reinstall gputok")
-    return read_ranks(f"gputok/data/{stem}.tiktoken.gz", raw), actual[:32]
+    ranks = read_ranks(f"gputok/data/{stem}.tiktoken.gz", raw)
+    table = ranks_cache.store(key, ranks, actual[:32])
+    return (ranks if table is None else table), actual[:32]
 
 
 def _named(name: str, pat_str: str, stem: str, specials: dict, *, extra: "dict | None" = None,

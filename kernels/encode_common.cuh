@@ -18,9 +18,12 @@ typedef unsigned int enc_u32;
 typedef unsigned long long enc_u64;
 typedef long long enc_i64;
 
+// (a host compiler gets its own form from kernels/dialect_host.h: a block's threads as one loop)
+#ifndef ENC_GRID_STRIDE
 #define ENC_GRID_STRIDE(i, n)                                                    \
   for (enc_i64 i = (enc_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (enc_i64)(n); \
        i += (enc_i64)gridDim.x * blockDim.x)
+#endif
 
 // ---------------------------------------------------------------- pre-tokenizer classes
 // The run classes of gputok/stages/scan_rules.py (cl100k / gpt2 families), one per code point;
@@ -166,16 +169,29 @@ __device__ __forceinline__ bool enc_bytes_equal(const enc_u8* a, const enc_u8* b
 }
 
 // ---------------------------------------------------------------- merge table
-// The open-addressing table of MergeTable (gputok/stages/merge.py), probed exactly as there:
+// The open-addressing table of MergeTable (gputok/stages/table.py), probed exactly as there:
 // key = left << 32 | right, home slot = (key * HASH_MUL) >> (64 - bits), linear probing, an
 // empty slot ends the probe. Returns the pair's priority (ENC_NO_MERGE when absent) and sets
 // *merged to the merged id.
+// Layout on a device (gputok/backends/device_tables.py, merge_slots): two 64-bit words per slot,
+// [key, priority | merged << 32], so a probe that hits reads one 16-byte slot (one cache line,
+// one 128-bit load) where three separate arrays cost three misses: the probes' loads were half
+// of encode_merge_short's time on a CPU (perf, multilingual text).
 struct EncMergeTable {
-  const enc_u64* keys;
-  const enc_u32* prio;
-  const enc_u32* merged;
+  const enc_u64* slots;
   enc_u32 bits;
 };
+
+// A hint that the pair's home slot is about to be probed (a no-op where ENC_PREFETCH is not
+// given: the GPU hides latency with other warps; a CPU core has only its own thread).
+#ifndef ENC_PREFETCH
+#define ENC_PREFETCH(p) ((void)0)
+#endif
+__device__ __forceinline__ void enc_pair_prefetch(const EncMergeTable& t, enc_u32 left,
+                                                  enc_u32 right) {
+  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
+  ENC_PREFETCH(t.slots + 2 * ((key * ENC_HASH_MUL) >> (64 - t.bits)));
+}
 
 __device__ __forceinline__ enc_u32 enc_pair_lookup(const EncMergeTable& t, enc_u32 left,
                                                    enc_u32 right, enc_u32* merged) {
@@ -183,10 +199,11 @@ __device__ __forceinline__ enc_u32 enc_pair_lookup(const EncMergeTable& t, enc_u
   const enc_u64 mask = (1ull << t.bits) - 1ull;
   enc_u64 s = (key * ENC_HASH_MUL) >> (64 - t.bits);
   while (true) {
-    const enc_u64 k = t.keys[s];
+    const enc_u64 k = t.slots[2 * s];
     if (k == key) {
-      *merged = t.merged[s];
-      return t.prio[s];
+      const enc_u64 v = t.slots[2 * s + 1];
+      *merged = (enc_u32)(v >> 32);
+      return (enc_u32)v;
     }
     if (k == ENC_EMPTY_KEY) return ENC_NO_MERGE;
     s = (s + 1) & mask;

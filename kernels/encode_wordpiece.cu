@@ -4,9 +4,9 @@
 //
 // Entries are words (cut on the host: BertNormalizer + BertPreTokenizer), special tokens and the
 // sentinel, exactly as for BPE pieces (encode_common.cuh). The vocabulary is a byte trie whose
-// edges live in the merge table's hash layout: key (node << 32 | byte) -> prio = child node,
-// merged = id of the token that ends at the child (ENC_NO_TOKEN if none), so enc_pair_lookup
-// walks it. One thread per word:
+// edges live in the merge table's hash layout (the interleaved slots of
+// device_tables.merge_slots): key (node << 32 | byte) -> prio = child node, merged = id of the
+// token that ends at the child (ENC_NO_TOKEN if none), so enc_pair_lookup walks it. One thread per word:
 //   - more than max_chars characters (non-continuation bytes): the word is one unk id;
 //   - else from pos = the word's start: walk from ENC_WP_ROOT (first piece) or `cont` (the node
 //     "##" leads to) as far as the trie goes; the last node that ends a token is the longest
@@ -31,11 +31,10 @@
 extern "C" __global__ void encode_wordpiece(
     const enc_u8* __restrict__ buf, const enc_u32* __restrict__ pstart,
     const enc_u32* __restrict__ spec, const enc_u32* __restrict__ n_entries,
-    const enc_u64* __restrict__ t_keys, const enc_u32* __restrict__ t_prio,
-    const enc_u32* __restrict__ t_merged, enc_u32 t_bits, enc_u32 cont, enc_u32 unk,
+    const enc_u64* __restrict__ t_slots, enc_u32 t_bits, enc_u32 cont, enc_u32 unk,
     enc_u32 max_chars, enc_u32* __restrict__ owner, enc_u32* __restrict__ count,
     enc_u32* __restrict__ scratch, enc_i64 cap) {
-  const EncMergeTable trie{t_keys, t_prio, t_merged, t_bits};
+  const EncMergeTable trie{t_slots, t_bits};
   const enc_i64 n_ent = (enc_i64)*n_entries;
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;

@@ -111,6 +111,7 @@ def test_info_and_show(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "numpy" in out and "available" in out and "cuda" in out
+    assert "regex classes tiktoken 16.0, hf 16.0; hf normalizers 9.0" in out
     assert main(["show", "-e", "cl100k_base", "hello", "world"]) == 0
     assert "15339" in capsys.readouterr().out
 

@@ -185,14 +185,17 @@ def test_nvrtc_compiles_what_the_driver_loads(arch):
 # ---------------------------------------------------------------- 1a. class table
 
 def _regex_classes(gpt2: bool) -> np.ndarray:
-    """The class of every code point, straight from the regex module (not from scan.py)."""
+    """The class of every code point, from the pinned patterns (the oracle's tables, not
+    scan.py's class table)."""
+    from gputok.unicode import compile_pinned
+
     cps = np.arange(0x110000, dtype=np.uint32)
     cps = cps[(cps < 0xD800) | (cps > 0xDFFF)]
     text = cps.tobytes().decode("utf-32-le")
     cls = np.full(0x110000, 3, np.uint8)  # P
     for prop, k in ((r"\p{N}", 2), (r"\p{L}", 1), (r"\s", 6), (r"[\r\n]", 6 if gpt2 else 7)):
         hit = np.zeros(len(cps), bool)
-        for m in regex.finditer(prop + "+", text):
+        for m in compile_pinned(prop + "+", "tiktoken").finditer(text):
             hit[m.start():m.end()] = True
         cls[cps[hit]] = k
     cls[0x20], cls[0x27] = 5, 4
@@ -303,6 +306,9 @@ def merge_pieces() -> list[bytes]:
                "日本語".encode() * 120, b"x" * (LONG_PIECE - 1), b"y" * LONG_PIECE]
     b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     pieces += [bytes(rng.choice(b64) for _ in range(rng.randrange(200, 1500))) for _ in range(3)]
+    # long pieces that the merge cuts into runs no token spans (encode_merge_long's join bits)
+    pieces += [bytes(rng.randrange(256) for _ in range(1200)), ("😀👍🏽x" * 120).encode(),
+               ("é" * 200 + "😀" * 80 + "a" * 300).encode()]
     pieces += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(150)]
     pieces += pieces[:50]  # repeats: the dedup path
     return [p for p in pieces if p]
@@ -389,9 +395,8 @@ def test_whole_token_table_finds_every_token_and_nothing_else():
     a, s = plan.tables.arrays, plan.tables.scalars
     be.stages.go("encode_piece_kind", cap,
            [np.frombuffer(buf, np.uint8), pstart, spec, np.array([cap], np.uint32),
-            a["w_slot_tag"], a["w_slot_entry"], a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"],
-            s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0), owner, count, scratch,
-            np.int64(cap)])
+            a["w_slots"], a["w_tok_bytes"], s["w_bits"], be.dev.dummy(np.uint64), np.uint32(0),
+            owner, count, scratch, np.int64(cap)])
     k = len(toks)
     assert (owner[:k] == device_tables.EMPTY_SLOT).all() and (count[:k] == 1).all()
     np.testing.assert_array_equal(scratch[pstart[:k]], [ranks[t] for t in toks])
@@ -637,6 +642,7 @@ def _fake_cupy(kernel_log: list):
 def test_cupy_device_layer_on_a_stand_in(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
+    monkeypatch.setattr(cuda, "_no_driver", lambda: False)  # the stand-in is the "driver"
     kernels._cupy_module.cache_clear()
     try:
         assert cuda.available()[0]

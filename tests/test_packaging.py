@@ -1,6 +1,7 @@
 """The wheel: builds, installs in a fresh venv, carries the vocabularies and kernel sources,
 and encodes a string there (offline: no network is needed at runtime)."""
 
+import os
 import subprocess
 import sys
 import venv
@@ -38,6 +39,7 @@ def test_wheel_installs_and_encodes(tmp_path):
             "assert gputok.get_encoding('o200k_base').encode_batch_arrays(['a b', 'x'])[1]"
             ".tolist() == [0, 2, 3]; "
             "print(gputok.__file__)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the checkout
     out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True,
-                         cwd=tmp_path).stdout
+                         cwd=tmp_path, env=env).stdout
     assert str(env_dir) in out  # the installed copy, not the checkout

@@ -88,15 +88,16 @@ def _every_code_point() -> tuple:
     return cps, cps.tobytes().decode("utf-32-le")
 
 
-def test_class_table_matches_regex_on_every_code_point():
-    # the regex engine evaluates each property at every position of a string holding every
-    # code point once (the table was built from runs of matches instead)
+@pytest.mark.parametrize("family", uni.FAMILIES)
+def test_class_table_matches_the_pinned_patterns_on_every_code_point(family):
+    # the scanner's class table and the pinned regex (what the host pre-tokenizer runs) must
+    # agree at every code point, whatever Unicode version the installed ``regex`` has
     cps, chars = _every_code_point()
-    table = uni.class_flags("tiktoken")["table"]
+    table = uni.class_flags(family)["table"]
     assert table.dtype == np.uint8 and table.shape == (0x110000,)
     got = table[cps]
     for bit, prop in uni.PROPERTIES.items():
-        matched = regex.findall(prop, chars)
+        matched = uni.compile_pinned(prop, family).findall(chars)
         want = np.zeros(0x110000, bool)
         want[[ord(ch) for ch in matched]] = True
         bad = np.flatnonzero(((got & bit) != 0) != want[cps])
@@ -104,23 +105,25 @@ def test_class_table_matches_regex_on_every_code_point():
     assert not table[0xD800:0xE000].any()
 
 
-def test_contraction_letters_match_regex_case_folding():
+@pytest.mark.parametrize("family", uni.FAMILIES)
+def test_contraction_letters_match_the_pinned_case_folding(family):
     cps, chars = _every_code_point()
     letters = uni.FOLD_LETTERS
-    probe = regex.compile("(?i:" + "|".join(f"({c})" for c in letters) + ")")
+    probe = uni.compile_pinned("(?i:" + "|".join(f"({c})" for c in letters) + ")", family)
     want = {c: [] for c in letters}
     for ch in chars:
         m = probe.fullmatch(ch)
         if m:
             want[letters[m.lastindex - 1]].append(ord(ch))
-    tabs = uni.class_flags("tiktoken")
+    tabs = uni.class_flags(family)
     for c in letters:
         assert tabs["fold_" + c].tolist() == want[c], c
     assert 0x17F in want["s"]  # LATIN SMALL LETTER LONG S matches (?i:s)
 
 
-def test_class_assumptions_behind_the_rules():
-    t = uni.class_flags("tiktoken")["table"]
+@pytest.mark.parametrize("family", uni.FAMILIES)
+def test_class_assumptions_behind_the_rules(family):
+    t = uni.class_flags(family)["table"]
     is_l, is_n, is_s, is_m = ((t & b) != 0 for b in (uni.F_L, uni.F_N, uni.F_S, uni.F_M))
     assert not (is_l & is_n).any() and not (is_l & is_s).any() and not (is_n & is_s).any()
     assert not (is_m & (is_l | is_n | is_s)).any()

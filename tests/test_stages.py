@@ -21,6 +21,15 @@ from gputok.stages import counters, dedup, emit, merge, reset_counters, split
 from gputok.stages.pack import Documents
 
 
+@pytest.fixture(autouse=True)
+def numpy_is_the_default(monkeypatch):
+    """These tests prove which numpy stage did the work: "auto" (which takes the native CPU
+    backend where a compiler is found) resolves to numpy here."""
+    from gputok import backends
+
+    monkeypatch.setitem(backends._instances, "auto", backends.get_backend("numpy"))
+
+
 def fresh(name: str) -> gputok.Encoding:
     """A new Encoding with an empty piece cache and no merge table built yet."""
     enc = gputok.get_encoding(name)

@@ -1,4 +1,5 @@
-"""Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``).
+"""Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``,
+``native``: the CPU's cores).
 
 A backend encodes ``(model, documents, allowed, disallowed) -> (ids, offsets)``. The numpy
 backend composes the numpy stages of ``gputok.stages``; a device backend is the one
@@ -8,9 +9,12 @@ stage on the host for the rest. Each such host stage, or any part of a batch tha
 CPU (out of device memory), is a *fallback*: counted in ``backend.fallbacks`` and warned about
 once (``FallbackWarning``), so tests can assert that the device path really ran.
 
-``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, else
-numpy. A name that is not available raises ``RuntimeError`` saying why and which ``pip install``
-fixes it. cupy and mlx are imported only here, on demand (``import gputok`` stays light).
+``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, then
+the native CPU backend (the same kernels compiled for the host, when a C++ compiler is found),
+else numpy; ``auto_report`` says what it took and why it skipped the others (a backend that is
+available but fails to start, e.g. a compiler error, is a counted ``FallbackWarning``). A name
+that is not available raises ``RuntimeError`` saying why and which ``pip install`` fixes it.
+cupy and mlx are imported only here, on demand (``import gputok`` stays light).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from collections import Counter
 
 import numpy as np
 
-BACKENDS = ("numpy", "cuda", "metal")
-AUTO_ORDER = ("cuda", "metal")  # then numpy
+BACKENDS = ("numpy", "cuda", "metal", "native")
+AUTO_ORDER = ("cuda", "metal", "native")  # then numpy
 
 
 class FallbackWarning(RuntimeWarning):
@@ -66,6 +70,8 @@ class Backend:
 
 _instances: dict = {}
 _lock = threading.RLock()  # "auto" resolves to another name inside
+#: why "auto" took what it took: {"backend": name, "skipped": {name: reason}}
+auto_report: dict = {}
 
 
 def _module(kind: str):
@@ -73,7 +79,12 @@ def _module(kind: str):
 
 
 def availability() -> dict[str, tuple[bool, str]]:
-    """{backend: (available, reason)} without raising."""
+    """{backend: (available, reason)} without raising; the reason of the one ``"auto"`` takes
+    says so (``gputok info`` prints these).
+
+    >>> availability()["numpy"][0]
+    True
+    """
     out = {}
     for name in BACKENDS:
         try:
@@ -81,12 +92,17 @@ def availability() -> dict[str, tuple[bool, str]]:
         except Exception as e:  # a broken optional install must not break `gputok info`
             ok, why = False, f"{type(e).__name__}: {e}"
         out[name] = (ok, why)
+    failed = {n for n, why in auto_report.get("skipped", {}).items()
+              if why.startswith("failed to start")}  # auto ran here and one failed to start
+    chosen = next((n for n in AUTO_ORDER if out[n][0] and n not in failed), "numpy")
+    ok, why = out[chosen]
+    out[chosen] = (ok, f"{why}; used by backend='auto'")
     return out
 
 
 def get_backend(name="auto") -> Backend:
-    """A backend by name (``"auto"``, ``"numpy"``, ``"cuda"``, ``"cuda:1"``, ``"metal"``), built
-    once per process; a ``Backend`` object is returned as is.
+    """A backend by name (``"auto"``, ``"numpy"``, ``"native"``, ``"cuda"``, ``"cuda:1"``,
+    ``"metal"``), built once per process; a ``Backend`` object is returned as is.
 
     >>> get_backend("numpy").name
     'numpy'
@@ -107,13 +123,29 @@ def get_backend(name="auto") -> Backend:
 
 def _create(name: str) -> Backend:
     if name == "auto":
+        skipped = {}
         for cand in AUTO_ORDER:
             try:
-                ok = _module(cand).available()[0]
-            except Exception:
-                ok = False
-            if ok:
-                return get_backend(cand)
+                ok, why = _module(cand).available()
+            except Exception as e:
+                ok, why = False, f"{type(e).__name__}: {e}"
+            from ..stages import counters
+
+            if not ok:
+                skipped[cand] = why
+                counters[f"backend.auto.skipped.{cand}"] += 1
+                continue
+            try:
+                got = get_backend(cand)
+            except Exception as e:  # available, but it failed to start (e.g. a compiler error)
+                skipped[cand] = f"failed to start: {e}"
+                counters[f"backend.auto.failed.{cand}"] += 1
+                warnings.warn(f"gputok: the {cand} backend failed to start, trying the next "
+                              f"one ({e})", FallbackWarning, stacklevel=4)
+                continue
+            auto_report.update(backend=cand, skipped=skipped)
+            return got
+        auto_report.update(backend="numpy", skipped=skipped)
         return get_backend("numpy")
     kind, _, index = name.partition(":")
     if kind not in BACKENDS or (index and not index.isdigit()):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..stages.merge import LONG_PIECE
 
 i32, i64, u32, u64 = np.int32, np.int64, np.uint32, np.uint64
 EMPTY64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -41,6 +42,11 @@ class DeviceStages:
     def __init__(self, dev, *, dedup: bool = False):
         self.dev = dev
         self.dedup = dedup
+        # A device whose memory the host reads directly (the native CPU device: ``fence()``
+        # waits for the chunk's stream) sizes per-entry arrays, grids, the dedup set and the
+        # count scan by the real entry count; a GPU sizes them by the bound (n + 2 entries) so
+        # the host never waits mid-chunk.
+        self.host_memory = bool(getattr(dev, "host_memory", False))
 
     def grid(self, count: int) -> tuple:
         return (max(1, min(self.dev.max_blocks, -(-int(count) // self.dev.block))),)
@@ -49,8 +55,14 @@ class DeviceStages:
         self.dev.launch(name, self.grid(count), (self.dev.block,), args)
 
     def scan(self, arr, n: int, op: str, exclusive: bool) -> None:
-        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan."""
+        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan. A device
+        with its own ``scan`` runs that instead (the native CPU device: block scans need
+        shared memory and barriers, which a plain loop over a block's threads does not have)."""
         dev = self.dev
+        own = getattr(dev, "scan", None)
+        if own is not None:
+            own(arr, n, op, exclusive)
+            return
         tile = dev.scan_block * dev.scan_items
         blk = (dev.scan_block,)
         if n <= tile:
@@ -104,15 +116,23 @@ class DeviceStages:
         dev = self.dev
         m = n + 2
         self.scan(ent, m, "add", True)  # entry index of every flagged byte
-        pstart = dev.empty(m, np.uint32)
-        spec = dev.empty(m, np.uint32)
+        if self.host_memory:
+            dev.fence()  # the entry count is read on the host: wait for this chunk's stream
+            cap = int(ent[n + 1])
+        else:
+            cap = m
+        pstart = dev.empty(cap, np.uint32)
+        spec = dev.empty(cap, np.uint32)
         self.go("encode_entries_compact", n + 1, [ent, i64(n), pstart, spec])
         if n_spans:
             self.go("encode_entries_specials", n_spans,
                      [ent, d_sp_pos, d_sp_id, i64(n_spans), spec])
         doc_entry = dev.empty(n_docs + 1, np.uint32)
         self.go("encode_doc_entries", n_docs + 1, [ent, d_off, i64(n_docs + 1), doc_entry])
-        return pstart, spec, doc_entry, ent[n + 1:n + 2], m
+        # the count as its own array when the host knows it: ent (4 bytes per byte) is then
+        # freed before the merge workspace is allocated
+        n_entries = dev.put(np.array([cap], np.uint32)) if self.host_memory else ent[n + 1:n + 2]
+        return pstart, spec, doc_entry, n_entries, cap
 
     def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
@@ -128,18 +148,21 @@ class DeviceStages:
         else:
             dbits, slots = 0, dev.dummy(np.uint64)
         self.go("encode_piece_kind", cap,
-                 [d_buf, pstart, spec, n_entries, a["w_slot_tag"], a["w_slot_entry"],
-                  a["w_tok_off"], a["w_tok_bytes"], a["w_tok_id"], s["w_bits"], slots,
-                  u32(dbits), owner, count, scratch, i64(cap)])
+                 [d_buf, pstart, spec, n_entries, a["w_slots"], a["w_tok_bytes"], s["w_bits"],
+                  slots, u32(dbits), owner, count, scratch, i64(cap)])
         del slots
-        table = [a["t_keys"], a["t_prio"], a["t_merged"], s["t_bits"], a["byte_ids"]]
+        table = [a["t_slots"], s["t_bits"], a["byte_ids"]]
         prio_ws = dev.empty(n, np.uint32)
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
-        ws = [dev.empty(n, np.uint32) for _ in range(4)]  # next, prev, heap, where
+        # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys (uint64),
+        # and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
+        units = n // LONG_PIECE + 2
+        ws = [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
+              dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
         self.go("encode_merge_long", cap,
-                 [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, *ws, count,
-                  i64(cap)])
+                 [d_buf, pstart, n_entries, owner, *table, a["join"], scratch, prio_ws, *ws,
+                  count, i64(cap)])
         del ws, prio_ws
         if self.dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
@@ -154,9 +177,8 @@ class DeviceStages:
         count = dev.zeros(cap + 1, np.uint32)  # one spare zero: the scan's total lands there
         scratch = dev.empty(n, np.uint32)
         self.go("encode_wordpiece", cap,
-                [d_buf, pstart, spec, n_entries, a["t_keys"], a["t_prio"], a["t_merged"],
-                 s["t_bits"], s["cont"], s["unk"], s["max_chars"], owner, count, scratch,
-                 i64(cap)])
+                [d_buf, pstart, spec, n_entries, a["t_slots"], s["t_bits"],
+                 s["cont"], s["unk"], s["max_chars"], owner, count, scratch, i64(cap)])
         return owner, count, scratch
 
     def emit(self, n: int, pstart, n_entries, cap: int, owner, count, scratch,
@@ -165,7 +187,7 @@ class DeviceStages:
         offsets (int64, n_docs + 1)). ``count`` is scanned in place into output offsets."""
         dev = self.dev
         self.scan(count, cap + 1, "add", True)
-        out = dev.empty(n, out_dtype)
+        out = dev.empty(n, out_dtype)  # (on the host, pages past the last id are never touched)
         kern = "encode_emit_u16" if np.dtype(out_dtype).itemsize == 2 else "encode_emit_u32"
         self.go(kern, cap, [n_entries, pstart, owner, count, scratch, out, i64(cap)])
         out_doc = dev.empty(n_docs + 1, np.int64)

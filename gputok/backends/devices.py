@@ -7,7 +7,7 @@ A device adapter provides (``ArrayDevice`` documents each method):
     dummy(dtype)                      a 1-element array for unused pointer arguments
     upload(arrays) / download(key, arr, count) -> pending (``.result()`` -> numpy)
     stream(slot)                      a context: work and copies of chunk slot 0 or 1
-    memory_budget() / begin_chunk() / release() / synchronize()
+    memory_budget() / begin_chunk(nbytes) / release() / synchronize()
     mark() / elapsed_ms(a, b)         timing
     name, block, max_blocks, scan_block, scan_items, oom_errors, xp
 
@@ -111,7 +111,7 @@ class ArrayDevice:
     def memory_budget(self) -> int:
         return self.memory_limit if self.memory_limit is not None else 1 << 34
 
-    def begin_chunk(self) -> None:
+    def begin_chunk(self, nbytes: int = 0) -> None:
         self._used = 0
 
     def release(self) -> None:

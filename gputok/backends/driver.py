@@ -9,8 +9,11 @@ MB at most, sized from the device's free memory). Per chunk:
 
 Two chunks are in flight, each on its own stream slot with its own staging buffers: while chunk
 k's kernels run, chunk k+1 is prepared on the host and uploaded, and chunk k-1's ids come down.
-Out of device memory, a chunk is retried with half the budget (the batch is split); a single
-document that still does not fit, or a budget below ``MIN_CHUNK``, goes to the numpy backend.
+A document longer than a chunk is first cut at points where the pattern is known to start a
+piece and to look no further back (``hostplan.cut_long_documents``), so one giant line runs as
+ordinary chunks. Out of device memory, a chunk is retried with half the budget (the batch is
+split); a single document that still does not fit, or a budget below ``MIN_CHUNK``, goes to the
+numpy backend.
 Documents over 2 GiB (positions are uint32) always do. Every stage the host runs instead of the
 device, and every part of a batch the numpy backend encodes, is a counted fallback with a
 warning once (``Backend.fallback``).
@@ -45,7 +48,7 @@ import numpy as np
 from . import Backend, get_backend
 from .device_stages import DeviceStages, Tables
 from .device_tables import upload_tables
-from .hostplan import HostChunk, prepare
+from .hostplan import HostChunk, cut_long_documents, prepare
 from ..stages import counters
 from ..stages.emit import assemble
 from ..stages.pack import Documents
@@ -149,8 +152,12 @@ class DeviceBackend(Backend):
             return get_backend("numpy").encode(model, docs, allowed, frozenset())
         spans = token_spans(model, buf, doc_off, allowed)
         with self._lock:
+            keep = None
+            if self._mode(model)[0] != "split":  # a pattern family whose safe cuts are known
+                doc_off, keep = cut_long_documents(buf, doc_off, spans, self._chunk_budget())
             parts = self._encode(model, buf, doc_off, spans, allowed)
-        return assemble(parts, len(doc_off) - 1, model.id_dtype)
+        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype)
+        return (ids, off) if keep is None else (ids, off[keep])
 
     def time_kernels(self, model, texts, repeat: int = 3) -> dict:
         """Kernel-only timing of one chunk (the first ``chunk_bytes`` of ``texts``, no tokens):
@@ -299,7 +306,7 @@ class DeviceBackend(Backend):
                 self._finish(flight.popleft(), parts)  # frees its slot
             slot = k % 2
             k += 1
-            self.dev.begin_chunk()
+            self.dev.begin_chunk(hc.n)
             with self.dev.stream(slot):
                 flight.append(self._enqueue(plan, hc, slot, model.id_dtype))
             if len(flight) == 2:

@@ -13,6 +13,7 @@ end of the chunk (``spec`` = ``NO_IDS``); ``pstart[e]`` is its first byte.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +145,57 @@ def entries_from_split(split, data: bytes, doc_off, sp_start, sp_end, sp_id):
     spec.append(GAP)
     return (b"".join(parts), np.array(starts, np.uint32), np.array(spec, np.uint32),
             np.array(doc_entry, np.uint32))
+
+
+# A byte position where every pattern family with a scanner (GPT-2, cl100k, Llama 3, Qwen2,
+# o200k) starts a new piece, and where the text before it tokenizes exactly as it does with the
+# rest present: an ASCII letter, then a space, then an ASCII letter. The letter run (or the
+# contraction) before the space ends at the space whatever follows; the next piece is " x...";
+# no rule of those patterns looks past a letter run, so a document cut there encodes to the
+# concatenation of its parts' ids. Normalisers are per character there (a space composes with
+# nothing) and a cut is never inside a token span.
+_SAFE_CUT = re.compile(rb"[A-Za-z] [A-Za-z]")
+
+
+def cut_long_documents(buf: bytes, doc_off: np.ndarray, spans, limit: int):
+    """Cut documents longer than ``limit`` bytes at safe points (``_SAFE_CUT``), about every
+    ``limit`` bytes: one 200 MB line then runs as chunks of a few MB, not as one chunk that
+    needs ~30 bytes of workspace per byte. Returns ``(sub_off, keep)``: the offsets of the
+    parts, and where each of ``doc_off`` is in them (None and ``doc_off`` when nothing is cut).
+    A document with no safe point stays whole."""
+    lens = np.diff(doc_off)
+    long = np.flatnonzero(lens > limit)
+    if not len(long):
+        return doc_off, None
+    sp_start, sp_end = spans[0], spans[1]
+    cuts: dict = {}
+    for d in long.tolist():
+        a, b = int(doc_off[d]), int(doc_off[d + 1])
+        pos, got = a, []
+        while b - pos > limit:
+            m = _SAFE_CUT.search(buf, pos + max(1, limit // 2), b)
+            while m is not None:
+                cut = m.start() + 1
+                i = int(np.searchsorted(sp_start, cut, "right")) - 1
+                if i < 0 or sp_end[i] <= cut:
+                    break
+                m = _SAFE_CUT.search(buf, int(sp_end[i]), b)  # inside a token span: go past it
+            if m is None:
+                break
+            got.append(m.start() + 1)
+            pos = got[-1]
+        if got:
+            cuts[d] = got
+    if not cuts:
+        return doc_off, None
+    sub, keep = [], []
+    for d in range(len(doc_off) - 1):
+        keep.append(len(sub))
+        sub.append(int(doc_off[d]))
+        sub.extend(cuts.get(d, ()))
+    keep.append(len(sub))
+    sub.append(int(doc_off[-1]))
+    return np.array(sub, np.int64), np.array(keep, np.int64)
 
 
 @dataclass

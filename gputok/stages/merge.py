@@ -37,6 +37,8 @@ from . import counters
 from .table import NO_MERGE, MergeTable
 
 LONG_PIECE = 256  # bytes; longer pieces take merge_long (the kernels get it as a define)
+# parts per block heap of the kernels' long-piece merge (encode_merge.cu); at least 2 * LONG_PIECE
+HEAP_BLOCK = 2048
 VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 

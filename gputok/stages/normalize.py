@@ -37,8 +37,6 @@ def normalize_text(steps: tuple, text: str) -> str:
     for s in steps:
         if s == "Lowercase":
             text = uni.lowercase(text)
-        elif s == "NFC":
-            text = uni.nfc(text)
         else:
             text = uni.normalize(s, text)
     return text

@@ -170,7 +170,10 @@ class MergeTable:
             if a not in decoder or b not in decoder or ranks.get(decoder[a] + decoder[b]) != m \
                     or p != m:
                 return False
-        toks = [t for t in rng.sample(list(ranks), min(samples, len(ranks))) if len(t) > 1]
+        sample = getattr(ranks, "sample", None)  # a RankTable samples without a dict
+        toks = sample(rng, samples) if sample is not None else \
+            rng.sample(list(ranks), min(samples, len(ranks)))
+        toks = [t for t in toks if len(t) > 1]
         pairs = [(ranks[t[:1]], ranks[t[1:]]) for t in toks if t[1:] in ranks]
         if pairs:
             a = np.array([p[0] for p in pairs], np.uint32)

@@ -1,146 +1,37 @@
-"""Placeholder until the pinned Unicode tables land: Python's unicodedata (not pinned)."""
+"""Pinned Unicode data: the oracles' own property tables and normalisers, shipped with gputok.
 
-from __future__ import annotations
+gputok must give tiktoken's and HF ``tokenizers``' ids whatever ``regex`` release or Python is
+installed, but ``\\p{L}`` means what the engine's Unicode tables say, and those move: tiktoken
+0.14 (the Rust ``regex`` crate via fancy-regex) and tokenizers 0.23 (Oniguruma) are Unicode
+16.0, ``regex`` 2026.5 is 17.0 (4,644 more letters); HF's NFC data is Unicode 9.0, Python
+3.11's ``unicodedata`` 14.0. So the sets every pattern atom matches were measured through each
+oracle over all code points (``python -m gputok.unicode.generate``) and ship in ``data/``:
 
-import unicodedata
+* ``FAMILIES``: ``"tiktoken"`` and ``"hf"``; ``unicode_version(family)``.
+* ``ranges(family, atom)`` / ``member_table(family, atom)``: the set of ``\\p{Lu}``, ``\\s``,
+  ``[\\p{L}&&\\p{Han}]``, ``(?i:s)``...
+* ``class_flags(family)``: the scanner's ``F_*`` class table.
+* ``pin_pattern(pattern, family)`` / ``compile_pinned``: a pattern rewritten so any ``regex``
+  release matches what the oracle's engine matches.
+* ``normalize(form, text)``, ``lowercase(text)``, ``nfc_unsafe(cps)``, ``normalize_spans``: HF's
+  normalisers.
 
+Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 
-def nfc(text: str) -> str:
-    return unicodedata.normalize("NFC", text)
+>>> from gputok import unicode as gu
+>>> gu.compile_pinned(r"\\p{L}+|\\p{N}", "tiktoken").findall("\\U0003e472ab1")
+['ab', '1']
+"""
 
+# public API
+from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
+from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
+from .pattern import compile_pinned, pin_pattern
+from .sets import FAMILIES, member_table, ranges, unicode_version
 
-def normalize(form: str, text: str) -> str:
-    return unicodedata.normalize(form, text)
-
-
-def lowercase(text: str) -> str:
-    return text.lower()
-
-
-import functools
-import os
-import threading
-
-import numpy as np
-import regex
-
-
-def _dollar(pat: str) -> str:
-    out, i, in_class = [], 0, False
-    while i < len(pat):
-        c = pat[i]
-        if c == "\\":
-            out.append(pat[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "$":
-            c = r"\Z"
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-@functools.lru_cache(maxsize=64)
-def compile_pinned(pattern: str, family: str):
-    return regex.compile(_dollar(pattern))
-
-
-F_L = 0x01  # \p{L}
-F_N = 0x02  # \p{N}
-F_S = 0x04  # \s
-F_NL = 0x08  # [\r\n]
-F_UP = 0x10  # [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]   (o200k's first letter class)
-F_LO = 0x20  # [\p{Ll}\p{Lm}\p{Lo}\p{M}]          (o200k's second letter class)
-F_M = 0x40  # \p{M}
-
-#: flag bit -> the class, spelled as in the patterns, whose members carry it
-PROPERTIES = {
-    F_L: r"\p{L}",
-    F_N: r"\p{N}",
-    F_S: r"\s",
-    F_NL: r"[\r\n]",
-    F_UP: r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]",
-    F_LO: r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]",
-    F_M: r"\p{M}",
-}
-
-#: letters of the contraction suffixes; ``unicode_tables()["fold_" + c]`` lists the code points
-#: that ``(?i:c)`` matches (e.g. "s" also matches U+017F LATIN SMALL LETTER LONG S)
-FOLD_LETTERS = "sdmtlver"
-
-_TABLE_FORMAT = 1
-_lock = threading.RLock()
-_tables: dict = {}
-
-
-def _all_code_points() -> np.ndarray:
-    cps = np.arange(0x110000, dtype=np.uint32)
-    return cps[(cps < 0xD800) | (cps > 0xDFFF)]  # surrogates cannot occur in valid text
-
-
-def build_unicode_tables() -> dict:
-    """Derive the tables from the ``regex`` module (~0.3 s): one ``finditer`` per property over
-    a string holding every code point once."""
-    cps = _all_code_points()
-    text = cps.tobytes().decode("utf-32-le")
-    table = np.zeros(0x110000, np.uint8)
-    for bit, prop in PROPERTIES.items():
-        spans = np.array([m.span() for m in regex.finditer(prop + "+", text)], np.int64)
-        mark = np.zeros(len(cps) + 1, np.int32)
-        if len(spans):
-            np.add.at(mark, spans[:, 0], 1)
-            np.add.at(mark, spans[:, 1], -1)
-        table[cps[np.cumsum(mark[:-1]) > 0]] |= bit
-    out = {"table": table}
-    for ch in FOLD_LETTERS:
-        found = regex.findall("(?i:%s)" % ch, text)
-        out["fold_" + ch] = np.array(sorted(map(ord, found)), np.uint32)
-    return out
-
-
-def _cache_path() -> str:
-    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "gputok")
-    return os.path.join(root, f"unicode_classes-regex{regex.__version__}-f{_TABLE_FORMAT}.npz")
-
-
-def _unicode_tables() -> dict:
-    """``{"table": uint8[0x110000] of F_* bits, "fold_<c>": uint32 code points}``.
-
-    Built once per process, lazily, and cached in ``~/.cache/gputok`` (or ``$GPUTOK_CACHE``)
-    under a name that includes the ``regex`` version.
-    """
-    if "table" in _tables:
-        return _tables
-    with _lock:
-        if "table" in _tables:
-            return _tables
-        path = _cache_path()
-        data = None
-        try:
-            with np.load(path) as z:
-                data = {k: z[k] for k in z.files}
-            if (data["table"].shape != (0x110000,) or data["table"].dtype != np.uint8
-                    or any("fold_" + ch not in data for ch in FOLD_LETTERS)):
-                data = None
-        except Exception:  # missing, truncated or foreign file: rebuild
-            data = None
-        if data is None:
-            data = build_unicode_tables()
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.{os.getpid()}.tmp.npz"
-                np.savez(tmp, **data)
-                os.replace(tmp, path)
-            except OSError:
-                pass
-        _tables.update(data)
-    return _tables
-
-
-def class_flags(family: str) -> dict:
-    return _unicode_tables()
+__all__ = [
+    "FAMILIES", "unicode_version", "ranges", "member_table",
+    "F_L", "F_N", "F_S", "F_NL", "F_UP", "F_LO", "F_M", "PROPERTIES", "FOLD_LETTERS",
+    "class_flags", "pin_pattern", "compile_pinned",
+    "FORMS", "normalize", "normalize_spans", "nfc_unsafe", "unsafe_table", "lowercase",
+]

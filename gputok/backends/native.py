@@ -1,0 +1,419 @@
+"""The native backend: the device-neutral driver (``driver.py``) on every CPU core.
+
+The encode kernels (``kernels/encode_*.cu``) are compiled for the host by the machine's C++
+compiler (``native_build.py``: the same sources every device gets, plus the host dialect header
+``kernels/dialect_host.h``; built on first use and cached by source digest, compiler and flags).
+``NativeDevice`` is the adapter the driver sees, the CPU counterpart of ``cuda.CupyDevice``:
+
+* ``launch`` runs a kernel's grid through ctypes (which releases the GIL), blocks handed out
+  dynamically to worker threads; inside the driver's ``stream(slot)`` it is queued on that
+  slot's stream instead, a C++ thread that runs its queue in order (``host_runtime.h``), so the
+  driver's two chunks in flight really run at once, as on a GPU;
+* ``scan`` overrides the block scans of ``encode_scan.cu`` (shared memory and barriers have no
+  plain-loop form) with the runtime's two-pass parallel scan;
+* memory is numpy arrays, host<->device copies are views; ``fence()`` waits for the current
+  stream, so the driver may size per-entry arrays by the real entry count (``host_memory``).
+
+Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
+numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
+
+Performance notes (2-core shared VM whose second core is mostly taken by other work; cl100k;
+bench/results/encode-native-*.md has the runs): ~25-30 MB/s per core on prose and code, ~18 on
+multilingual text (tiktoken 0.14: ~9-15). Of the kernel time, pre-tokenization is about half
+(window 25%, runs 15%), the whole-token lookup 15-20%, merging the misses 15-45%
+(multilingual); every hash probe is a cache miss on 8-16 MB tables. Decisions:
+* dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
+  a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
+  prose even);
+* streams, not one pool over all cores per launch: on the shared box a launch split over both
+  cores waited at every launch for a worker the OS had paused (1.75x slower than one thread);
+  two independent chunks on two streams are not held up by each other;
+* 1 MB chunks (``CHUNK_BYTES``): 1-8 MB measured the same speed, and the kernels touch ~30
+  bytes of workspace per byte of text, two chunks in flight: 1 MB keeps ``gputok encode`` at
+  tiktoken's peak memory (4 MB chunks: 1.5x). Arrays come from ``np.empty`` / ``np.zeros``:
+  workspace a chunk never touches (the long-piece arrays when it has no long piece, ids past
+  the last) never becomes resident;
+* a launch costs ~20 us of Python (argument checks; value slots and pointers are made once per
+  kernel) plus a hand-off to the stream's thread; chunks under ``STREAM_MIN`` run on the calling
+  thread. Page faults on fresh arrays cost ~10-15%; an arena reused across chunks would keep
+  the workspace resident between calls, so it was not done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from . import native_build
+from .driver import DeviceBackend
+
+CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
+STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
+#                       (~50 us on the shared box) is not worth it for a few ms of work
+BLOCK = 1 << 14  # elements per work item of a launch
+MAX_BLOCKS = 1 << 20  # a grid always covers its range in one stride
+
+
+def threads_default() -> int:
+    """``$GPUTOK_NUM_THREADS``, else the cores this process may run on."""
+    env = os.environ.get("GPUTOK_NUM_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"$GPUTOK_NUM_THREADS must be a positive integer, got {env!r}")
+        if n < 1:
+            raise ValueError(f"$GPUTOK_NUM_THREADS must be a positive integer, got {env!r}")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def available() -> tuple[bool, str]:
+    cxx, why = native_build.find_compiler()
+    if cxx is None:
+        return False, why
+    return True, f"{why}, {threads_default()} threads (kernels compiled for this CPU)"
+
+
+def create(threads: "int | None" = None, **options) -> DeviceBackend:
+    """The native backend: the driver over a ``NativeDevice`` (builds the module on first use,
+    raising ``native_build.NativeBuildError`` when the compiler fails).
+
+    >>> create().dev.name  # doctest: +SKIP
+    'native CPU (2 threads)'
+    """
+    options.setdefault("chunk_bytes", CHUNK_BYTES)
+    options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
+    return DeviceBackend(NativeDevice(threads), name="native", **options)
+
+
+class _KernelEntry(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("call", ctypes.c_void_p),
+                ("signature", ctypes.CFUNCTYPE(ctypes.c_char_p))]
+
+
+class _Library:
+    """The loaded module: {kernel name: (call address, parameter specs)} and the runtime."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        lib = ctypes.CDLL(self.path)  # CDLL calls release the GIL
+        if lib.gputok_native_abi() != native_build.ABI:
+            raise native_build.NativeBuildError(f"{path}: runtime ABI mismatch")
+        vp, u, ll, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_longlong, ctypes.c_int
+        lib.gputok_native_launch.argtypes = [vp, u, u, vp, i]
+        lib.gputok_native_scan_u32.argtypes = [vp, ll, i, i, i]
+        lib.gputok_native_stream_new.argtypes = [i]
+        lib.gputok_native_stream_new.restype = vp
+        lib.gputok_native_stream_launch.argtypes = [vp, vp, u, u, vp, i]
+        lib.gputok_native_stream_scan_u32.argtypes = [vp, vp, ll, i, i]
+        lib.gputok_native_stream_time.argtypes = [vp, vp]
+        lib.gputok_native_stream_sync.argtypes = [vp]
+        self.max_args = lib.gputok_native_max_args()
+        self.lib = lib
+        self.kernels: dict = {}
+        for f in native_build.HOST_FILES:
+            fn = getattr(lib, "gputok_native_table_" + f.rsplit(".", 1)[0])
+            fn.restype = ctypes.POINTER(_KernelEntry)
+            count = ctypes.c_int(0)
+            table = fn(ctypes.byref(count))
+            for k in range(count.value):
+                e = table[k]
+                self.kernels[e.name.decode()] = (e.call, _parse_signature(e.signature().decode()))
+
+
+def _parse_signature(sig: str) -> tuple:
+    """``"cu1 u8 mu4"`` -> ((is pointer, writable, numpy dtype), ...)."""
+    out = []
+    for tok in sig.split():
+        ptr = tok[0] in "cm"
+        code = tok[1:] if ptr else tok
+        out.append((ptr, tok[0] == "m", np.dtype(f"{code[0]}{code[1:]}")))
+    return tuple(out)
+
+
+_libraries: dict = {}
+_build_lock = threading.Lock()
+
+
+def library() -> _Library:
+    """The module for the current sources (built or loaded once per process)."""
+    with _build_lock:
+        path = native_build.build()
+        got = _libraries.get(str(path))
+        if got is None:
+            got = _libraries[str(path)] = _Library(path)
+        return got
+
+
+_stream_handles: dict = {}
+
+
+def _shared_stream(lib: _Library, threads: int, slot: int):
+    """Stream threads are per process, not per device (devices come and go; a stream's thread
+    lives as long as the process): one per (library, threads per launch, slot)."""
+    key = (os.getpid(), lib.path, threads, slot)
+    with _build_lock:
+        h = _stream_handles.get(key)
+        if h is None:
+            h = _stream_handles[key] = lib.lib.gputok_native_stream_new(threads)
+        return h
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class _Ready:
+    """A finished "download" (host memory already): the interface of ``devices.Pending``."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+
+    def result(self) -> np.ndarray:
+        return self.value
+
+
+class _OnStream:
+    """A "download" of an array a stream is still writing: ``result()`` waits for the stream."""
+
+    def __init__(self, dev: "NativeDevice", slot: int, arr: np.ndarray, count: int):
+        self.dev, self.slot, self.arr, self.count = dev, slot, arr, count
+
+    def result(self) -> np.ndarray:
+        self.dev._sync(self.slot)
+        return self.arr[:self.count]
+
+
+class NativeDevice:
+    """The kernels on this machine's cores (see the module docstring).
+
+    Inside ``stream(slot)`` (the driver's chunks) launches, scans and marks are queued on that
+    slot's stream and run in order on its own thread (``threads // 2`` threads per launch, at
+    least one) while Python goes on; ``fence()`` and ``download(...).result()`` wait for it.
+    Outside a stream (and with ``threads=1``) every launch runs at once on ``threads`` threads.
+
+    ``threads``: default ``threads_default()``; ``poison``: fill fresh arrays with 0xCD bytes, so
+    a kernel reading memory nobody wrote shows up (the tests use it).
+    """
+
+    kind = "native"
+    xp = np
+    block = BLOCK
+    max_blocks = MAX_BLOCKS
+    scan_block, scan_items = 1, 1  # unused: scans run on the host (``scan``)
+    host_memory = True  # the host reads results directly (after ``fence``)
+
+    def __init__(self, threads: "int | None" = None, *, poison: bool = False):
+        self.threads = threads_default() if threads is None else int(threads)
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.poison = poison
+        self.lib = library()
+        self.name = f"native CPU ({self.threads} threads)"
+        self.oom_errors = (MemoryError,)
+        self.launches: dict = {}
+        self._slot: "int | None" = None
+        self._inline = False  # the current stream context runs its work at once
+        self._small_chunk = False
+        # id(array) -> (weak reference, address): checks and the address lookup (~5 us) once
+        # per array, not once per launch
+        self._addr: dict = {}
+        self._kernels: dict = {}
+        self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
+        self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
+        self._pid = os.getpid()
+
+    def defines(self) -> tuple:
+        return ()
+
+    def __del__(self):
+        # queued work may still use arrays only this device keeps alive
+        try:
+            self.synchronize()
+        except Exception:
+            pass
+
+    # -- streams
+    def _stream(self, slot: int):
+        if self._pid != os.getpid():  # a fork()ed child: the parent's stream threads are gone
+            self._streams.clear()
+            self._live.clear()
+            self._pid = os.getpid()
+        h = self._streams.get(slot)
+        if h is None:
+            h = self._streams[slot] = _shared_stream(self.lib, max(1, self.threads // 2), slot)
+            self._live[slot] = []
+        return h
+
+    def _sync(self, slot: int) -> None:
+        h = self._streams.get(slot)
+        if h is not None and self._pid == os.getpid():
+            self.lib.lib.gputok_native_stream_sync(h)
+            self._live[slot].clear()
+
+    @contextlib.contextmanager
+    def stream(self, slot: int):
+        # one thread, or a small chunk (begin_chunk): its work runs at once on this thread
+        inline = self.threads == 1 or self._small_chunk
+        self._small_chunk = False
+        prev = self._slot, self._inline
+        self._slot, self._inline = int(slot), inline
+        try:
+            yield
+        finally:
+            self._slot, self._inline = prev
+
+    def fence(self) -> None:
+        """Wait for the current stream (no-op outside one): results are then readable."""
+        if self._slot is not None and not self._inline:
+            self._sync(self._slot)
+
+    def synchronize(self) -> None:
+        for slot in list(self._streams):
+            self._sync(slot)
+
+    # -- kernels
+    def _kernel(self, name: str) -> tuple:
+        """(call, parameter specs, value slots, argv) of a kernel: the slots and the pointer
+        array to them are made once per kernel and device, so a launch only fills values."""
+        got = self._kernels.get(name)
+        if got is None:
+            try:
+                call, params = self.lib.kernels[name]
+            except KeyError:
+                raise KeyError(f"{name}: no such kernel in the native module (kernels of "
+                               f"{', '.join(native_build.HOST_FILES)})") from None
+            vals = (ctypes.c_uint64 * max(1, len(params)))()
+            base = ctypes.addressof(vals)
+            argv = (ctypes.c_void_p * max(1, len(params)))(*[base + 8 * k
+                                                               for k in range(len(params))])
+            masks = [(1 << (8 * dt.itemsize)) - 1 for _, _, dt in params]
+            got = self._kernels[name] = (call, params, masks, vals, argv)
+        return got
+
+    def launch(self, name: str, grid, block, args) -> None:
+        call, params, masks, vals, argv = self._kernel(name)
+        if len(args) != len(params):
+            raise TypeError(f"{name}: {len(args)} arguments for {len(params)} parameters")
+        addr = self._addr
+        for k, a in enumerate(args):
+            ptr, writable, dt = params[k]
+            if ptr:
+                got = addr.get(id(a))
+                if got is None or got[0]() is not a:  # (a dead array's id may be reused)
+                    _check_array(name, k, a, writable, dt)
+                    if len(addr) > 4096:
+                        addr.clear()
+                    got = addr[id(a)] = (weakref.ref(a), _address(a))
+                vals[k] = got[1]
+            else:
+                if type(a) is not dt.type:
+                    raise TypeError(f"{name}: argument {k} must be a numpy {dt} scalar (the "
+                                    f"parameter's exact type), got {_describe(a)}")
+                vals[k] = int(a) & masks[k]  # two's complement bits
+        g = int(grid[0]) if len(grid) == 1 else int(np.prod(grid))
+        b = int(block[0]) if len(block) == 1 else int(np.prod(block))
+        lib = self.lib.lib
+        if self._slot is None or self._inline:
+            lib.gputok_native_launch(call, g, b, argv, min(self.threads, g))
+        else:  # the stream copies the values: the slots are free again on return
+            lib.gputok_native_stream_launch(self._stream(self._slot), call, g, b, vals,
+                                            len(args))
+            self._live[self._slot].append(args)
+        self.launches[name] = self.launches.get(name, 0) + 1
+
+    def scan(self, arr: np.ndarray, n: int, op: str, exclusive: bool) -> None:
+        """In-place prefix scan of ``arr[:n]`` (uint32; "add" modulo 2^32, or "max")."""
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint32 \
+                or not arr.flags.c_contiguous or not arr.flags.writeable or len(arr) < n:
+            raise TypeError(f"scan: a writable contiguous uint32 array of at least {n} elements, "
+                            f"got {_describe(arr)}")
+        if op not in ("add", "max"):
+            raise ValueError(f"scan: op must be 'add' or 'max', not {op!r}")
+        code, excl = (0 if op == "add" else 1), int(bool(exclusive))
+        lib = self.lib.lib
+        if self._slot is None or self._inline:
+            lib.gputok_native_scan_u32(_address(arr), int(n), code, excl, self.threads)
+        else:
+            h = self._stream(self._slot)
+            lib.gputok_native_stream_scan_u32(h, _address(arr), int(n), code, excl)
+            self._live[self._slot].append(arr)
+        self.launches["scan_" + op] = self.launches.get("scan_" + op, 0) + 1
+
+    # -- memory (host memory: copies are views)
+    def empty(self, n, dtype):
+        a = np.empty(int(n), dtype)
+        if self.poison:
+            a.view(np.uint8).fill(0xCD)
+        return a
+
+    def zeros(self, n, dtype):
+        return np.zeros(int(n), dtype)
+
+    def full(self, n, value, dtype):
+        return np.full(int(n), value, dtype)
+
+    def dummy(self, dtype):
+        return np.zeros(1, dtype)
+
+    def put(self, host):
+        return np.ascontiguousarray(host)
+
+    def upload(self, arrays: list) -> list:
+        return [np.ascontiguousarray(a) for a in arrays]
+
+    def download(self, key, arr, count):
+        if self._slot is None:
+            return _Ready(arr[:int(count)])
+        return _OnStream(self, self._slot, arr, int(count))
+
+    def memory_budget(self) -> int:
+        try:
+            return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return 1 << 32
+
+    def begin_chunk(self, nbytes: int = 0) -> None:
+        """A chunk of ``nbytes`` of text is about to be queued (in the next ``stream``)."""
+        self._small_chunk = nbytes < STREAM_MIN
+
+    def release(self) -> None:
+        self.synchronize()
+
+    # -- timing (marks are timestamps the stream writes when it gets there, like GPU events)
+    def mark(self):
+        if self._slot is None or self._inline:
+            return np.array([time.perf_counter()])
+        when = np.zeros(1, np.float64)
+        self.lib.lib.gputok_native_stream_time(self._stream(self._slot), _address(when))
+        self._live[self._slot].append(when)
+        return when
+
+    def elapsed_ms(self, a, b) -> float:
+        self.synchronize()
+        return float(b[0] - a[0]) * 1e3
+
+
+def _check_array(name: str, k: int, a, writable: bool, dt: np.dtype) -> None:
+    if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+        raise TypeError(f"{name}: argument {k} must be a contiguous numpy array of {dt}, got "
+                        f"{_describe(a)}")
+    if writable and not a.flags.writeable:
+        raise TypeError(f"{name}: argument {k} is written by the kernel but the array is "
+                        "read-only")
+
+
+def _describe(a) -> str:
+    if isinstance(a, (np.ndarray, np.generic)):
+        return f"{type(a).__name__} of {a.dtype}"
+    return type(a).__name__

@@ -1,0 +1,170 @@
+"""Building the native CPU device's module: the kernel sources compiled by the host's C++ compiler.
+
+The module is one shared library made of:
+
+* one translation unit per encode kernel file (``kernels/encode_*.cu`` except the block scans of
+  ``encode_scan.cu``): ``kernels/dialect_host.h`` (the CUDA dialect for a host compiler), then
+  the file's exact source as every device gets it (``kernels.build_source``: constants injected,
+  headers expanded), then a generated launch table (``ENC_HOST_KERNEL(name)`` per kernel);
+* the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
+  prefix scans.
+
+Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
+library into the cache (``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
+named by a digest of every translation unit's full text, the compiler's identity (path and
+``--version``) and the flags; later processes load it in milliseconds. The compiler is
+``$GPUTOK_CXX``, else ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on ``PATH``;
+``$GPUTOK_NATIVE_FLAGS`` adds flags (e.g. ``-march=native``).
+
+Performance notes: ``-O2`` and ``-O3`` measured the same on the encode kernels (the hot loops
+are hash probes and byte walks, not vectorisable arithmetic); ``-march=native`` is left to
+``$GPUTOK_NATIVE_FLAGS`` because it ties a cached library to one CPU model. One compiler
+process for all units (~6 s for -O2 on the 2-core box) beat one per unit in parallel there.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import kernels
+
+#: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
+#: have a host form in the runtime instead (NativeDevice.scan)
+HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
+BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
+ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
+LIB_NAME = "gputok_native"
+
+
+class NativeBuildError(RuntimeError):
+    """The host compiler failed on the kernel sources (the message has its output)."""
+
+
+def cache_root() -> Path:
+    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                          "gputok")
+    return Path(root) / "native"
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_identity(path: str) -> "str | None":
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    return (r.stdout.strip().splitlines() or ["?"])[0]
+
+
+def find_compiler() -> tuple["str | None", str]:
+    """(path, description) of the C++ compiler to use, or (None, why there is none)."""
+    for env in ("GPUTOK_CXX", "CXX"):
+        want = os.environ.get(env)
+        if want:
+            path = shutil.which(want)
+            if path is None:
+                return None, f"${env}={want!r} is not an executable on PATH"
+            ident = _compiler_identity(path)
+            if ident is None:
+                return None, f"${env}={want!r} does not answer --version"
+            return path, f"{ident} (${env})"
+    for name in ("c++", "g++", "clang++"):
+        path = shutil.which(name)
+        if path is not None:
+            ident = _compiler_identity(path)
+            if ident is not None:
+                return path, ident
+    return None, ("no C++ compiler found (install g++ or clang++, or set $CXX); the numpy "
+                  "backend runs instead")
+
+
+def flags() -> tuple:
+    return BASE_FLAGS + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", "")))
+
+
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.M)
+
+
+def _read(name: str) -> str:
+    return (kernels.kernel_dir() / name).read_text("utf-8")
+
+
+def _unit_text(text: str) -> str:
+    # headers arrive expanded in one file: "#pragma once" would only warn there
+    return _PRAGMA_ONCE.sub("// (pragma once)", text)
+
+
+def translation_units() -> dict[str, str]:
+    """{file name: full C++ text} of every unit of the library (what the digest covers)."""
+    dialect = _read("dialect_host.h")
+    units = {}
+    for f in HOST_FILES:
+        text = kernels.build_source(f)[0]
+        names = kernels.kernel_names(text)
+        stem = f.rsplit(".", 1)[0]
+        table = "".join(f"    ENC_HOST_KERNEL({k}),\n" for k in names)
+        units[f"{stem}.cpp"] = _unit_text(
+            f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "{f} (constants injected)"\n{text}\n'
+            f'#line 1 "<launch table of {f}>"\n'
+            f'extern "C" __attribute__((visibility("default"))) const enc_host_kernel*\n'
+            f"gputok_native_table_{stem}(int* count) {{\n"
+            f"  static const enc_host_kernel table[] = {{\n{table}  }};\n"
+            f"  *count = (int)(sizeof(table) / sizeof(table[0]));\n  return table;\n}}\n")
+    units["host_runtime.cpp"] = _unit_text(f'#line 1 "dialect_host.h"\n{dialect}\n'
+                                 f'#line 1 "host_runtime.h"\n{_read("host_runtime.h")}')
+    return units
+
+
+def library_key(cxx: str, units: dict, flag_list: tuple) -> str:
+    h = hashlib.sha256()
+    h.update(f"abi {ABI}\ncompiler {cxx}\n{_compiler_identity(cxx)}\nflags {flag_list}\n"
+             .encode())
+    for name in sorted(units):
+        h.update(f"\0{name}\0".encode() + units[name].encode())
+    return h.hexdigest()[:24]
+
+
+def library_path() -> tuple[Path, str, dict, tuple]:
+    """(where the library for the current sources and compiler lives, compiler, units, flags)."""
+    cxx, why = find_compiler()
+    if cxx is None:
+        raise NativeBuildError(why)
+    units = translation_units()
+    fl = flags()
+    key = library_key(cxx, units, fl)
+    return cache_root() / f"{LIB_NAME}-{key}.so", cxx, units, fl
+
+
+def build() -> Path:
+    """The library's path, built first when the cache does not have it."""
+    path, cxx, units, fl = library_path()
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent))
+    for name, text in units.items():
+        (work / name).write_text(text, "utf-8")
+    tmp = work / path.name
+    cmd = [cxx, *fl, *[str(work / n) for n in units], "-o", str(tmp)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"could not run the C++ compiler ({' '.join(cmd[:2])} ...): {e}")
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-40:])
+        raise NativeBuildError(
+            f"the C++ compiler failed on gputok's kernels (units kept in {work}):\n"
+            f"$ {shlex.join(cmd)}\n{tail}\nset $GPUTOK_CXX to another compiler, or use "
+            "backend='numpy'")
+    os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
+    shutil.rmtree(work, ignore_errors=True)
+    return path

@@ -1,0 +1,435 @@
+"""The native CPU device: the encode kernels compiled for the host (``gputok.backends.native``).
+
+1. Each stage's kernels against the numpy stages and the reference regex, as
+   ``test_cuda_kernels.py`` checks them on the emulator, in three launch shapes: one thread;
+   three threads with tiny blocks (many blocks handed out dynamically); two threads with a grid
+   smaller than the range (every kernel's grid-stride loop takes several strides). Fresh arrays
+   are poisoned (0xCD), so a kernel reading memory nobody wrote shows up as a wrong result.
+2. The whole pipeline (the driver with two streams) against tiktoken and HF tokenizers, on real
+   corpora, with special tokens, many chunks, the host pre-tokenization paths; every kernel of
+   the module runs on real volumes.
+3. The module: argument checks, the build cache, no compiler / a failing compiler (``auto``
+   falls back to numpy, visibly), a fork()ed child.
+Parity over the full corpora on this backend is ``test_parity.py`` (its ``native`` cases).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+import warnings
+
+import numpy as np
+import pytest
+
+import gputok
+import testdata
+from conftest import hf_encoding, hf_oracle, tiktoken_oracle
+from gputok.backends import FallbackWarning, native, native_build
+from gputok.backends.driver import DeviceBackend
+from gputok.stages.pack import Documents
+from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
+from test_cuda_kernels import (EDGE, PATTERNS, _regex_classes, assert_same, device_entries,
+                               e2e_docs, expected_merge, merge_pieces, pack, pretok_docs,
+                               run_merge, specials_of, tiny_encoding, tricky_texts)
+
+_ok, _why = native.available()
+pytestmark = pytest.mark.skipif(not _ok, reason=f"native backend unavailable: {_why}")
+
+# (id, threads, elements per block, max blocks)
+LAYOUTS = [("1-thread", 1, native.BLOCK, native.MAX_BLOCKS),
+           ("3-threads-small-blocks", 3, 64, native.MAX_BLOCKS),
+           ("2-threads-grid-strides", 2, 32, 3)]
+LAYOUT_IDS = [x[0] for x in LAYOUTS]
+
+
+def device(layout: str = "1-thread") -> native.NativeDevice:
+    _, threads, block, max_blocks = next(x for x in LAYOUTS if x[0] == layout)
+    dev = native.NativeDevice(threads, poison=True)
+    dev.block, dev.max_blocks = block, max_blocks
+    return dev
+
+
+def backend(layout: str = "1-thread", **options) -> DeviceBackend:
+    return DeviceBackend(device(layout), name="native", **options)
+
+
+# ---------------------------------------------------------------- 1. stage by stage
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("op", ["add", "max"])
+def test_scan_matches_numpy(op, threads):
+    dev = native.NativeDevice(threads)
+    rng = np.random.default_rng(threads)
+    for n in (0, 1, 5, (1 << 18) - 1, 1 << 18, (1 << 18) + 7, 3_000_001):
+        for exclusive in (False, True):
+            for on_stream in (False, True):
+                hi = 1 << 31 if op == "max" else 5000  # sums wrap modulo 2^32 as on the GPU
+                x = rng.integers(0, hi, n + 3, dtype=np.uint32)
+                a = x.copy()
+                if on_stream:
+                    with dev.stream(1):
+                        dev.scan(a, n, op, exclusive)
+                        dev.fence()
+                else:
+                    dev.scan(a, n, op, exclusive)
+                part = x[:n]
+                incl = np.cumsum(part, dtype=np.uint32) if op == "add" else \
+                    np.maximum.accumulate(part)
+                want = np.concatenate([[0], incl])[:n].astype(np.uint32) if exclusive else incl
+                np.testing.assert_array_equal(a[:n], want, err_msg=f"n={n} excl={exclusive}")
+                np.testing.assert_array_equal(a[n:], x[n:])  # nothing past n is touched
+
+
+def test_class_table_agrees_with_regex_on_every_code_point():
+    from cpu_ref.patterns import CL100K_PATTERN
+    from gputok.backends import hostplan
+
+    be = backend("3-threads-small-blocks")
+    plan = be.model_plan(tiny_encoding(CL100K_PATTERN).model)
+    cps = np.arange(0x110000, dtype=np.uint32)
+    cps = cps[(cps < 0xD800) | (cps > 0xDFFF)]
+    data = np.frombuffer(cps.tobytes().decode("utf-32-le").encode("utf-8"), np.uint8)
+    n = len(data)
+    mark = np.zeros(n + 2, np.uint8)
+    mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
+    cls = be.dev.empty(n + 2, np.uint8)
+    be.stages.go("encode_pretok_classify", n + 1,
+                 [data, np.int64(n), mark, plan.tables.arrays["cls_table"], cls])
+    starts = np.flatnonzero((data & 0xC0) != 0x80)
+    np.testing.assert_array_equal(cls[starts], _regex_classes(gpt2=False)[cps])
+    assert (cls[np.flatnonzero((data & 0xC0) == 0x80)] == 8).all() and cls[n] == 0
+
+
+@pytest.mark.parametrize("layout", LAYOUT_IDS)
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_pretok_matches_regex(name, layout):
+    pattern = PATTERNS[name]
+    enc = tiny_encoding(pattern)
+    be = backend(layout)
+    assert be.model_plan(enc.model).mode == "device"
+    docs = pretok_docs()
+    buf, off = pack(docs)
+    pstart, spec, doc_entry = device_entries(be, enc, buf, off)
+    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(pattern)))
+    np.testing.assert_array_equal(pstart, want)
+    np.testing.assert_array_equal(doc_entry, want_doc)
+
+
+@pytest.mark.parametrize("layout", LAYOUT_IDS)
+def test_pretok_with_special_tokens_matches_host_paths(layout):
+    enc = gputok.get_encoding("cl100k_base")
+    eot = "<|endoftext|>"
+    docs = [f"{eot}hello{eot}", f"x's {eot}{eot}  \n{eot}", eot, "", "no specials 12345 ",
+            f"a  {eot}  b\r\n{eot}'ll 99999{eot}"] + tricky_texts(60, seed=3)
+    buf, off = pack(docs)
+    sp = specials_of(enc, buf, off, [eot])
+    got = {mode: device_entries(backend(layout, pretok=mode), enc, buf, off, sp)
+           for mode in ("device", "scanner", "split")}
+    for mode in ("scanner", "split"):
+        for a, b in zip(got["device"], got[mode]):
+            np.testing.assert_array_equal(a, b, err_msg=mode)
+    assert (got["device"][1] == enc._special_tokens[eot]).sum() == len(sp[0])
+
+
+@pytest.mark.parametrize("layout", LAYOUT_IDS)
+@pytest.mark.parametrize("rule", ["tiktoken", "hf"])
+def test_merge_and_emit_match_the_sequential_rule(rule, layout):
+    enc = gputok.get_encoding("r50k_base") if rule == "tiktoken" else hf_encoding("llama3")
+    pieces = merge_pieces()
+    for whole in ((True, False) if rule == "tiktoken" else (True,)):
+        for dedup in (False, True):
+            be = backend(layout, dedup=dedup)
+            ids, out_doc, doc_entry = run_merge(be, enc, pieces, whole)
+            expect = expected_merge(enc.model.merge_table, pieces, whole)
+            assert ids.tolist() == [t for e in expect for t in e], (whole, dedup)
+            lens = np.array([len(e) for e in expect])
+            np.testing.assert_array_equal(out_doc,
+                                          np.concatenate([[0], np.cumsum(lens)])[doc_entry])
+
+
+# ---------------------------------------------------------------- 2. the pipeline
+
+@pytest.mark.parametrize("layout", LAYOUT_IDS)
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base"])
+def test_pipeline_matches_tiktoken(name, layout):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    docs = e2e_docs()
+    be = backend(layout, chunk_bytes=3000, dedup=layout != "1-thread")  # many chunks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)  # o200k: pieces on the CPU
+        assert_same(enc, be, docs, [tk.encode_ordinary(d) for d in docs])
+    assert be.dev.launches["encode_merge_short"] > 4
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base"])
+def test_pipeline_special_tokens(name):
+    import random
+
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    specials = sorted(enc.special_tokens_set)
+    rng = random.Random(9)
+    docs = [t + rng.choice(specials) + u for t, u in zip(e2e_docs()[::3], e2e_docs()[1::3])]
+    docs += [specials[0] * 3, f" {specials[-1]}\n", "<|endof" + "text|>", ""]
+    be = backend("3-threads-small-blocks", chunk_bytes=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(enc, be, docs, [tk.encode(d, allowed_special="all") for d in docs],
+                    allowed=frozenset(specials))
+        with pytest.raises(ValueError, match=r"(?s)document 0: .*allowed_special"):
+            be.encode(enc.model, Documents(docs), frozenset(), frozenset(specials))
+
+
+@pytest.mark.parametrize("key", ["llama3", "qwen2"])
+def test_pipeline_matches_hf_tokenizers(key):
+    enc, hf = hf_encoding(key), hf_oracle(key)
+    specials = sorted(enc.special_tokens_set)[:2]
+    docs = e2e_docs() + [f"x {specials[0]}y{specials[1]}\n"]
+    be = backend("2-threads-grid-strides", chunk_bytes=8000)
+    expect = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)  # qwen2: NFC on the host
+        assert_same(enc, be, docs, expect, allowed=frozenset(enc.special_tokens_set))
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("r50k_base", set()), ("cl100k_base", set()), ("llama3", set()),
+    ("o200k_base", {("pretok", "scanner")}), ("qwen2", {("normalize", "host")})])
+def test_fallbacks_are_exactly_the_host_stages(name, expected):
+    enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
+    be = native.create(threads=2)
+    docs = ["e\u0301t\u00e9 caf\u0065\u0301 ", "plain text", ""]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    assert set(be.fallbacks) == expected
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+        [enc.encode(d) for d in docs]
+
+
+def test_every_kernel_runs_on_real_volumes():
+    """The full corpora (with special tokens, a long piece and repeats), then a uint16
+    vocabulary: every kernel of the module and both scans run; ids as tiktoken's."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    docs = [d for kind in testdata.KINDS for d in testdata.corpus(kind)]
+    docs += ["<|endoftext|> x " + "a" * 5000, "ab" * 300 + "<|endoftext|>"]
+    be = native.create(threads=2, chunk_bytes=1 << 20)
+    ids, off = be.encode(enc.model, Documents(docs), frozenset(["<|endoftext|>"]), frozenset())
+    expect = tk.encode_batch(docs, allowed_special={"<|endoftext|>"}, num_threads=2)
+    got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+    assert sum(a != b for a, b in zip(got, expect)) == 0
+    r50k, tk50 = gputok.get_encoding("r50k_base"), tiktoken_oracle("r50k_base")  # uint16 ids
+    ids, off = be.encode(r50k.model, Documents(docs[::10]), frozenset(), frozenset())
+    assert ids.dtype == np.uint16
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs[::10]))] == \
+        tk50.encode_ordinary_batch(docs[::10], num_threads=2)
+    assert set(be.dev.launches) == set(be.dev.lib.kernels) | {"scan_add", "scan_max"}
+    assert min(be.dev.launches.values()) >= 1 and not be.fallbacks
+
+
+def test_profile_marks_are_stream_timestamps():
+    enc = gputok.get_encoding("cl100k_base")
+    be = native.create(threads=2, chunk_bytes=5000)
+    be.profile = []
+    be.encode(enc.model, Documents(e2e_docs()), frozenset(), frozenset())
+    assert len(be.profile) >= 2
+    for p in be.profile:
+        assert set(p["ms"]) == {"h2d", "pretok", "entries", "merge", "emit"}
+        assert all(v >= 0 for v in p["ms"].values()) and p["ms"]["pretok"] > 0
+
+
+def test_encode_batch_arrays_and_long_texts_take_it():
+    enc = gputok.get_encoding("cl100k_base")
+    ids, off = enc.encode_batch_arrays(["hello world", "", "x" * 300], backend="native")
+    assert ids.tolist() == [15339, 1917] + enc.encode("x" * 300) and off.tolist()[:3] == [0, 2, 2]
+    text = "a" * 100_000 + " tail"  # one long piece: encode_merge_long on one thread
+    assert enc.encode_ordinary(text) == tiktoken_oracle("cl100k_base").encode_ordinary(text)
+
+
+# ---------------------------------------------------------------- 3. the module
+
+def test_arguments_are_checked_before_a_launch():
+    dev = native.NativeDevice(1)
+    d = np.zeros(4, np.uint32)
+    ok = [d, np.zeros(4, np.uint32), np.int64(2), np.zeros(4, np.int64)]
+    dev.launch("encode_doc_offsets", (1,), (32,), ok)  # doc_entry, out_off, n_docs1, out_doc
+    bad = [
+        ([d, d, 2, np.zeros(4, np.int64)], "numpy int64 scalar"),
+        ([d, d, np.int32(2), np.zeros(4, np.int64)], "numpy int64 scalar"),
+        ([d.astype(np.int32), d, np.int64(2), np.zeros(4, np.int64)], "array of uint32"),
+        ([d, d, np.int64(2), np.zeros(4, np.int64)[::2]], "contiguous"),
+        ([d, d, np.int64(2)], "3 arguments for 4"),
+    ]
+    ro = np.zeros(4, np.int64)
+    ro.flags.writeable = False
+    bad.append(([d, d, np.int64(2), ro], "read-only"))
+    for args, msg in bad:
+        with pytest.raises(TypeError, match=msg):
+            dev.launch("encode_doc_offsets", (1,), (32,), args)
+    with pytest.raises(KeyError, match="encode_scan_apply_add"):
+        dev.launch("encode_scan_apply_add", (1,), (32,), ok)  # block scans have no host form
+
+
+def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
+    path, cxx, units, fl = native_build.library_path()
+    assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_merge.cpp",
+                                            "encode_emit.cpp", "host_runtime.cpp"}
+    before = path.stat().st_mtime_ns
+    assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
+    monkeypatch.setenv("GPUTOK_NATIVE_FLAGS", "-DGPUTOK_TEST_FLAG=1")
+    assert native_build.library_path()[0] != path
+    changed = dict(units, **{"encode_emit.cpp": units["encode_emit.cpp"] + "\n"})
+    assert native_build.library_key(cxx, changed, fl) != native_build.library_key(cxx, units, fl)
+    # every unit holds the exact source every device gets (constants injected)
+    from gputok.backends import kernels
+
+    assert native_build._unit_text(kernels.build_source("encode_merge.cu")[0]) in units["encode_merge.cpp"]
+
+
+def _fake_compiler(tmp_path, body: str) -> str:
+    exe = tmp_path / "fake-c++"
+    exe.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'fake c++ 1.0'; exit 0; fi\n"
+                   + body)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe)
+
+
+def test_without_a_compiler_auto_takes_numpy(monkeypatch, tmp_path):
+    from gputok import backends
+
+    monkeypatch.setenv("GPUTOK_CXX", str(tmp_path / "no-such-compiler"))
+    ok, why = native.available()
+    assert not ok and "GPUTOK_CXX" in why and "no-such-compiler" in why
+    assert backends.availability()["native"] == (False, why)
+    monkeypatch.setattr(backends, "_instances", {})
+    with pytest.raises(RuntimeError, match="backend 'native' is not available"):
+        backends.get_backend("native")
+    from gputok.stages import counters
+
+    counters.clear()
+    assert backends.get_backend("auto").name == "numpy"
+    assert backends.auto_report["skipped"]["native"] == why
+    assert counters["backend.auto.skipped.native"] == 1
+    assert backends.availability()["numpy"][1].endswith("used by backend='auto'")
+
+
+def test_a_failing_compiler_is_a_visible_fallback(monkeypatch, tmp_path):
+    from gputok import backends
+    from gputok.stages import counters
+
+    monkeypatch.setenv("GPUTOK_CXX", _fake_compiler(tmp_path, "echo 'error: boom' >&2\nexit 1\n"))
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(native_build.NativeBuildError, match="(?s)boom.*GPUTOK_CXX"):
+        native_build.build()
+    monkeypatch.setattr(backends, "_instances", {})
+    counters.clear()
+    with pytest.warns(FallbackWarning, match="native backend failed to start"):
+        assert backends.get_backend("auto").name == "numpy"
+    assert counters["backend.auto.failed.native"] == 1
+    assert "boom" in backends.auto_report["skipped"]["native"]
+
+
+def test_auto_takes_native_when_there_is_no_gpu(monkeypatch):
+    from gputok import backends
+
+    monkeypatch.setattr(backends, "_instances", {})
+    if backends.availability()["cuda"][0] or backends.availability()["metal"][0]:
+        pytest.skip("a GPU backend is available here: auto takes it")
+    assert backends.get_backend("auto").name == "native"
+    assert backends.auto_report["backend"] == "native"
+    assert set(backends.auto_report["skipped"]) == {"cuda", "metal"}
+
+
+def _encode_in_child(queue):
+    enc = gputok.get_encoding("cl100k_base")
+    be = native.create(threads=2, chunk_bytes=2000)  # streams made again in this process
+    ids, off = be.encode(enc.model, Documents(EDGE * 3), frozenset(), frozenset())
+    queue.put((ids.tolist(), off.tolist()))
+
+
+def test_a_forked_child_gets_its_own_workers():
+    enc = gputok.get_encoding("cl100k_base")
+    be = native.create(threads=2, chunk_bytes=2000)
+    ids, off = be.encode(enc.model, Documents(EDGE * 3), frozenset(), frozenset())  # streams up
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_encode_in_child, args=(q,))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(60)
+    assert p.exitcode == 0 and got == (ids.tolist(), off.tolist())
+
+
+def test_threads_option_and_environment(monkeypatch):
+    monkeypatch.setenv("GPUTOK_NUM_THREADS", "3")
+    assert native.threads_default() == 3 and native.NativeDevice().threads == 3
+    monkeypatch.setenv("GPUTOK_NUM_THREADS", "zero")
+    with pytest.raises(ValueError, match="GPUTOK_NUM_THREADS"):
+        native.threads_default()
+    monkeypatch.delenv("GPUTOK_NUM_THREADS")
+    assert native.threads_default() == len(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        native.NativeDevice(0)
+
+
+# ---------------------------------------------------------------- giant documents
+
+def _giant_line() -> str:
+    return " ".join(d.replace("\n", " ") for d in testdata.corpus("prose", max_mb=0.6)
+                    + testdata.corpus("multilingual", max_mb=0.2))
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base", "llama3", "qwen2"])
+def test_a_giant_line_runs_as_ordinary_chunks(name):
+    from gputok.stages import counters
+
+    line = _giant_line()
+    if name in ("llama3", "qwen2"):
+        enc, hf = hf_encoding(name), hf_oracle(name)
+        sp = sorted(enc.special_tokens_set)[0]
+        docs = [line, "short", line[:200_000] + sp + " " + line[200_000:400_000], ""]
+        want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    else:
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        sp = sorted(enc.special_tokens_set)[0]
+        docs = [line, "short", line[:200_000] + sp + " " + line[200_000:400_000], ""]
+        want = tk.encode_batch(docs, allowed_special={sp}, num_threads=2)
+    be = native.create(threads=2, chunk_bytes=40_000)
+    before = counters["device.chunks"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = be.encode(enc.model, Documents(docs), frozenset([sp]), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+    assert counters["device.chunks"] - before >= len(line.encode()) // 40_000
+
+
+def test_cut_points_are_safe_and_outside_token_spans():
+    from gputok.backends.hostplan import cut_long_documents
+
+    text = ("word " * 3000 + "é" * 500 + " x").encode()
+    buf = text + b"a" * 20_000 + text
+    off = np.array([0, len(text), len(text) + 20_000, len(buf)], np.int64)
+    spans = (np.array([1000, 6000], np.int64), np.array([1012, 6400], np.int64),
+             np.array([1, 2], np.uint32))
+    sub, keep = cut_long_documents(buf, off, spans, 1000)
+    assert sub[keep].tolist() == off.tolist() and (np.diff(sub) > 0).all()
+    cuts = sorted(set(sub.tolist()) - set(off.tolist()))
+    for p in cuts:
+        assert buf[p - 1:p + 2].decode().isascii() and buf[p:p + 1] == b" "
+        assert buf[p - 1:p].isalpha() and buf[p + 1:p + 2].isalpha()
+        assert not any(a <= p < b for a, b in zip(*spans[:2]))
+    assert not [p for p in cuts if off[1] < p < off[2]]  # "a" * 20000: no safe point, kept whole
+    parts = np.diff(sub)
+    assert parts.max() <= 20_000 and (parts[:5] <= 1000).all()
+    assert cut_long_documents(buf, off, spans, 10 ** 6) == (off, None)
+
+
+def test_no_cuts_for_pre_tokenizers_without_known_safe_points():
+    enc = gputok.get_encoding("cl100k_base")
+    line = _giant_line()[:300_000]
+    be = backend("1-thread", pretok="split", chunk_bytes=40_000)  # host split: not cut
+    with pytest.warns(FallbackWarning, match="pre-tokenizer split"):
+        ids, off = be.encode(enc.model, Documents([line]), frozenset(), frozenset())
+    assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(line)
+    assert be.dev.launches["encode_merge_short"] == 1  # one document, one chunk

@@ -1,0 +1,112 @@
+"""gputok.ranks_cache: bundled vocabularies stored ready to map (start-up in milliseconds).
+
+The cached table must answer exactly as the parsed dict does (lookups through the crc32 index,
+then as a real dict), the decoder must fill on demand and completely on bulk use, a damaged
+cache file must be ignored, and named encodings built from the cache must encode as tiktoken.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+import gputok
+from conftest import tiktoken_oracle
+from gputok import ranks_cache, registry
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def small_ranks() -> dict:
+    rng = random.Random(3)
+    ranks = {bytes([b]): b for b in range(256)}
+    while len(ranks) < 3000:
+        tok = bytes(rng.randrange(256) for _ in range(rng.randrange(2, 9)))
+        ranks.setdefault(tok, len(ranks))
+    return ranks
+
+
+def test_the_table_answers_as_the_dict(cache):
+    ranks = small_ranks()
+    key = ranks_cache.source_key(b"test vocabulary")
+    assert ranks_cache.load(key) is None
+    table = ranks_cache.store(key, ranks, "d" * 32)
+    assert isinstance(table, ranks_cache.RankTable) and table.digest == "d" * 32
+    assert len(table) == len(ranks) and table._dict is None
+    misses = [t + b"\x00\x01" for t in list(ranks)[:300]] + [b"", b"\xff" * 40]
+    for tok, r in list(ranks.items())[:800]:
+        assert table[tok] == r and tok in table and table.get(tok) == r
+    for tok in misses:
+        assert table.get(tok) is None and tok not in table and table.get(tok, -1) == -1
+    with pytest.raises(KeyError):
+        table[b"\xfe\xfd\xfc\xfb\xfa"]
+    assert table._dict is None  # still through the index
+    assert dict(table.items()) == ranks  # bulk use: a real dict
+    assert table.get.__self__ is table._dict  # and lookups are the dict's own from then on
+    assert pickle.loads(pickle.dumps(table)) == ranks
+
+
+def test_many_lookups_build_the_dict(cache):
+    ranks = small_ranks()
+    table = ranks_cache.store(ranks_cache.source_key(b"x"), ranks, "e" * 32)
+    toks = list(ranks)
+    for k in range(ranks_cache.MATERIALIZE_AFTER + 1):
+        assert table.get(toks[k % len(toks)]) == ranks[toks[k % len(toks)]]
+    assert table._dict == ranks
+
+
+def test_the_decoder_fills_on_demand(cache):
+    ranks = small_ranks()
+    table = ranks_cache.store(ranks_cache.source_key(b"y"), ranks, "f" * 32)
+    dec = ranks_cache.RankDecoder(table)
+    dec[5000] = b"<|special|>"
+    inverse = {r: t for t, r in ranks.items()}
+    assert dec[17] == inverse[17] and dec[2999] == inverse[2999] and dec[5000] == b"<|special|>"
+    assert dict.__len__(dec) == 3  # only what was asked for
+    assert 100 in dec and 4000 not in dec and dec.get(4000) is None
+    with pytest.raises(KeyError):
+        dec[4000]
+    assert len(dec) == len(ranks) + 1 and dec.max_key() == 5000
+    assert dict(dec.items()) == {**inverse, 5000: b"<|special|>"}
+    assert pickle.loads(pickle.dumps(dec)) == {**inverse, 5000: b"<|special|>"}
+
+
+def test_a_damaged_cache_file_is_ignored(cache):
+    ranks = small_ranks()
+    key = ranks_cache.source_key(b"z")
+    ranks_cache.store(key, ranks, "a" * 32)
+    path = cache / f"ranks-{key}.bin"
+    blob = path.read_bytes()
+    path.write_bytes(blob[:len(blob) // 2])  # truncated
+    assert ranks_cache.load(key) is None
+    path.write_bytes(b"not a cache file at all")
+    assert ranks_cache.load(key) is None
+
+
+@pytest.mark.filterwarnings("ignore::gputok.backends.FallbackWarning")  # o200k: host pretok
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base"])
+def test_named_encodings_from_the_cache_encode_as_tiktoken(cache, name):
+    stem = {"r50k_base": "r50k_base"}.get(name, name)
+    parsed, digest = registry._bundled_ranks(stem)  # parses, writes the cache
+    cached, digest2 = registry._bundled_ranks(stem)  # reads it back
+    assert isinstance(cached, ranks_cache.RankTable) and digest2 == digest
+    assert len(cached) == len(parsed)
+    enc = {"cl100k_base": registry._cl100k_base, "o200k_base": registry._o200k_base,
+           "r50k_base": lambda: registry._r50k("r50k_base")}[name]()
+    assert isinstance(enc.model.ranks, ranks_cache.RankTable)
+    tk = tiktoken_oracle(name)
+    texts = ["hello world", "Grüße, 世界! 👋🏽 code: x += 1\n", "<|endoftext|> as text", ""]
+    for t in texts:
+        assert enc.encode_ordinary(t) == tk.encode_ordinary(t)
+        assert enc.decode(enc.encode_ordinary(t)) == t
+    assert enc.max_token_value == tk.max_token_value and enc.n_vocab == tk.n_vocab
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [tk.eot_token]
+    ids, off = enc.encode_batch_arrays(texts * 50, disallowed_special=())  # the batch path
+    assert ids.tolist() == [i for t in texts * 50 for i in tk.encode_ordinary(t)]
+    assert gputok.get_encoding(name).encode("hello world") == tk.encode("hello world")

@@ -1,0 +1,285 @@
+"""gputok.unicode.pin_pattern: pinned patterns split text exactly as the oracle engines do.
+
+tiktoken's pieces are recovered with a vocabulary holding every substring of the probe strings:
+a piece that is a token comes back as one id (tiktoken's rule), so decoding the ids yields the
+pieces. HF's come from ``pre_tokenizers.Split(Regex(pattern), "isolated")``. The boundary walk
+probes every code point where a class flag changes, a sample inside every run, and the members of
+the contraction letters' case folds, each in several contexts, through cl100k / o200k / GPT-2
+(tiktoken) and the Qwen2 / Llama 3 tokenizer.json patterns (HF).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import regex
+
+from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
+from gputok import unicode as gu
+
+sys.path.insert(0, str(Path(__file__).parent))
+import testdata  # noqa: E402
+
+TEMPLATES = ("{c}.a", "a{c}1", "{c}'s", " {c}", "A{c}b")
+KIMI_K2 = ("[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+           "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+           "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+"
+           "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+           "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def tiktoken_pieces(pattern: str, texts: list) -> list:
+    try:
+        import tiktoken
+    except ImportError:
+        pytest.skip("tiktoken is not installed: no oracle for the tiktoken family")
+    enc = tiktoken.Encoding("pieces", pat_str=pattern, mergeable_ranks=_substrings(tuple(texts)),
+                            special_tokens={})
+    return [[enc.decode_single_token_bytes(i).decode() for i in ids]
+            for ids in enc.encode_ordinary_batch(texts, num_threads=2)]
+
+
+@functools.lru_cache(maxsize=4)
+def _substrings(texts: tuple) -> dict:
+    """Ranks for the 256 bytes and every substring of the texts (each piece is one token)."""
+    ranks = {bytes([b]): b for b in range(256)}
+    for t in texts:
+        for i in range(len(t)):
+            for j in range(i + 1, len(t) + 1):
+                ranks.setdefault(t[i:j].encode(), len(ranks))
+    return ranks
+
+
+def hf_pieces(pattern: str, texts: list) -> list:
+    try:
+        from tokenizers import Regex, pre_tokenizers
+    except ImportError:
+        pytest.skip("tokenizers is not installed: no oracle for the hf family")
+    split = pre_tokenizers.Split(Regex(pattern), "isolated")
+    return [[p for p, _ in split.pre_tokenize_str(t)] for t in texts]
+
+
+def pinned_pieces(pattern: str, family: str, texts: list, plain: bool = False) -> list:
+    """Pieces from ``compile_pinned`` (or, ``plain``, from ``pin_pattern``'s text compiled)."""
+    rx = regex.compile(gu.pin_pattern(pattern, family)) if plain else \
+        gu.compile_pinned(pattern, family)
+    if family == "tiktoken":  # tiktoken keeps the matches only
+        return [rx.findall(t) for t in texts]
+    out = []
+    for t in texts:  # HF "isolated": matches and the gaps between them
+        pieces, pos = [], 0
+        for m in rx.finditer(t):
+            if m.start() > pos:
+                pieces.append(t[pos:m.start()])
+            if m.end() > m.start():
+                pieces.append(m.group())
+            pos = m.end()
+        if pos < len(t):
+            pieces.append(t[pos:])
+        out.append(pieces)
+    return out
+
+
+def oracle_pieces(pattern: str, family: str, texts: list) -> list:
+    return (tiktoken_pieces if family == "tiktoken" else hf_pieces)(pattern, texts)
+
+
+def assert_same(pattern: str, family: str, texts: list, plain_every: int = 1) -> None:
+    """compile_pinned on every text, pin_pattern's plain text on every ``plain_every``-th one
+    (explicit ranges make the regex module ~15x slower)."""
+    want = oracle_pieces(pattern, family, texts)
+    for plain, step in ((False, 1), (True, plain_every)):
+        got = pinned_pieces(pattern, family, texts[::step], plain)
+        bad = [(t, w, g) for t, w, g in zip(texts[::step], want[::step], got) if w != g]
+        assert not bad, f"{family} {pattern!r} (plain={plain}): {len(bad)} texts differ, " \
+                        f"e.g. {bad[:3]}"
+
+
+@functools.lru_cache(maxsize=None)
+def boundary_texts(family: str) -> tuple:
+    flags = gu.class_flags(family)
+    table = flags["table"]
+    change = np.flatnonzero(table[1:] != table[:-1]) + 1
+    cps = set(change.tolist()) | set((change - 1).tolist())
+    starts, ends = np.append(0, change), np.append(change, 0x110000)
+    cps |= set(np.random.default_rng(0).integers(starts, ends).tolist())  # one inside each run
+    for ch in gu.FOLD_LETTERS:
+        cps |= set(flags["fold_" + ch].tolist())
+    chars = [chr(c) for c in sorted(cps) if not 0xD800 <= c <= 0xDFFF]
+    return tuple(t.format(c=c) for c in chars for t in TEMPLATES)
+
+
+def hf_pattern(key: str) -> str:
+    path = testdata.vocab_path({"qwen2": "qwen2_tokenizer_json",
+                                "llama3": "llama3_tokenizer_json"}[key])
+    pre = json.loads(path.read_text("utf-8"))["pre_tokenizer"]
+    return next(p["pattern"]["Regex"] for p in pre["pretokenizers"] if p["type"] == "Split")
+
+
+# ----------------------------------------------------------------------------------------------
+# boundary walk: real patterns on every class boundary
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k", "gpt2"])
+def test_boundary_walk_tiktoken(name):
+    pattern = {"cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN, "gpt2": GPT2_PATTERN}[name]
+    texts = boundary_texts("tiktoken")
+    assert len(texts) > 25_000
+    assert_same(pattern, "tiktoken", texts, plain_every=13)
+
+
+@pytest.mark.parametrize("key", ["qwen2", "llama3"])
+def test_boundary_walk_hf(key):
+    assert_same(hf_pattern(key), "hf", boundary_texts("hf"), plain_every=13)
+
+
+def test_kimi_k2_pattern_with_class_intersections():
+    texts = ["中文English混合Text's", "ÀB中c'S d", "日本語のテキスト ABCdef", "\U0003e472.a 123456"]
+    texts += list(boundary_texts("tiktoken"))[::7]
+    assert_same(KIMI_K2, "tiktoken", texts, plain_every=5)
+
+
+# ----------------------------------------------------------------------------------------------
+# engine rules, construct by construct
+# ----------------------------------------------------------------------------------------------
+
+TEXTS = ["a\u00b2 \u00b3\u00bd_\u00b9x", "a\na\r\na\n", "a\n\n", "a\nb", "aA ſ K k\u212a kK",
+         "ß ss SS ẞ sst ßt", "x1 y2\r\n z",
+         " \n\n  a b", "éÉ\u0301 e\u0301", "中文かなカナ한글 abc", "Ωω\u0345ιΙ\u1fbe", "ab ba a b",
+         "AB Ab ab aB", "]a-b^c", "\t\x0b\x0c \u00a0\u2028x", "0x1F 9af G", "\U0003e472.a\u1c89 b",
+         "'s 'S 'll 'LL 're", "ǅ ǆ Ǆ µ μ Μ", "\ud7fe\ud7ff\ue000\ue001 \u0378\U000f0000"]
+BOTH = [r"a$", r"^a", r"(?m:^a)", r"(?m:a$)", r"a\Z", r"a\z", r"\Aa", r"\ba\w*", r"a\B\w",
+        r"(?i)k+", r"(?i:[^k])", r"(?i:[\p{Lu}&&[a-z]])", r"(?i:\p{Lu})", r"(?i:[\p{Lu}])",
+        r"(?i:\P{Ll})", r"(?i:[\P{Ll}])", r"(?i:[^\p{Lu}])", r"(?i:[k&&\p{Lu}])",
+        r"(?i:[[k]&&\p{Lu}])", r"(?i:[\p{Lu}&&[^K]])", r"(?i:[a-z&&[^k]])", r"(?i:\u00b5)",
+        r"[\p{L}&&[^\p{Han}]]+", r"[^\s\p{L}\p{N}]+", r"\p{Greek}+", r"\p{^L}+", r"\P{^L}+",
+        r"a(?i)b|c", r"x(?:a(?i)b|c)", r"(?i:a(?-i)a)", r"(?i)a(?-i:b)", r"[\w&&[^\d]]+",
+        r"[a-z&&[^aeiou]]+", r"\h+", r"\H+", r"\x{61}+", r"[\x{61}-\x{63}]+", r"\t|\n|\r|\v|\f",
+        r"[]a]", r"[^]a]+", r"[a-]", r"\N+", r"(a)\1", r"\p{Letter}\p{Uppercase_Letter}",
+        r"\p{Hani}+|\p{Hira}|\p{Kana}|\p{Hang}", r"\p{White_Space}+", r"\p{Alpha}+", r"\s+\S",
+        r"\d+\D", r"\w+\W", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"'(?i:[sdmt]|ll|ve|re)", r".",
+        r"(?#note)a", r"\p{LC}+", r"[\p{Sm}\p{Sc}\p{Sk}\p{So}]+", r"\p{Zs}|\p{Zl}|\p{Cc}",
+        r"(?i:ǆ)", r"(?i:[ǅ])", r"[^\x{D7FF}\x{E000}]", r"[^\p{Cn}\p{Co}]", r"[^\p{C}]",
+        r"\P{C}", r"[^\x{D7FC}-\x{D7FF}\x{E000}-\x{F8FF}]", r"[\p{Cn}\p{Co}&&[^\x{D7FF}]]",
+        r"[^\x{0}-\x{5FF}]", r"[\x{0}-\x{10FFFF}&&[^\x{20}-\x{5FF}]]", r"[x&&[\x{0}-\x{5FF}]]",
+        r"[\w&&[^a-z]]", r"[^\w\s]", r"\w\W[\w][^\W]"]
+ONLY = {"tiktoken": [r"(?s:.)", r"(?m:\n^)", r"[\w--\d]+", r"[a-c~~b-d]+", r"\pL+\pN",
+                     r"\p{IsGreek}", r"\p{gc=Lu}", r"\p{Script=Han}+", r"\u{61}", r"(?i:ss)",
+                     r"(?i)\p{ASCII}+", r"\p{Any}"],
+        "hf": [r"(?m:.)", r"\n^", r"\pL", r"\141", r"\0", r"(?i:[ǅa-c])+"]}
+
+
+@pytest.mark.parametrize("family", gu.FAMILIES)
+def test_constructs_match_the_engine(family):
+    for pattern in BOTH + ONLY[family]:
+        assert_same(pattern, family, TEXTS)
+
+
+def test_hf_flag_scope_and_anchors_spelled_out():
+    assert gu.pin_pattern(r"a(?i)b|c", "hf") == "a(?:[Bb]|[Cc])"
+    assert gu.pin_pattern(r"a(?i)b|c", "tiktoken") == "a[Bb]|[Cc]"
+    assert gu.pin_pattern(r"^a$", "hf") == r"(?:\A|(?<=\n)(?!\Z))a(?=\n|\Z)"
+    assert gu.pin_pattern(r"^a$", "tiktoken") == r"\Aa\Z"
+    assert gu.pin_pattern(r"\s++$|x\Z", "tiktoken").endswith(r"++\Z|x(?=\n*\Z)")
+    assert gu.pin_pattern(r"[\r\n]{1,3}+\p{Zl}", "hf") == r"[\x0a\x0d]{1,3}+[\u2028]"
+    assert gu.pin_pattern(r"(?>a)(?<=b)(?P<n>c)(?P=n)", "tiktoken") == r"(?>a)(?<=b)(?P<n>c)(?P=n)"
+
+
+@pytest.mark.parametrize("family,pattern,message", [
+    ("tiktoken", r"\p{Klingon}", r"unknown property \\p\{Klingon\}"),
+    ("hf", r"\p{Script=Han}", r"unknown property"),  # Oniguruma rejects key=value
+    ("hf", r"[\w--\d]", r"bad range"),  # Oniguruma has no class difference
+    ("tiktoken", r"[[:alpha:]]", r"POSIX"),
+    ("tiktoken", r"(?x) a", r"flag 'x'"),
+    ("hf", r"(?s:.)", r"flag 's'"),
+    ("tiktoken", r"\K", r"escape \\K"),
+    ("hf", r"(?i:ss)", r"Oniguruma also matches"),
+    ("hf", r"(?i:[ß])", r"several-character"),
+    ("tiktoken", r"(?i:é)x(", r"missing '\)'"),
+    ("tiktoken", r"a)", r"unbalanced"),
+    ("tiktoken", r"[ab", r"unterminated bracket"),
+    ("tiktoken", r"(a)(?i)\1", r"backreference under \(\?i\)"),
+    ("hf", r"[x&&[^\x00-\u05ff]]", r"mis-evaluated by Oniguruma"),
+])
+def test_unpinnable_patterns_raise(family, pattern, message):
+    with pytest.raises(ValueError, match=message) as err:
+        gu.pin_pattern(pattern, family)
+    assert repr(pattern) in str(err.value) and family in str(err.value)
+
+
+def test_compile_pinned_is_cached():
+    a = gu.compile_pinned(CL100K_PATTERN, "tiktoken")
+    assert gu.compile_pinned(CL100K_PATTERN, "tiktoken") is a
+    assert a.findall("\U0003e472.a") == ["\U0003e472.", "a"]  # U+3E472: a letter in Unicode 17
+
+
+# ----------------------------------------------------------------------------------------------
+# independence from the installed regex release
+# ----------------------------------------------------------------------------------------------
+
+def want_cl100k(texts: list) -> list:
+    return [gu.compile_pinned(CL100K_PATTERN, "tiktoken").findall(t) for t in texts]
+
+
+_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import importlib.metadata, regex
+sys.path.insert(1, sys.argv[2])
+from gputok import unicode as gu
+texts = json.load(open(sys.argv[3]))
+out = {"regex": importlib.metadata.version("regex"), "file": regex.__file__,
+       "unicode16": bool(regex.match(r"\p{L}", "\u1c89")) and not regex.match(r"\p{L}",
+                                                                          "\U000323b0")}
+for fam, pat in json.load(open(sys.argv[4])):
+    out[fam + pat] = [gu.compile_pinned(pat, fam).findall(t) for t in texts]
+    out["plain" + fam + pat] = [regex.compile(gu.pin_pattern(pat, fam)).findall(t)
+                                for t in texts[::10]]
+    out["unpinned" + fam + pat] = [regex.findall(pat, t) for t in texts]
+json.dump(out, open(sys.argv[5], "w"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["2023.6.3", "2024.11.6", "2026.5.9"])
+def test_pieces_do_not_depend_on_the_regex_release(release, tmp_path_factory):
+    """regex 2023.6.3 (Unicode 15.0, the oldest gputok supports), 2024.11.6 (16.0) and
+    2026.5.9 (17.0), each installed into its own directory and imported first in a child
+    process: compile_pinned and pin_pattern give the pieces computed here."""
+    root = Path(os.environ.get("GPUTOK_TEST_DATA", Path.home() / ".cache/gputok-test-data"))
+    target = root / "regex-releases" / release
+    if not (target / "regex").is_dir():
+        tmp = tmp_path_factory.mktemp("pip")
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                            "--target", str(tmp), f"regex=={release}"],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode:
+            pytest.skip(f"pip could not install regex=={release} (no registry?): "
+                        f"{r.stderr.strip()[-300:]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+    work = tmp_path_factory.mktemp("child")
+    texts = list(boundary_texts("tiktoken"))[::3]
+    pats = [("tiktoken", CL100K_PATTERN), ("tiktoken", O200K_PATTERN), ("hf", hf_pattern("qwen2"))]
+    (work / "t.json").write_text(json.dumps(texts))
+    (work / "p.json").write_text(json.dumps(pats))
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", _CHILD, str(target), str(repo), str(work / "t.json"),
+                    str(work / "p.json"), str(work / "out.json")], check=True, timeout=600)
+    out = json.loads((work / "out.json").read_text())
+    assert out["regex"] == release and str(target) in out["file"]
+    for fam, pat in pats:
+        want = [gu.compile_pinned(pat, fam).findall(t) for t in texts]
+        assert out[fam + pat] == want, fam
+        assert out["plain" + fam + pat] == want[::10], fam
+    # the test has teeth: unless its tables are the oracles' Unicode 16.0, this release splits
+    # some texts differently without pinning
+    unpinned = out["unpinned" + "tiktoken" + CL100K_PATTERN]
+    assert (unpinned == want_cl100k(texts)) == out["unicode16"], release
