@@ -1,6 +1,6 @@
 """gputok's WordPiece (BERT tokenizer.json): pinned Unicode tables, the stages, the kernel.
 
-* the BERT tables (``gputok.bert_unicode``) equal a live probe of HF on every code point where
+* the BERT tables (``gputok.unicode.bert``) equal a live probe of HF on every code point where
   they differ from Python's ``unicodedata``, and the normaliser + pre-tokenizer equal HF's on
   every code point alone and in context, with each normaliser option;
 * ids: HF == cpu_ref == gputok on the MiniLM vocabulary (uncased, cased, no CJK spacing, strip
@@ -24,7 +24,7 @@ import gputok
 import testdata
 from conftest import fuzz_examples
 from cpu_ref.wordpiece import RefWordPiece
-from gputok import bert_unicode as bu
+from gputok.unicode import bert as bu
 from gputok.stages import counters, reset_counters
 from gputok.stages.bert import BertSteps
 from gputok.stages.wordpiece import WordPieceFamily, encode_wordpiece
@@ -119,14 +119,24 @@ def test_tables_equal_hf_where_python_differs():
 
 
 def test_table_file_is_what_the_generator_writes(tmp_path):
-    """The shipped file holds what it says (counts in its header) and reads back the same."""
-    arrays, meta = bu.read(bu.data_path())
-    bu.write(tmp_path / "x.bin", arrays, meta)
-    assert (tmp_path / "x.bin").read_bytes() == bu.data_path().read_bytes()
+    """The shipped file holds what it says (counts in its header), reads back the same, and its
+    DECOMP / LOWER flags are exactly the keys of the shared hf_norm mappings it is used with."""
+    from gputok.unicode import store
+
+    f = store.load(bu.FILE)
+    runs = f.get("runs")
+    store.write(tmp_path / "x.ucd", f.meta, {}, {"runs": runs})
+    assert (tmp_path / "x.ucd").read_bytes() == f.path.read_bytes()
     t = bu.tables()
-    assert meta["counts"]["mn"] == int(np.count_nonzero(t.flags & bu.MN))
-    assert meta["counts"]["lower"] == len(t.lower) and meta["counts"]["nfd"] == len(t.nfd)
+    assert (bu.runs_of(t.flags) == runs).all()
+    counts = f.meta["counts"]
+    assert counts["mn"] == int(np.count_nonzero(t.flags & bu.MN))
+    assert counts["lower"] == len(t.lower) == int(np.count_nonzero(t.flags & bu.LOWER))
+    assert counts["decomp"] == len(t.nfd) == int(np.count_nonzero(t.flags & bu.DECOMP))
+    assert sorted(t.nfd) == np.flatnonzero(t.flags & bu.DECOMP).tolist()
+    assert sorted(t.lower) == np.flatnonzero(t.flags & bu.LOWER).tolist()
     assert t.lower[0x130] == "i\u0307" and t.ccc[0x301] == 230 and t.nfd[0xE9] == "e\u0301"
+    assert t.nfd[0xD4DB] == "\u1111\u1171\u11b6"  # Hangul, by arithmetic
 
 
 @pytest.mark.parametrize("variant", ["uncased", "strip_cased", "no_clean"])

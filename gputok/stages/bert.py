@@ -14,7 +14,7 @@ changes the text only where a mark with a higher class precedes one with a lower
 ``strip`` finds vectorised and fixes in Python (rare in real text).
 
 What the fast path computes, per batch: the code points of all segments in one array, a gather of
-the pinned flags (``gputok.bert_unicode``), masks and ragged expansions (NFD, CJK padding) in
+the pinned flags (``gputok.unicode.bert``), masks and ragged expansions (NFD, CJK padding) in
 numpy, one UTF-32 decode, and one slice per word. Only decompositions, reorderings and
 multi-character lowercases leave numpy, and only where they occur.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bert_unicode as bu
+from ..unicode import bert as bu
 from . import counters
 from .charbpe import code_points
 
