@@ -18,7 +18,9 @@ each file is timed against its own library.)
 Every peer runs in the same process on the same corpus, after checking that every peer returns
 identical ids (a peer that disagrees stops the run); then each is timed (best of --repeat) and
 the ratios printed. gputok is timed as ``bench_encode.py`` does: cold piece cache, 1 MB batches
-sharing the cache, warm cache.
+sharing the cache, warm cache; WordPiece also on the native CPU device (``encode_wordpiece.cu``
+compiled for the host; words cut on the host), when a C++ compiler exists. SentencePiece models
+run on the host on every backend, so they are timed on numpy only.
 
     python bench/bench_families.py --kinds prose code multilingual --mb 4
 """
@@ -31,11 +33,14 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import _common
+import numpy as np
 
 import gputok  # noqa: E402  (path set up by _common)
+import gputok.backends.native  # noqa: E402
 
 TOKENIZERS = ("spm:mistral_v7", "spm:botchan_bpe", "json:legacy", "json:metaspace",
               "wordpiece:minilm")
@@ -82,6 +87,9 @@ def run(args) -> dict:
                "command": " ".join(sys.argv), "tokenizers": {}}
     tmp = Path(tempfile.mkdtemp())
     corpora = {kind: _common.corpus(kind, args.mb) for kind in args.kinds}
+    native = None
+    if gputok.backends.native.available()[0]:
+        native = gputok.backends.native.create()
     for name in args.tokenizers:
         t0 = time.perf_counter()
         enc, kw, peers = _setup(name, tmp)
@@ -120,11 +128,23 @@ def run(args) -> dict:
                                      "documents; not timing")
             row = {"docs": len(docs), "MB": round(mb, 2), "tokens": int(len(ids)), "MB/s": {}}
             timings = {"gputok numpy (cold cache)": cold, "gputok numpy (1 MB batches)": stream,
-                       "gputok numpy (warm cache)": warm,
-                       **{k: (lambda fn=fn: fn(docs)) for k, fn in peers.items()}}
+                       "gputok numpy (warm cache)": warm}
+            if enc.model.kind == "wordpiece" and native is not None:
+                def on_native():
+                    return enc.encode_batch_arrays(docs, backend=native, **kw)
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the host word split: counted, expected
+                    n_ids, n_off = on_native()
+                if not (np.array_equal(n_ids, ids) and np.array_equal(n_off, off)):
+                    raise SystemExit(f"{name} {kind}: the native backend differs; not timing")
+                timings[f"gputok native ({native.dev.name})"] = on_native
+            timings.update({k: (lambda fn=fn: fn(docs)) for k, fn in peers.items()})
             for label, fn in timings.items():
-                fn()  # warm-up
-                row["MB/s"][label] = mb / _common.best_of(fn, args.repeat)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fn()  # warm-up
+                    row["MB/s"][label] = mb / _common.best_of(fn, args.repeat)
             results["tokenizers"][name]["kinds"][kind] = row
             print(f"{kind}: {len(docs)} docs, {mb:.2f} MB, {len(ids)} tokens, ids identical "
                   "across all peers")

@@ -276,7 +276,8 @@ def test_arguments_are_checked_before_a_launch():
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
     assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_merge.cpp",
-                                            "encode_emit.cpp", "host_runtime.cpp"}
+                                            "encode_emit.cpp", "encode_wordpiece.cpp",
+                                            "host_runtime.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     monkeypatch.setenv("GPUTOK_NATIVE_FLAGS", "-DGPUTOK_TEST_FLAG=1")

@@ -1,4 +1,4 @@
-"""gputok's new families against their oracles on the real corpora (batch path, numpy backend).
+"""gputok's new families against their oracles on the real corpora (batch path; numpy and native).
 
     SentencePiece .model      gputok == sentencepiece       (Mistral v1/v2/v3/v7, botchan,
                                                             models trained in the tests)
@@ -8,7 +8,9 @@
 
 Each kind of corpus is capped at ``$GPUTOK_FAMILY_GPUTOK_MB`` MB (default 0.4; 0 means the whole
 ``$GPUTOK_CORPUS_MB`` corpus, 2 MB per kind by default). Every test prints its document and
-byte counts; the mismatch count must be 0. (The cpu_ref specs meet the same corpora in
+byte counts; the mismatch count must be 0, on the numpy backend and on the native CPU device
+(when a C++ compiler exists: WordPiece runs its kernel there, SentencePiece models are a counted
+host fallback). (The cpu_ref specs meet the same corpora in
 ``test_parity_families.py``.)
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import pytest
 
@@ -38,14 +41,25 @@ def _docs(corpora, extra=()) -> list[str]:
     return out
 
 
+def _backends() -> list:
+    from gputok.backends import native
+
+    return ["numpy"] + (["native"] if native.available()[0] else [])
+
+
 def _check(label, enc, docs, want, **kw):
-    ids, off = enc.encode_batch_arrays(docs, backend="numpy", **kw)
-    got = [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])]
-    bad = [i for i in range(len(docs)) if got[i] != want[i]]
+    from gputok.backends import FallbackWarning
+
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
-    print(f"\n[parity] gputok {label}: {len(docs)} docs, {nbytes / 1e6:.2f} MB, "
-          f"{sum(map(len, want))} tokens, {len(bad)} mismatched")
-    assert not bad, f"{label}: first mismatched doc {docs[bad[0]][:80]!r}"
+    for backend in _backends():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)  # counted; asserted elsewhere
+            ids, off = enc.encode_batch_arrays(docs, backend=backend, **kw)
+        got = [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])]
+        bad = [i for i in range(len(docs)) if got[i] != want[i]]
+        print(f"\n[parity] gputok {label} ({backend}): {len(docs)} docs, {nbytes / 1e6:.2f} MB, "
+              f"{sum(map(len, want))} tokens, {len(bad)} mismatched")
+        assert not bad, f"{label} ({backend}): first mismatched doc {docs[bad[0]][:80]!r}"
 
 
 def _load(data: bytes, tmp_path, name="m.model"):
