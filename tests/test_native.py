@@ -224,7 +224,7 @@ def test_every_kernel_runs_on_real_volumes():
     assert ids.dtype == np.uint16
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs[::10]))] == \
         tk50.encode_ordinary_batch(docs[::10], num_threads=2)
-    # encode_wordpiece runs for WordPiece models only (tests/test_wordpiece_native.py)
+    # encode_wordpiece runs for WordPiece models only (tests/test_families_native.py)
     assert set(be.dev.launches) == (set(be.dev.lib.kernels) - {"encode_wordpiece"}) | {
         "scan_add", "scan_max"}
     assert min(be.dev.launches.values()) >= 1 and not be.fallbacks

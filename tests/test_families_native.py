@@ -1,9 +1,11 @@
-"""WordPiece on the native CPU device: ``kernels/encode_wordpiece.cu`` compiled by the host's C++
-compiler (``gputok/backends/native_build.py``), run by the driver against HF ``tokenizers``.
+"""The new families on the native CPU device (skipped only when the machine has no C++ compiler).
 
-Words are cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
-``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
-fallback, no ``encode_merge_*`` launch). Skipped only when the machine has no C++ compiler.
+* WordPiece: ``kernels/encode_wordpiece.cu`` compiled by the host's C++ compiler
+  (``gputok/backends/native_build.py``), run by the driver against HF ``tokenizers``. Words are
+  cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
+  ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
+  fallback, no ``encode_merge_*`` launch).
+* SentencePiece: no kernel; the model runs on the host, a counted fallback.
 """
 
 from __future__ import annotations
@@ -102,3 +104,27 @@ def test_auto_backend_runs_wordpiece_on_native(tmp_path):
         ids, off = enc.encode_batch_arrays([text] * 3, allowed_special="all")
     want = hf.encode(text, add_special_tokens=False).ids
     assert ids[off[0]:off[1]].tolist() == want == enc.encode(text, allowed_special="all")
+
+
+# ---- SentencePiece models on the device: the counted host fallback ----------------------------
+
+@pytest.mark.parametrize("name", ["botchan_bpe", "mistral_v7"])
+def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path):
+    """The char-level merge has no kernel: the whole model runs on the host, warned once and
+    counted as ``("merge", "spm-bpe")``; no kernel is launched and the ids are sentencepiece's."""
+    import families as F
+
+    data = F.model_source(name)
+    (tmp_path / "m.model").write_bytes(data)
+    enc, sp = gputok.load(tmp_path / "m.model"), F.spm_oracle(data)
+    docs = _docs(corpora, 50_000) + testdata.botchan_lines()[:200]
+    be = native.create(threads=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [sp.encode(d) for d in docs]
+    assert be.fallbacks == {("merge", "spm-bpe"): 2}
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert not be.dev.launches
+    assert be.plan(enc.model)["merge"].startswith("host")
