@@ -299,3 +299,27 @@ def test_device_pipeline_vs_hf(order, seed, corpora):
     assert be.fallbacks[("pretok", "split")] == 1
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert be.plan(enc.model)["merge"].startswith("device")
+
+
+def test_batch_word_entries_equal_the_per_segment_split():
+    """``hostplan.entries_from_words`` (one normaliser call per chunk, words as arrays) builds
+    exactly the entries ``entries_from_split`` builds from one ``split`` call per segment:
+    special tokens between, at the ends and next to each other, empty and blank documents."""
+    from gputok.backends import hostplan
+    from gputok.stages.split import token_spans
+
+    enc, _, _ = trio("uncased")
+    steps = enc.model.family.steps
+    docs = EDGES + ["[CLS][SEP]", "  [MASK]  ", "x[SEP]", "[CLS]", "\u00e9 \u4e2d\u6587 ##"]
+    raw = [d.encode("utf-8") for d in docs]
+    off = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(b) for b in raw], out=off[1:])
+    data = b"".join(raw)
+    ss, se, sid = token_spans(enc.model, data, off, frozenset(enc.special_tokens_set))
+    assert len(ss) >= 8
+    want = hostplan.entries_from_split(lambda t: steps.words_batch([t])[0], data, off, ss, se,
+                                       sid)
+    got = hostplan.entries_from_words(steps.words_bytes_batch, data, off, ss, se, sid)
+    assert got[0] == want[0]
+    for g, w in zip(got[1:], want[1:]):
+        assert g.dtype == w.dtype and g.tolist() == w.tolist()

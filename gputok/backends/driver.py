@@ -395,6 +395,11 @@ class _FamilySplit:
     def split(self, text: str) -> list:
         return self.family.pieces_batch([text])[0]
 
+    @property
+    def words_bytes_batch(self):
+        """The batch form (WordPiece: ``BertSteps.words_bytes_batch``), or None."""
+        return getattr(getattr(self.family, "steps", None), "words_bytes_batch", None)
+
 
 class _Done:
     """A finished download (the interface of a pending one)."""

@@ -155,18 +155,19 @@ class BertSteps:
         keep = (t.flags[cps] & bu.MN) == 0
         return cps[keep], seg[keep]
 
-    def words_batch(self, segments: list) -> list:
-        """The words of every segment (normalised, cut at whitespace and punctuation)."""
+    def _word_spans(self, segments: list):
+        """(code points, word starts, word ends, first word of each segment + the total) of the
+        normalised batch, or None when nothing is left."""
         n = len(segments)
         joined = "".join(segments)
         if not joined:
-            return [[] for _ in segments]
+            return None
         lens = np.fromiter(map(len, segments), np.int64, n)
         seg = np.repeat(np.arange(n, dtype=np.int64), lens)
         cps, seg = self.normalize_array(code_points(joined), seg)
         counters["normalize.segments"] += n
         if not len(cps):
-            return [[] for _ in segments]
+            return None
         f = bu.tables().flags[cps]
         ws = (f & bu.WS) != 0
         pu = (f & bu.PUNCT) != 0
@@ -177,9 +178,40 @@ class BertSteps:
         a, b = bounds[:-1], bounds[1:]
         real = ~ws[a]  # spans between boundaries are words, or whitespace runs (dropped)
         a, b = a[real], b[real]
+        first = np.searchsorted(a, np.searchsorted(seg, np.arange(n + 1), "left"), "left")
+        counters["bert.words"] += len(a)
+        return cps, a, b, first
+
+    def words_batch(self, segments: list) -> list:
+        """The words of every segment (normalised, cut at whitespace and punctuation)."""
+        got = self._word_spans(segments)
+        if got is None:
+            return [[] for _ in segments]
+        cps, a, b, first = got
         text = cps.tobytes().decode("utf-32-le")
         words = [text[i:j] for i, j in zip(a.tolist(), b.tolist())]
-        first = np.searchsorted(a, np.searchsorted(seg, np.arange(n + 1), "left"), "left")
         fl = first.tolist()
-        counters["bert.words"] += len(words)
-        return [words[fl[s]:fl[s + 1]] for s in range(n)]
+        return [words[fl[s]:fl[s + 1]] for s in range(len(segments))]
+
+    def words_bytes_batch(self, segments: list) -> tuple:
+        """The words of every segment as one UTF-8 buffer, with no Python object per word:
+        ``(buf, wstart, first)``, word i = ``buf[wstart[i]:wstart[i + 1]]`` (words follow each
+        other, the whitespace between them dropped), segment s = words ``first[s]`` to
+        ``first[s + 1]``. What the device backends upload (``hostplan.entries_from_words``)."""
+        got = self._word_spans(segments)
+        if got is None:
+            return b"", np.zeros(1, np.int64), np.zeros(len(segments) + 1, np.int64)
+        cps, a, b, first = got
+        inside = np.zeros(len(cps) + 1, np.int64)  # +1 at a word's start, -1 past its end
+        np.add.at(inside, a, 1)
+        np.add.at(inside, b, -1)
+        keep = np.cumsum(inside[:-1]) > 0
+        kept = cps[keep]
+        # UTF-8 length of each kept character; word starts are the running sums at their starts
+        n8 = 1 + (kept >= 0x80) + (kept >= 0x800) + (kept >= 0x10000)
+        pos = np.zeros(len(kept) + 1, np.int64)
+        np.cumsum(n8, out=pos[1:])
+        at = np.cumsum(keep) - 1  # index in ``kept`` of each kept character
+        wstart = np.append(pos[at[a]], pos[-1])
+        buf = kept.tobytes().decode("utf-32-le").encode("utf-8")
+        return buf, wstart, first
