@@ -39,7 +39,8 @@ def _added(cfg: dict, need) -> tuple[dict, dict, list]:
 
 def _vocab(model: dict, need) -> dict:
     vocab = model.get("vocab")
-    need(isinstance(vocab, dict) and vocab, "model.vocab must be a non-empty object")
+    need(isinstance(vocab, dict) and vocab,
+         f"model.vocab of a {model.get('type', 'BPE')} model must be a non-empty object")
     seen: dict = {}
     for tok, i in vocab.items():
         need(isinstance(i, int) and i >= 0, f"model.vocab[{tok!r}] = {i!r} is not an id")
