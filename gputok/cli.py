@@ -331,6 +331,30 @@ def _sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
+def _stdout_is_closed() -> bool:
+    """Whether the reader of our standard output has gone away (a pipe whose read end is closed
+    polls as an error on its write end)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real descriptor (captured, closed)
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
     from .jobs import Interrupted
@@ -340,9 +364,13 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, _sigterm)
     try:
         return args.func(args)
-    except BrokenPipeError:  # `gputok show ... | head`
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError as e:
+        if _stdout_is_closed():  # `gputok show ... | head`: the reader has what it wanted
+            _silence_stdout()
+            return 0
+        # any other pipe (a worker's, a FIFO given as input or output) is a real failure
+        print(f"gputok: error: broken pipe: {e}", file=sys.stderr)
+        return 2
     except Interrupted as e:
         print(f"gputok: interrupted; {e}", file=sys.stderr)
         return 130

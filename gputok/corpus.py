@@ -37,30 +37,14 @@ from dataclasses import dataclass, field as _field
 from pathlib import Path
 from typing import Iterator
 
+from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat
+from .sources import CorpusError, Source  # re-exported: gputok.corpus.CorpusError
+
 KINDS = ("txt", "jsonl", "parquet", "arrow")
 _SUFFIX_KIND = {".txt": "txt", ".text": "txt", ".md": "txt", ".jsonl": "jsonl", ".json": "jsonl",
                 ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow",
                 ".ipc": "arrow"}
 _BOM = b"\xef\xbb\xbf"
-
-
-class CorpusError(ValueError):
-    """Bad input: the message names the file and the line."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input: ``path`` (``"-"`` for stdin), its ``kind`` and ``compression`` (None, "gz",
-    "zst"), and ``size`` on disk (compressed bytes; 0 for stdin)."""
-
-    path: str
-    kind: str
-    compression: "str | None" = None
-    size: int = 0
-
-    @property
-    def seekable(self) -> bool:
-        return self.path != "-"
 
 
 @dataclass
@@ -419,4 +403,3 @@ def total_input_bytes(paths) -> int:
 
 
 # at the bottom: corpus_arrow imports CorpusError and Source from this module
-from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat  # noqa: E402

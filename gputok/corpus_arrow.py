@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .corpus import CorpusError, Source
+from .sources import CorpusError, Source
 
 
 def _check_arrow_field(p: str, kind: str, field: str) -> "str | None":

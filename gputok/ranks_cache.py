@@ -31,6 +31,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ._cache import cache_dir
+
 FORMAT = 1
 MAGIC = b"GPTKRNK\0"
 MATERIALIZE_AFTER = 4096  # lookups through the index before a real dict is built
@@ -38,9 +40,6 @@ EMPTY = 0xFFFFFFFF
 _HEADER = struct.Struct("<8sIIII32s")  # magic, format, tokens, data bytes, index bits, digest
 
 
-def cache_dir() -> str:
-    return os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "gputok")
 
 
 def _u32(values) -> array.array:

@@ -8,6 +8,7 @@
 //   encode_emit_u16 / encode_emit_u32   copy each entry's ids to out[out_off[e] ...] in the
 //                                       output dtype (uint16 when the vocabulary fits)
 //   encode_doc_offsets                  out_doc[d] = out_off[doc_entry[d]] (int64)
+// The copy itself is common/encode_rules.h's enc_emit_ids (shared with the Metal shaders).
 #include "encode_common.cuh"
 
 template <class T>
@@ -25,7 +26,7 @@ __device__ __forceinline__ void enc_emit(const enc_u32* __restrict__ n_entries,
     if (c == 0) continue;
     const enc_u32 o = owner[e];
     const enc_u32 src = pstart[(o == ENC_DONE) ? (enc_u32)e : o];
-    for (enc_u32 k = 0; k < c; ++k) out[dst + k] = (T)scratch[src + k];
+    enc_emit_ids<T>(scratch, src, c, out, dst);
   }
 }
 

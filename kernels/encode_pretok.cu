@@ -33,38 +33,9 @@
 // code points first: one pass less over memory. runs/window/fix could be fused once the
 // per-kernel times are known; ent/runv/ischar are uint32 so one scan kernel serves all (uint8
 // flags would cut the scan's reads by 4).
+// What each byte computes (classes, runs, THE WINDOW RULE, THE FIX RULE) is written once in
+// common/encode_rules.h, shared with shaders/encode_pretok_*.metal; here: the loops and stores.
 #include "encode_common.cuh"
-
-// scan.py's pair-table bits beyond the window bits of encode_common.cuh
-#ifndef ENC_B_SPECIAL
-#define ENC_B_SPECIAL 16
-#endif
-
-__device__ __forceinline__ enc_u8 enc_run_class(enc_u8 c) { return c == ENC_S ? ENC_SP : c; }
-
-// first byte of the character before the one starting at i (i is not a segment start)
-__device__ __forceinline__ enc_i64 enc_prev_char(const enc_u8* cls, enc_i64 i) {
-  enc_i64 j = i - 1;
-  while (j > 0 && cls[j] == ENC_CONT) --j;
-  return j;
-}
-
-// class of the character before the one at i (ENC_X at a segment start)
-__device__ __forceinline__ enc_u8 enc_class_before(const enc_u8* mark, const enc_u8* cls,
-                                                   enc_i64 i) {
-  return (mark[i] & ENC_SEG_START) ? (enc_u8)ENC_X : cls[enc_prev_char(cls, i)];
-}
-
-// first byte after the character at i (at most n)
-__device__ __forceinline__ enc_i64 enc_next_char(const enc_u8* buf, enc_i64 i, enc_i64 n) {
-  const enc_i64 q = i + enc_utf8_len(buf[i]);
-  return q < n ? q : n;
-}
-
-// class of the character at q, ENC_X when a segment ends there
-__device__ __forceinline__ enc_u8 enc_class_at(const enc_u8* mark, const enc_u8* cls, enc_i64 q) {
-  return (mark[q] & ENC_SEG_END) ? (enc_u8)ENC_X : cls[q];
-}
 
 extern "C" __global__ void encode_pretok_marks(const enc_u32* __restrict__ pos,
                                                const enc_u8* __restrict__ bits, enc_i64 count,
@@ -77,20 +48,7 @@ extern "C" __global__ void encode_pretok_classify(const enc_u8* __restrict__ buf
                                                   const enc_u8* __restrict__ mark,
                                                   const enc_u8* __restrict__ cls_table,
                                                   enc_u8* __restrict__ cls) {
-  ENC_GRID_STRIDE(i, n + 1) {
-    if (i == n) {
-      cls[i] = ENC_X;
-      continue;
-    }
-    const enc_u8 b = buf[i];
-    if ((b & 0xC0) == 0x80) {
-      cls[i] = ENC_CONT;
-    } else if (mark[i] & ENC_OUTSIDE) {
-      cls[i] = ENC_X;
-    } else {
-      cls[i] = cls_table[enc_decode(buf, i, n)];
-    }
-  }
+  ENC_GRID_STRIDE(i, n + 1) { cls[i] = enc_classify_at(buf, n, mark, cls_table, i); }
 }
 
 extern "C" __global__ void encode_pretok_runs(enc_i64 n, const enc_u8* __restrict__ mark,
@@ -98,14 +56,9 @@ extern "C" __global__ void encode_pretok_runs(enc_i64 n, const enc_u8* __restric
                                               enc_u32* __restrict__ runv,
                                               enc_u32* __restrict__ ischar) {
   ENC_GRID_STRIDE(i, n) {
-    const enc_u8 c = cls[i];
-    ischar[i] = c != ENC_CONT;
-    bool start = false;
-    if (c != ENC_CONT && c != ENC_X) {
-      start = (mark[i] & ENC_SEG_START) ||
-              enc_run_class(cls[enc_prev_char(cls, i)]) != enc_run_class(c);
-    }
-    runv[i] = start ? (enc_u32)(i + 1) : 0u;
+    enc_u32 c;
+    runv[i] = enc_runs_at(mark, cls, i, &c);
+    ischar[i] = c;
   }
 }
 
@@ -114,45 +67,13 @@ extern "C" __global__ void encode_pretok_window(
     const enc_u8* __restrict__ cls, const enc_u8* __restrict__ pair, int pair_bits,
     int next_lo, int next_n, int prev2_lo, int prev2_n, const enc_u32* __restrict__ runstart,
     int track_ws, enc_u8* __restrict__ ws_next, enc_u32* __restrict__ ent) {
+  const EncPretokRule r{pair,    pair_bits, next_lo, next_n, prev2_lo, prev2_n,
+                        nullptr, 0,         0,       0,      0};
   ENC_GRID_STRIDE(i, n + 2) {
-    if (i >= n) {
-      ent[i] = i == n;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
-      continue;
-    }
-    const enc_u8 m = mark[i];
-    const enc_u8 c = cls[i];
-    if (m & ENC_SPECIAL_START) {
-      ent[i] = 1;
-      continue;
-    }
-    if (c == ENC_CONT || c == ENC_X) {
-      ent[i] = 0;
-      continue;
-    }
-    const enc_u8 kn = enc_class_at(mark, cls, enc_next_char(buf, i, n));
-    if (m & ENC_SEG_START) {
-      ent[i] = 1;
-    } else {
-      const enc_i64 j = enc_prev_char(cls, i);
-      const enc_u8 kp = cls[j];
-      const enc_u8 kpp = enc_class_before(mark, cls, j);
-      const enc_u8 rule = pair[(kp << pair_bits) | c];
-      enc_u8 x = ENC_B_PAIR;
-      if ((unsigned)(kn - next_lo) < (unsigned)next_n) x |= ENC_B_NEXT;
-      if ((unsigned)(kpp - prev2_lo) < (unsigned)prev2_n) x |= ENC_B_PREV2;
-      ent[i] = (x & rule) != 0;
-    }
-    // the last character of a whitespace run tells the run's first what follows the run
-    if (track_ws && enc_run_class(c) == ENC_SP && enc_run_class(kn) != ENC_SP)
-      ws_next[runstart[i] - 1] = kn;
+    const EncWindow w = enc_window_at(buf, n, mark, cls, r, runstart, track_ws, i);
+    ent[i] = w.ent;
+    if (w.ws_at >= 0) ws_next[w.ws_at] = w.ws;
   }
-}
-
-// contraction letters by code point (scan.py's Scanner._letters): 1 = s|d|m|t, 2 = l,
-// 4 = v|r, 8 = e; code points past the table have none
-__device__ __forceinline__ enc_u8 enc_letter_bits(const enc_u8* letters, enc_u32 n_letters,
-                                                  enc_u32 cp) {
-  return cp < n_letters ? letters[cp] : (enc_u8)0;
 }
 
 extern "C" __global__ void encode_pretok_fix(
@@ -161,49 +82,12 @@ extern "C" __global__ void encode_pretok_fix(
     const enc_u8* __restrict__ letters, enc_u32 n_letters, const enc_u32* __restrict__ runstart,
     const enc_u32* __restrict__ cidx, const enc_u8* __restrict__ ws_next, int gpt2,
     int digit_group, int end_whole, enc_u32* ent) {
+  const EncPretokRule r{pair, pair_bits, 0, 0, 0, 0, letters, n_letters, gpt2, digit_group,
+                        end_whole};
   ENC_GRID_STRIDE(i, n) {
-    const enc_u8 c = cls[i];
-    if (c == ENC_CONT || c == ENC_X) continue;
-    const enc_u8 kp = enc_class_before(mark, cls, i);
-    if (!(pair[(kp << pair_bits) | c] & ENC_B_SPECIAL)) continue;
-    if (c == ENC_A) {
-      // an apostrophe that starts a piece, followed by a contraction suffix
-      const enc_i64 q1 = enc_next_char(buf, i, n);
-      if (enc_class_at(mark, cls, q1) != ENC_L) continue;
-      const enc_i64 q2 = enc_next_char(buf, q1, n);
-      const enc_u8 t1 = enc_letter_bits(letters, n_letters, enc_decode(buf, q1, n));
-      const enc_u8 t2 = (mark[q2] & ENC_SEG_END)
-                            ? (enc_u8)0
-                            : enc_letter_bits(letters, n_letters, enc_decode(buf, q2, n));
-      enc_i64 end;
-      if (t1 & 1) {
-        end = q2;
-      } else if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) {
-        end = enc_next_char(buf, q2, n);
-      } else {
-        continue;
-      }
-      if (gpt2) ent[q1] = 0;  // the letters after the contraction start a new piece
-      if (!(mark[end] & ENC_SEG_END)) ent[end] = 1;
-    } else if (c == ENC_N) {
-      // a digit after a digit: cut every digit_group from the digit run's start
-      if (digit_group > 1) {
-        const enc_u32 off = cidx[i] - cidx[runstart[i] - 1];
-        if (off % (enc_u32)digit_group == 0) ent[i] = 1;
-      }
-    } else if (!gpt2 && (c == ENC_SP || c == ENC_S)) {
-      // whitespace right after a CR/LF run (kp == E): cut here if punctuation took the CR/LF
-      // run, or if the whitespace run from here has no further CR/LF (cl100k: unless it
-      // reaches the end of the text)
-      const enc_i64 es = (enc_i64)runstart[enc_prev_char(cls, i)] - 1;  // the CR/LF run start
-      const enc_u8 before = enc_class_before(mark, cls, es);
-      bool cut = before == ENC_P || before == ENC_A;
-      if (!cut) {
-        const enc_u8 after = ws_next[i];
-        cut = after != ENC_E && !(end_whole && after == ENC_X);
-      }
-      if (cut) ent[i] = 1;
-    }
+    const EncFix f = enc_fix_at(buf, n, mark, cls, r, runstart, cidx, ws_next, i);
+    if (f.clear_at >= 0) ent[f.clear_at] = 0;
+    if (f.set_at >= 0) ent[f.set_at] = 1;
   }
 }
 

@@ -326,3 +326,49 @@ def test_gz_progress_bar_reaches_the_compressed_total(tmp_path):
     total = tqdm.format_sizeof(size, divisor=1024)
     assert "100%" in last and f"{total}/{total}" in last, last
     assert len(raw) > 5 * size  # the uncompressed size would be a very different number
+
+
+def test_a_closed_stdout_pipe_is_a_quiet_exit():
+    # `gputok show ... | head -1`: the reader leaves early; no traceback, status 0
+    text = "hello world " * 20000  # ~40,000 lines of output, far beyond a pipe buffer
+    proc = subprocess.Popen([sys.executable, "-m", "gputok", "show", "-e", "cl100k_base", "-"],
+                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(text.encode())
+    proc.stdin.close()
+    assert proc.stdout.readline().endswith(b" tokens (cl100k_base)\n")
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert "Traceback" not in err and "Broken pipe" not in err
+
+
+def test_another_broken_pipe_is_an_error(monkeypatch, capsys):
+    # a broken pipe that is not our stdout (a worker's, a FIFO) must not pass for success
+    from gputok import cli
+
+    def boom(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.setattr(cli, "_stdout_is_closed", lambda: False)
+    assert cli.main(["info"]) == 2
+    assert "broken pipe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_encode_on_the_native_backend(tmp_path, capsys, workers):
+    from gputok.backends import native
+
+    ok, why = native.available()
+    if not ok:
+        pytest.skip(f"native backend unavailable: {why}")
+    enc = gputok.get_encoding("o200k_base")
+    texts = ["Hello wörld, it's 2026!", "", "日本語のテキスト " * 40, "x = f(a, b)  # 😀\n" * 30,
+             " " * 3000, "abc" * 2000] * 7
+    src = _jsonl(tmp_path / "in.jsonl", texts)
+    out = tmp_path / "out"
+    assert main(["encode", "-e", "o200k_base", str(src), "-o", str(out), "-q", "--backend",
+                 "native", "--workers", workers, "--shard-tokens", "5000"]) == 0
+    assert f"(o200k_base, native{' x2' if workers == '2' else ''})" in capsys.readouterr().out
+    assert _all_docs(out) == [enc.encode_ordinary(t) for t in texts]

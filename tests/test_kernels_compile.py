@@ -108,7 +108,8 @@ def _header_defaults() -> dict:
     import re
 
     out = {}
-    for f in list(KERNELS.glob("encode_*.cu")) + list(KERNELS.glob("encode_*.cuh")):
+    for f in (list(KERNELS.glob("encode_*.cu")) + list(KERNELS.glob("encode_*.cuh"))
+              + list(KERNELS.glob("common/encode_*.h"))):
         for name, val in re.findall(r"#ifndef (ENC_\w+)\n#define \1 ([^\s/]+)", f.read_text()):
             out[name] = int(val.rstrip("uUlL"), 0)
     return out
@@ -129,7 +130,7 @@ def test_kernel_constants_come_from_python():
     # a kernel names no ENC_ constant that is neither injected nor defined in the sources
     used = set()
     local = set()
-    for f in KERNELS.glob("encode_*"):
+    for f in [*KERNELS.glob("encode_*"), *KERNELS.glob("common/encode_*")]:
         text = f.read_text()
         used |= set(re.findall(r"\b(ENC_[A-Z0-9_]+)\b", text))
         local |= set(re.findall(r"#define (ENC_[A-Z0-9_]+)", text))

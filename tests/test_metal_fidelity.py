@@ -2,7 +2,7 @@
 
 ``mx.fast.metal_kernel`` cannot run without a Metal device, but tracing a call for
 ``mx.export_function`` with ``verbose=True`` prints the complete Metal source MLX would compile.
-For every training shader, built by the backend's own ``KernelFactory`` around MLX's real
+For every shader (training and encode), built by the backend's own ``KernelFactory`` around MLX's real
 ``metal_kernel`` and called with the dtypes, ranks and sizes the driver uses, that source must
 equal, character for character, the one the emulator generates and runs
 (``MetalKernel.metal_source``): same function name, buffers, address spaces, attributes, template
@@ -52,7 +52,7 @@ def _example(dt: np.dtype, ndim: int, size: int):
         mx.array(1, dtype=metal.mx_dtype(dt))
 
 
-@pytest.mark.parametrize("name", metal.SHADERS)
+@pytest.mark.parametrize("name", metal_iface.shader_names())
 def test_shader_source_equals_mlx(name, capfd, tmp_path):
     shader = metal_iface.load(name)
     iface = shader.interface

@@ -1,8 +1,8 @@
-"""What only a Mac can show: the shaders compiled by Apple's Metal compiler and run on the GPU,
-under the Metal validation layers, and the training benchmark. Marked ``mac`` and skipped
-elsewhere with the reason ``gputok.train.metal.available()`` gives (on Linux: MLX has no Metal
-device). Everything that can be proven without a Mac is in test_metal_{shaders,train,fidelity,
-shim}.py; these are the checks to run before ``backend="auto"`` may pick Metal.
+"""What only a Mac can show: the shaders (training and encode) compiled by Apple's Metal compiler
+and run on the GPU, under the Metal validation layers, and the benchmarks. Marked ``mac`` and
+skipped elsewhere with the reason ``gputok.train.metal.available()`` gives (on Linux: MLX has no
+Metal device). Everything that can be proven without a Mac is in test_metal_{shaders,train,
+fidelity,shim,encode}.py; these are the checks a Mac's first run must pass.
 """
 
 from __future__ import annotations
@@ -69,4 +69,58 @@ def test_training_benchmark_runs():
                         "--trainers", "gputok", "hf"], capture_output=True, text=True,
                        timeout=3600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(r.stdout)
+
+
+# ---------------------------------------------------------------- encode
+
+@pytest.mark.parametrize("name", gputok.list_encoding_names())
+def test_metal_encode_equals_tiktoken(name):
+    """Every encode shader compiled by the Metal compiler (through MLX) and run on the GPU: ids
+    equal tiktoken's on every corpus kind, several chunks in flight."""
+    from conftest import tiktoken_oracle
+    from gputok.backends import metal as metal_encode
+
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    docs = [d for kind in testdata.KINDS for d in testdata.corpus(kind, max_mb=0.5)]
+    docs += ["", "a" * 100_000, " " * 5000, "\t" * 32, "😀👍🏽" * 3000]
+    be = metal_encode.create(chunk_bytes=1 << 20)
+    ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+    bad = [i for i, d in enumerate(docs)
+           if ids[off[i]:off[i + 1]].tolist() != tk.encode_ordinary(d)]
+    assert not bad, f"{len(bad)} documents differ; first: {docs[bad[0]][:80]!r}"
+
+
+_VALIDATED_ENCODE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, gputok, testdata
+docs = testdata.corpus("multilingual", max_mb=0.5) + ["a" * 20000, ""]
+enc = gputok.get_encoding("cl100k_base")
+ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=sys.argv[2])
+print(int(ids.astype(np.int64).sum()), len(ids), int(off[-1]))
+"""
+
+
+def test_encode_under_the_metal_validation_layer():
+    """The encode shaders under API and shader validation: no report, the numpy backend's ids."""
+    env = dict(os.environ, MTL_DEBUG_LAYER="1", MTL_SHADER_VALIDATION="1",
+               MTL_DEBUG_LAYER_ERROR_MODE="assert", PYTHONPATH=str(ROOT))
+    runs = {}
+    for backend in ("metal", "numpy"):
+        r = subprocess.run([sys.executable, "-c", _VALIDATED_ENCODE, str(ROOT / "tests"), backend],
+                           capture_output=True, text=True, env=env, timeout=1800)
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert "validation" not in r.stderr.lower(), r.stderr[-4000:]
+        runs[backend] = r.stdout.strip().splitlines()[-1]
+    assert runs["metal"] == runs["numpy"]
+
+
+def test_encode_benchmark_runs():
+    """bench/bench_metal.py (it stops when gputok's ids differ from tiktoken's)."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_metal.py"), "--size-mb", "8",
+                        "--repeat", "1"], capture_output=True, text=True, timeout=3600, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "gputok metal / tiktoken all cores" in r.stdout
     print(r.stdout)

@@ -210,10 +210,11 @@ def test_interface_and_includes(tmp_path: Path):
 
 
 def test_every_shader_is_listed_and_loads():
+    from gputok.backends import metal as metal_encode
     from gputok.train import metal
 
-    assert metal_iface.shader_names() == sorted(metal.SHADERS)
-    for name in metal.SHADERS:
+    assert metal_iface.shader_names() == sorted(metal.SHADERS + metal_encode.SHADERS)
+    for name in metal.SHADERS + metal_encode.SHADERS:
         shader = metal_iface.load(name)
         assert "THE COMPARATOR" in shader.header  # the shared rules came in through the header
         assert shader.kernel_name == f"{name}_{shader.digest[:12]}"

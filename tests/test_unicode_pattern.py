@@ -23,6 +23,7 @@ import regex
 
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
 from gputok import unicode as gu
+from gputok.unicode import pattern as pattern_mod
 
 sys.path.insert(0, str(Path(__file__).parent))
 import testdata  # noqa: E402
@@ -234,6 +235,7 @@ sys.path.insert(0, sys.argv[1])
 import importlib.metadata, regex
 sys.path.insert(1, sys.argv[2])
 from gputok import unicode as gu
+from gputok.unicode import pattern as pattern_mod
 texts = json.load(open(sys.argv[3]))
 out = {"regex": importlib.metadata.version("regex"), "file": regex.__file__,
        "unicode16": bool(regex.match(r"\p{L}", "\u1c89")) and not regex.match(r"\p{L}",
@@ -283,3 +285,41 @@ def test_pieces_do_not_depend_on_the_regex_release(release, tmp_path_factory):
     # some texts differently without pinning
     unpinned = out["unpinned" + "tiktoken" + CL100K_PATTERN]
     assert (unpinned == want_cl100k(texts)) == out["unicode16"], release
+
+
+# -- the compiled text is kept on disk: a process after the first only compiles ----------------
+
+def test_compiled_text_is_cached_on_disk_and_checked(tmp_path, monkeypatch):
+    from gputok.unicode import compiled
+
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    pat = r"\p{L}+|\p{N}|\s+|[^\s\p{L}\p{N}]+"
+    text = "héllo \U0003e472 wörld 42 ."
+    want = gu.compile_pinned.__wrapped__(pat, "tiktoken").findall(text)
+    path = Path(compiled.cache_path(pat, "tiktoken"))
+    assert path.is_file() and path.parent == tmp_path / "pinned"
+
+    def no_measuring(*_a):
+        raise AssertionError("the cached text should have been used")
+
+    monkeypatch.setattr(compiled, "fast_text", no_measuring)
+    assert gu.compile_pinned.__wrapped__(pat, "tiktoken").findall(text) == want
+    # a damaged entry (text that does not match its checksum) is never used: measured again
+    d = json.loads(path.read_text())
+    d["text"] = r"\p{L}+|."
+    path.write_text(json.dumps(d))
+    monkeypatch.setattr(compiled, "fast_text", pattern_mod.fast_text)
+    assert gu.compile_pinned.__wrapped__(pat, "tiktoken").findall(text) == want
+    assert json.loads(path.read_text())["text"] != r"\p{L}+|."
+    # the key covers the family and the installed regex release
+    assert compiled.cache_path(pat, "hf") != str(path)
+    monkeypatch.setattr(compiled.regex, "__version__", "0.0.0")
+    assert compiled._inputs_digest.__wrapped__("tiktoken") != compiled._inputs_digest("tiktoken")
+
+
+def test_an_unwritable_cache_still_compiles(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("GPUTOK_CACHE", str(blocker))
+    assert gu.compile_pinned.__wrapped__(r"\p{Lu}\p{Ll}+", "hf").findall("Hello World") == [
+        "Hello", "World"]

@@ -84,8 +84,9 @@ class _InFlight:
     marks: list = field(default_factory=list)
 
 
-def pretok_mode(model) -> tuple[str, str]:
-    """(mode, reason): where a model's pieces are cut on a device backend."""
+def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
+    """(mode, reason): where a model's pieces are cut on a device backend whose pretok kernels
+    implement the scanner ``families`` (a device adapter may name fewer: ``pretok_families``)."""
     if model.kind == "wordpiece":
         return "split", "WordPiece words are cut on the host (BertNormalizer + BertPreTokenizer)"
     if model.family is not None:
@@ -96,8 +97,11 @@ def pretok_mode(model) -> tuple[str, str]:
     sc = pre.scanner
     if sc is None:
         return "split", "its pattern has no vectorised form: pieces are cut on the host (regex)"
-    if sc.family.name in DEVICE_FAMILIES:
+    if sc.family.name in families:
         return "device", f"pre-tokenization on the device ({sc.name} rules)"
+    if sc.family.name in DEVICE_FAMILIES:
+        return "scanner", (f"this device has no pretok kernels for the {sc.name} rules yet: "
+                           "pieces are cut on the host (vectorised scanner)")
     return "scanner", (f"the {sc.name} pattern has spans only the reference regex resolves: "
                        "pieces are cut on the host (vectorised scanner)")
 
@@ -185,7 +189,7 @@ class DeviceBackend(Backend):
     # ---- planning ------------------------------------------------------------------------------
 
     def _mode(self, model) -> tuple[str, str]:
-        mode, why = pretok_mode(model)
+        mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
         want = self.pretok
         if want == "auto" or want == mode or model.family is not None:
             return mode, why

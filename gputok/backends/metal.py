@@ -1,11 +1,467 @@
-"""The metal backend (see its issue): reports itself unavailable until its kernels land."""
+"""The metal backend: the shared encode driver (``driver.py``) on an Apple GPU through MLX.
+
+``MetalDevice`` is a Device adapter (``devices.py``) whose arrays are ``mx.array``s and whose
+kernels are the shaders of ``shaders/encode_*.metal``, built once each through
+``mx.fast.metal_kernel`` by a ``KernelFactory`` (keyed by name + source hash; the tests swap in
+the emulator-backed one of ``tests/emulator/mlx_bridge.py``, so this module runs unchanged on
+Linux over ``mlx[cpu]`` arrays). The driver, its chunking, fallbacks and counters are the ones
+CUDA uses; only ``launch`` differs: the driver names a CUDA kernel with CUDA's arguments (some
+updated in place), and the adapter runs the Metal form of that step.
+
+Two facts of MLX shape the adapter (``shaders/encode_common.metal`` has the shader side):
+
+* **Outputs are fresh buffers on every call**; no input is updated in place. A device array is
+  a ``MetalArray`` handle whose ``mx.array`` a launch replaces, so the driver's "in place" holds.
+  A shader that completes an array an earlier one began takes the old one as an input and
+  carries what it does not change (``scratch_in`` / ``count_in``); the pre-tokenizer's sparse
+  corrections come back as a correction array applied with one ``mx.where``.
+* **32-bit atomics only**: the CUDA dedup (a 64-bit compare-and-swap per piece) has no Metal
+  form, so ``dedup=True`` is refused with the reason (dedup is off by default everywhere).
+
+Steps that are whole-array operations run as MLX operations on the device, not as shaders:
+the prefix scans (``mx.cumsum`` / ``mx.cummax``), the mark scatter, the special-token scatter,
+the per-document gathers. MLX evaluates lazily; ``launch`` queues each step with
+``mx.async_eval`` so the GPU works while the host prepares the next chunk.
+
+Performance notes (design choices; nothing is timed on Apple hardware yet, for want of one --
+``bench/bench_metal.py`` is ready for a Mac's first run):
+* Carrying ids through ``encode_merge_short`` / ``encode_merge_long`` costs one copy of the
+  final ids per stage (count_in[e] ids per entry, mostly one) instead of a read-write buffer.
+* The long-piece workspaces are outputs of ``encode_merge_long`` (MLX has no scratch buffers):
+  allocated per chunk whether or not a long piece exists. Skipping the launch when no entry is
+  that long needs the entry lengths on the host: a sync the driver avoids.
+* MLX's scans replace the reduce-then-scan kernels of ``encode_scan.cu``: MLX ships tuned
+  Metal scans, and the emulator has nothing to prove there.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from typing import Callable
+
+import numpy as np
+
+from .driver import DeviceBackend
+
+INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
+SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
+           "encode_pretok_fix", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
+           "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
+PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
+
 
 def available() -> tuple[bool, str]:
-    return False, "not implemented yet in this version of gputok"
+    """(True, the GPU's name) when MLX imports and sees a Metal device, else (False, why).
+
+    >>> gputok.backends.metal.available()  # on Linux with pip install "mlx[cpu]"
+    (False, 'MLX has no Metal device here (mx.metal.is_available() is False) ...')
+    """
+    try:
+        import mlx.core as mx
+    except ImportError as e:
+        return False, f"MLX is not installed ({e}); {INSTALL_HINT}"
+    except Exception as e:  # a broken MLX install must not break `import gputok`
+        return False, f"MLX failed to import ({type(e).__name__}: {e}); {INSTALL_HINT}"
+    try:
+        ok = bool(mx.metal.is_available())
+    except Exception as e:  # an MLX build without the metal module
+        return False, f"MLX cannot query Metal ({type(e).__name__}: {e})"
+    if not ok:
+        return False, ("MLX has no Metal device here (mx.metal.is_available() is False): the "
+                       f"metal backend needs macOS on Apple silicon; {INSTALL_HINT}")
+    return True, f"MLX {getattr(mx, '__version__', '?')}, Metal GPU: {gpu_name()}"
 
 
-def create():
-    raise RuntimeError("the metal backend is not available: " + available()[1])
+def gpu_name() -> str:
+    """The Metal GPU's name as MLX reports it (``mx.device_info()``), with its memory.
+
+    >>> gpu_name()  # on a Mac
+    'Apple M2 Max, 32 GiB unified memory'
+    """
+    import mlx.core as mx
+
+    try:
+        info = _device_info(mx)
+    except Exception as e:
+        return f"unknown ({type(e).__name__}: {e})"
+    name = info.get("device_name") or info.get("architecture") or "Apple GPU"
+    mem = info.get("memory_size")
+    return f"{name}, {int(mem) >> 30} GiB unified memory" if mem else str(name)
+
+
+def _device_info(mx) -> dict:
+    # mx.device_info() from MLX 0.30 on; mx.metal.device_info() before (deprecated since)
+    fn = getattr(mx, "device_info", None) or mx.metal.device_info
+    return dict(fn())
+
+
+def create(*, factory=None, dedup: bool = False, chunk_bytes: "int | None" = None,
+           pretok: str = "auto", **device_options) -> DeviceBackend:
+    """The metal backend (``factory``: the kernel factory, MLX's by default; the other options
+    are ``DeviceBackend``'s and ``MetalDevice``'s). ``get_backend("metal")`` calls this.
+
+    >>> enc.encode_batch_arrays(texts, backend=create(chunk_bytes=64 << 20))  # on a Mac
+    """
+    if factory is None:
+        ok, why = available()
+        if not ok:
+            raise RuntimeError(f"the metal backend is not available: {why}")
+    dev = MetalDevice(factory=factory, **device_options)
+    return DeviceBackend(dev, name="metal", dedup=_check_dedup(dedup), chunk_bytes=chunk_bytes,
+                         pretok=pretok)
+
+
+def _check_dedup(dedup: bool) -> bool:
+    if dedup:
+        raise ValueError("dedup=True is not available on the metal backend: the piece dedup "
+                         "claims hash slots with a 64-bit compare-and-swap, which Metal lacks "
+                         "(32-bit atomics only); use dedup=False (the default)")
+    return False
+
+
+class MetalOutOfMemory(MemoryError):
+    """MLX could not allocate a buffer (or the GPU ran out of memory): the driver splits the
+    batch, then falls back to the host, as on CUDA."""
+
+
+_OOM_WORDS = ("out of memory", "insufficient memory", "malloc", "allocate", "buffer size")
+
+
+@contextlib.contextmanager
+def _oom_as_memory_error():
+    """MLX reports a failed allocation as a RuntimeError ("[metal::malloc] Attempting to
+    allocate ...", "Insufficient Memory" from a command buffer); make it the MemoryError the
+    driver's out-of-memory split catches. (The exact messages are to confirm on a Mac.)"""
+    try:
+        yield
+    except RuntimeError as e:
+        if any(w in str(e).lower() for w in _OOM_WORDS):
+            raise MetalOutOfMemory(str(e)) from e
+        raise
+
+
+class MetalArray:
+    """A device array of the driver: an ``mx.array`` (padded to at least ``PAD`` elements) that
+    launches replace, so the driver's in-place updates hold. ``len`` is the logical length."""
+
+    __slots__ = ("_a", "n", "dtype")
+
+    def __init__(self, a, n: int, dtype):
+        self._a, self.n, self.dtype = a, int(n), np.dtype(dtype)
+
+    @property
+    def a(self):
+        if self._a is None:  # allocated on first use (most workspaces are only output shapes)
+            import mlx.core as mx
+
+            self._a = mx.zeros((max(self.n, PAD),), dtype=_mx_dtype(self.dtype))
+        return self._a
+
+    @a.setter
+    def a(self, value) -> None:
+        self._a = value
+
+    @property
+    def size(self) -> int:  # the padded length: what a shader may address
+        return max(self.n, PAD)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, sl):
+        if not isinstance(sl, slice) or sl.step not in (None, 1):
+            raise TypeError("a MetalArray takes plain slices only")
+        lo, hi, _ = sl.indices(self.n)
+        return MetalArray(self.a[lo:hi], hi - lo, self.dtype)
+
+
+def _mx_dtype(dtype):
+    from ..train.metal import mx_dtype
+
+    return mx_dtype(dtype)
+
+
+class _Pending:
+    def __init__(self, arr, count: int):
+        self.value = arr
+        self.count = count
+
+    def result(self) -> np.ndarray:
+        if self.count == 0:
+            return np.zeros(0, self.value.dtype)
+        with _oom_as_memory_error():  # an asynchronous failure surfaces here
+            return np.array(self.value.a[:self.count], copy=True)  # unified memory: one copy
+
+
+class MetalDevice:
+    """The Device adapter on MLX (``devices.py`` documents the protocol).
+
+    ``factory``: a ``gputok.train.metal.KernelFactory`` (MLX's by default; the tests pass one
+    whose ``make`` is the emulator). ``block``: threads per threadgroup; ``max_blocks``:
+    threadgroups per grid-stride launch; ``memory_limit``: bytes the driver plans chunks for
+    (default: half of MLX's recommended working set on a Mac).
+
+    >>> DeviceBackend(MetalDevice(), name="metal").plan(gputok.get_encoding("r50k_base").model)
+    {'split': 'host', 'normalize': 'none', 'pretok': 'device (metal (Apple M2 Max, ...))', ...}
+    """
+
+    kind = "metal"
+    host_memory = False
+    # the scanner families shaders/encode_pretok_*.metal implement; a family the CUDA kernels
+    # gain later is cut on the host here (a counted fallback) until its shaders exist
+    pretok_families = ("cl3", "cl1", "gpt2")
+
+    def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
+                 memory_limit: "int | None" = None, name: "str | None" = None):
+        import mlx.core as mx
+
+        from ..train.metal import KernelFactory
+
+        self.mx = mx
+        self.factory = factory if factory is not None else KernelFactory()
+        self.block, self.max_blocks = int(block), int(max_blocks)
+        self.scan_block, self.scan_items = 256, 8  # (the driver's scans run as MLX ops here)
+        self.memory_limit = memory_limit
+        self.name = name or (f"metal ({gpu_name()})" if factory is None else "metal (custom)")
+        self.oom_errors = (MemoryError,)  # MetalOutOfMemory included
+        self.launches: dict = {}
+
+    # ---- memory ------------------------------------------------------------------------------
+
+    def _wrap(self, host: np.ndarray) -> MetalArray:
+        host = np.ascontiguousarray(host).reshape(-1)
+        n = len(host)
+        if n < PAD:
+            host = np.concatenate([host, np.zeros(PAD - n, host.dtype)])
+        return MetalArray(self.mx.array(host), n, host.dtype)
+
+    def empty(self, n, dtype) -> MetalArray:
+        return MetalArray(None, int(n), dtype)
+
+    def zeros(self, n, dtype) -> MetalArray:
+        return MetalArray(None, int(n), dtype)
+
+    def full(self, n, value, dtype) -> MetalArray:
+        n = int(n)
+        a = self.mx.full((max(n, PAD),), value, dtype=_mx_dtype(dtype))
+        return MetalArray(a, n, dtype)
+
+    def dummy(self, dtype) -> MetalArray:
+        return MetalArray(None, PAD, dtype)
+
+    def put(self, host) -> MetalArray:
+        return self._wrap(np.asarray(host))
+
+    def upload(self, arrays: list) -> list:
+        return [self._wrap(np.asarray(a)) for a in arrays]
+
+    def download(self, key, arr: MetalArray, count) -> _Pending:
+        return _Pending(arr, int(count))
+
+    def memory_budget(self) -> int:
+        if self.memory_limit is not None:
+            return int(self.memory_limit)
+        try:
+            info = _device_info(self.mx)
+            return int(info.get("max_recommended_working_set_size") or info["memory_size"]) // 2
+        except Exception:
+            return 8 << 30
+
+    def begin_chunk(self, nbytes: int = 0) -> None:
+        pass
+
+    def release(self) -> None:
+        with contextlib.suppress(Exception):
+            self.mx.clear_cache()
+
+    def synchronize(self) -> None:
+        self.mx.synchronize()
+
+    @contextlib.contextmanager
+    def stream(self, slot: int):
+        yield
+
+    def mark(self):
+        self.mx.synchronize()
+        return time.perf_counter()
+
+    def elapsed_ms(self, a, b) -> float:
+        return (b - a) * 1e3
+
+    # ---- scans (MLX operations) --------------------------------------------------------------
+
+    def scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
+        """In-place prefix scan of ``arr[:n]`` (op "add" or "max") with MLX's own scans."""
+        with _oom_as_memory_error():
+            self._scan(arr, n, op, exclusive)
+
+    def _scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
+        mx = self.mx
+        x = arr.a
+        head = x[:n]
+        if op == "add":
+            s = mx.cumsum(head, inclusive=not exclusive)
+        elif op == "max":
+            s = mx.cummax(head)
+            if exclusive:
+                s = mx.concatenate([mx.zeros((1,), dtype=s.dtype), s[:-1]])
+        else:
+            raise ValueError(f"scan op must be 'add' or 'max', got {op!r}")
+        arr.a = mx.concatenate([s.astype(x.dtype), x[n:]]) if n < x.shape[0] else s
+        self._queue(arr.a)
+
+    # ---- launches ----------------------------------------------------------------------------
+
+    def _queue(self, *arrays) -> None:
+        self.mx.async_eval(*arrays)
+
+    def _run(self, shader: str, grid, block, inputs, shapes, init_value=None) -> list:
+        k = self.factory(shader)
+        ins = []
+        for x, (name, dt, ndim) in zip(inputs, k.shader.interface.inputs):
+            if ndim == 0:
+                if isinstance(x, MetalArray):  # a device value (the entry count): no host sync
+                    ins.append(x.a[0].astype(_mx_dtype(dt)))
+                else:
+                    ins.append(self.mx.array(int(x), dtype=_mx_dtype(dt)))
+            else:
+                ins.append(x.a)
+        threads = int(grid[0]) * int(block[0])
+        outs = k(*ins, output_shapes=[(s,) for s in shapes], grid=threads,
+                 init_value=init_value, threadgroup=int(block[0]))
+        self._queue(*outs)
+        return outs
+
+    def launch(self, name, grid, block, args) -> None:
+        """Run the Metal form of the CUDA kernel ``name`` called with CUDA's ``args``."""
+        step = getattr(self, "_k_" + name, None)
+        if step is None:
+            raise KeyError(f"the metal backend has no form of kernel {name!r} "
+                           "(gputok/backends/metal.py)")
+        self.launches[name] = self.launches.get(name, 0) + 1
+        with _oom_as_memory_error():
+            step(tuple(grid), tuple(block), list(args))
+
+    # Each _k_<kernel> takes the arguments of kernels/encode_*.cu's kernel of that name.
+
+    def _k_encode_pretok_marks(self, g, b, args) -> None:
+        pos, bits, count, mark = args
+        c = int(count)
+        x = mark.a
+        x[pos.a[:c]] = bits.a[:c]
+        mark.a = x
+        self._queue(x)
+
+    def _k_encode_pretok_classify(self, g, b, args) -> None:
+        buf, n, mark, cls_table, cls = args
+        (cls.a,) = self._run("encode_pretok_classify", g, b, [buf, mark, cls_table, n],
+                             [cls.size])
+
+    def _k_encode_pretok_runs(self, g, b, args) -> None:
+        n, mark, cls, runv, ischar = args
+        runv.a, ischar.a = self._run("encode_pretok_runs", g, b, [mark, cls, n],
+                                     [runv.size, ischar.size])
+
+    def _k_encode_pretok_window(self, g, b, args) -> None:
+        (buf, n, mark, cls, pair, pair_bits, next_lo, next_n, prev2_lo, prev2_n, runv, track_ws,
+         ws_next, ent) = args
+        ent.a, ws_next.a = self._run(
+            "encode_pretok_window", g, b,
+            [buf, mark, cls, pair, runv, n, pair_bits, next_lo, next_n, prev2_lo, prev2_n,
+             track_ws], [ent.size, ws_next.size])
+
+    def _k_encode_pretok_fix(self, g, b, args) -> None:
+        (buf, n, mark, cls, pair, pair_bits, letters, n_letters, runv, cidx, ws_next, gpt2,
+         digit_group, end_whole, ent) = args
+        (fix,) = self._run("encode_pretok_fix", g, b,
+                           [buf, mark, cls, pair, letters, runv, cidx, ws_next, n, pair_bits,
+                            n_letters, gpt2, digit_group, end_whole], [ent.size], init_value=0)
+        mx = self.mx
+        x = ent.a
+        one, zero = mx.array(1, x.dtype), mx.array(0, x.dtype)
+        ent.a = mx.where(fix == 2, one, mx.where(fix == 1, zero, x))
+        self._queue(ent.a)
+
+    def _k_encode_entries_compact(self, g, b, args) -> None:
+        scan, n, pstart, spec = args
+        pstart.a, spec.a = self._run("encode_entries_compact", g, b, [scan, n],
+                                     [pstart.size, spec.size])
+
+    def _k_encode_entries_specials(self, g, b, args) -> None:
+        scan, sp_pos, sp_id, count, spec = args
+        c = int(count)
+        x = spec.a
+        x[scan.a[sp_pos.a[:c]]] = sp_id.a[:c]
+        spec.a = x
+        self._queue(x)
+
+    def _gather(self, src: MetalArray, idx: MetalArray, k: int, out: MetalArray, dtype=None):
+        mx = self.mx
+        got = mx.take(src.a, idx.a[:k])
+        if dtype is not None:
+            got = got.astype(_mx_dtype(dtype))
+        if out.size > k:
+            got = mx.concatenate([got, mx.zeros((out.size - k,), dtype=got.dtype)])
+        out.a = got
+        self._queue(got)
+
+    def _k_encode_doc_entries(self, g, b, args) -> None:
+        scan, doc_off, n_docs1, doc_entry = args
+        self._gather(scan, doc_off, int(n_docs1), doc_entry)
+
+    def _k_encode_doc_offsets(self, g, b, args) -> None:
+        doc_entry, count, n_docs1, out_doc = args
+        self._gather(count, doc_entry, int(n_docs1), out_doc, np.int64)
+
+    def _k_encode_piece_kind(self, g, b, args) -> None:
+        (buf, pstart, spec, n_entries, w_slots, w_tok_bytes, w_bits, _slots, dbits, owner, count,
+         scratch, cap) = args
+        if int(dbits) != 0:
+            _check_dedup(True)
+        owner.a, count.a, scratch.a = self._run(
+            "encode_piece_kind", g, b,
+            [buf, pstart, spec, w_slots, w_tok_bytes, n_entries, w_bits, cap],
+            [owner.size, count.size, scratch.size], init_value=0)
+
+    def _k_encode_merge_short(self, g, b, args) -> None:
+        (buf, pstart, n_entries, owner, t_slots, t_bits, byte_ids, scratch, prio_ws, count,
+         cap) = args
+        scratch.a, count.a, prio_ws.a = self._run(
+            "encode_merge_short", g, b,
+            [buf, pstart, owner, t_slots, byte_ids, scratch, count, n_entries, t_bits, cap],
+            [scratch.size, count.size, prio_ws.size], init_value=0)
+
+    def _k_encode_merge_long(self, g, b, args) -> None:
+        (buf, pstart, n_entries, owner, t_slots, t_bits, byte_ids, join, scratch, where, nxt, prv,
+         heap, tree, size, count, cap) = args
+        outs = self._run(
+            "encode_merge_long", g, b,
+            [buf, pstart, owner, t_slots, byte_ids, join, scratch, count, n_entries, t_bits, cap],
+            [scratch.size, count.size, where.size, nxt.size, prv.size, heap.size, tree.size,
+             size.size], init_value=0)
+        scratch.a, count.a = outs[0], outs[1]
+        for h, o in zip((where, nxt, prv, heap, tree, size), outs[2:]):
+            h.a = o
+
+    def _k_encode_emit_u16(self, g, b, args) -> None:
+        self._emit("encode_emit_u16", g, b, args)
+
+    def _k_encode_emit_u32(self, g, b, args) -> None:
+        self._emit("encode_emit_u32", g, b, args)
+
+    def _emit(self, shader, g, b, args) -> None:
+        n_entries, pstart, owner, out_off, scratch, out, cap = args
+        (out.a,) = self._run(shader, g, b, [pstart, owner, out_off, scratch, n_entries, cap],
+                             [out.size])
+
+
+def emulated(make: Callable, **options) -> DeviceBackend:
+    """The metal backend with kernels built by ``make`` (``mx.fast.metal_kernel``'s signature;
+    the tests pass the emulator's, over ``mlx[cpu]`` arrays).
+
+    >>> be = emulated(metal_kernel_maker(order="reverse"), block=32, max_blocks=2)
+    """
+    from ..train.metal import KernelFactory
+
+    return create(factory=KernelFactory(make), **options)

@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .._cache import cache_dir
 from . import kernels
 
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
@@ -49,9 +50,7 @@ class NativeBuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "gputok")
-    return Path(root) / "native"
+    return Path(cache_dir("native"))
 
 
 @functools.lru_cache(maxsize=None)

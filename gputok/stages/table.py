@@ -25,6 +25,8 @@ import random
 
 import numpy as np
 
+from .._cache import cache_dir
+
 NO_MERGE = np.uint32(0xFFFFFFFF)
 EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
 HASH_MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
@@ -192,9 +194,7 @@ def cache_key(digest: "str | None") -> "str | None":
 
 
 def _cache_file(key: str) -> str:
-    root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "gputok")
-    return os.path.join(root, f"merge-table-{key}.npz")
+    return os.path.join(cache_dir(), f"merge-table-{key}.npz")
 
 
 def _load_cached(key: "str | None") -> "dict | None":

@@ -105,8 +105,9 @@ class Kernel:
         self._template = [(k, v if isinstance(v, (bool, int)) else mx_dtype(v))
                           for k, v in iface.template]
 
-    def __call__(self, *inputs, output_shapes, grid: int, init_value=None) -> list:
-        """Run over ``grid`` threads (threadgroups of BLOCK); returns the outputs."""
+    def __call__(self, *inputs, output_shapes, grid: int, init_value=None,
+                 threadgroup: int = BLOCK) -> list:
+        """Run over ``grid`` threads (threadgroups of ``threadgroup``); returns the outputs."""
         if len(inputs) != len(self._inputs):
             raise TypeError(f"{self.shader.path.name}: {len(self._inputs)} inputs declared "
                             f"({', '.join(n for n, _, _ in self._inputs)}), {len(inputs)} given")
@@ -118,7 +119,7 @@ class Kernel:
         kw = {} if init_value is None else {"init_value": init_value}
         return self.fn(inputs=list(inputs), output_shapes=[tuple(s) for s in output_shapes],
                        output_dtypes=self._out_dtypes, grid=(int(grid), 1, 1),
-                       threadgroup=(BLOCK, 1, 1), template=self._template, **kw)
+                       threadgroup=(int(threadgroup), 1, 1), template=self._template, **kw)
 
 
 class KernelFactory:

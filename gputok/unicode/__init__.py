@@ -28,8 +28,10 @@ Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 # public API
 from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
 from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
-from .pattern import compile_pinned, pin_pattern
-from .sets import FAMILIES, member_table, ranges, unicode_version
+from .compiled import compile_pinned
+from .pattern import pin_pattern
+from .atoms import member_table, ranges
+from .sets import FAMILIES, unicode_version
 
 __all__ = [
     "FAMILIES", "unicode_version", "ranges", "member_table",

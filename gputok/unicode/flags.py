@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from . import store
-from .sets import ranges
+from .atoms import ranges
 
 __all__ = ["F_L", "F_N", "F_S", "F_NL", "F_UP", "F_LO", "F_M", "PROPERTIES", "FOLD_LETTERS",
            "class_flags"]

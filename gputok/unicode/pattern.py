@@ -29,17 +29,14 @@ naming the construct and the pattern: unknown properties, POSIX brackets, ``(?x)
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import NamedTuple
-
-import regex
 
 from . import installed, sets, store
 from .emit import char as _emit_char, cls_char as _cls_ch, ranges as _emit_set
 from .catalog import ESCAPES, loose
 
-__all__ = ["pin_pattern", "compile_pinned", "single_set"]
+__all__ = ["pin_pattern", "fast_text", "single_set"]
 
 _ASCII = store.normal([[0, 0x7F]])
 _NAMED_GROUP = re.compile(r"\(\?(?:P?<([A-Za-z_]\w*)>|'([A-Za-z_]\w*)')")
@@ -452,25 +449,17 @@ def pin_pattern(pattern: str, family: str) -> str:
     return "".join(pin.out)
 
 
-@functools.lru_cache(maxsize=64)
-def compile_pinned(pattern: str, family: str) -> "regex.Pattern[str]":
-    """The pinned pattern compiled for the installed ``regex``, cached (64 patterns).
-
-    Matches exactly what ``regex.compile(pin_pattern(pattern, family))`` matches, but spells big
-    classes with the installed release's own properties plus explicit corrections (see
-    ``installed.py``): 6-15x faster than explicit ranges, ~0.6x the unpinned pattern; the first
-    compile of a pattern measures each of its classes once (~20-120 ms each).
-
-    >>> compile_pinned(r"\\p{L}+|\\s+", "tiktoken").findall("héllo wörld")
-    ['héllo', ' ', 'wörld']
-    """
+def fast_text(pattern: str, family: str) -> "tuple[str, bool]":
+    """``compile_pinned``'s text for the installed ``regex`` and whether it needs V1 mode (big
+    classes spelled as the release's own properties plus explicit corrections, see
+    ``installed.py``; the first call measures each distinct class, ~20-120 ms each)."""
     pin = _Pin(pattern, family, fast=True)
     pin.seq(_Flags())
     if pin.i < len(pattern):
         raise pin.fail("unbalanced ')'")
     # V1 only changes what the emitted text relies on: set operations inside brackets (pinned
     # text has no inline flags, no case-insensitivity and escapes every operator character)
-    return regex.compile("".join(pin.out), regex.V1 if pin.v1 else regex.V0)
+    return "".join(pin.out), pin.v1
 
 
 def single_set(atom: str, family: str):

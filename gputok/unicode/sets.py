@@ -16,7 +16,7 @@ from . import store
 from .catalog import loose
 from .store import FAMILIES
 
-__all__ = ["FAMILIES", "unicode_version", "ranges", "member_table"]
+__all__ = ["FAMILIES", "unicode_version"]
 
 _TABLES = ("regex", "normalize", "lowercase")
 
@@ -193,45 +193,3 @@ def multi_fold(family: str):
 def multi_targets(family: str) -> list:
     """The strings those characters fold to (``"ss"``, ``"st"``, ...)."""
     return list(_file(family).meta.get("multifold", []))
-
-
-# ----------------------------------------------------------------------------------------------
-# public
-# ----------------------------------------------------------------------------------------------
-
-def ranges(family: str, atom: str) -> np.ndarray:
-    """Sorted inclusive code point ranges, shape ``(k, 2)``, that ``atom`` matches in ``family``.
-
-    ``atom`` is a property name (``"L"``, ``"Lu"``, ``"Han"``, ``"White_Space"``, any alias the
-    engine accepts) or a one-character pattern: ``\\p{..}``, ``\\P{..}``, ``\\s``, ``\\W``, a
-    bracket class such as ``[\\p{L}&&\\p{Han}]``, ``(?i:s)``. Surrogates are in no probed set (the
-    engines never see them), so no result holds them.
-
-    >>> ranges("tiktoken", "(?i:k)").tolist()
-    [[75, 75], [107, 107], [8490, 8490]]
-    """
-    if not any(ch in atom for ch in "\\[("):
-        hit = resolve_property(family, atom)
-        if hit is None:
-            raise ValueError(f"unknown property {atom!r} for family {family!r}")
-        name, negated = hit
-        return store.difference(atom_set(family, name, negated=negated), _SURROGATES)
-    from .pattern import single_set
-
-    return store.difference(single_set(atom, family), _SURROGATES)
-
-
-@functools.lru_cache(maxsize=64)
-def _member_table(family: str, atom: str) -> np.ndarray:
-    t = store.member_mask(ranges(family, atom))
-    t.setflags(write=False)
-    return t
-
-
-def member_table(family: str, atom: str) -> np.ndarray:
-    """``bool[0x110000]``: True where ``atom`` matches (read-only, cached per family and atom).
-
-    >>> bool(member_table("hf", r"\\p{L}")[ord("a")])
-    True
-    """
-    return _member_table(family, atom)

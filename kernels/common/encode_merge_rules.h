@@ -1,0 +1,409 @@
+// encode_merge_rules.h: the merge stage's per-entry rules, for every dialect (included by
+// encode_rules.h, which defines the types, constants and hashes used here).
+#pragma once
+
+// ---------------------------------------------------------------- merge table
+// THE PAIR PROBE: the open-addressing table of MergeTable (gputok/stages/table.py), probed
+// exactly as there: key = left << 32 | right, home slot = (key * HASH_MUL) >> (64 - bits), linear
+// probing, an empty slot ends the probe. Returns the pair's priority (ENC_NO_MERGE when absent)
+// and sets *merged to the merged id.
+// Layout on a device (gputok/backends/device_tables.py, merge_slots): two 64-bit words per slot,
+// [key, priority | merged << 32], so a probe that hits reads one 16-byte slot (one cache line,
+// one 128-bit load) where three separate arrays cost three misses: the probes' loads were half
+// of encode_merge_short's time on a CPU (perf, multilingual text).
+struct EncMergeTable {
+  const GPUTOK_DEV enc_u64* slots;
+  enc_u32 bits;
+};
+
+GPUTOK_FN void enc_pair_prefetch(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
+                                 enc_u32 right) {
+  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
+  ENC_PREFETCH(t.slots + 2 * ((key * ENC_HASH_MUL) >> (64 - t.bits)));
+}
+
+GPUTOK_FN enc_u32 enc_pair_lookup(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
+                                  enc_u32 right, GPUTOK_THREAD enc_u32* merged) {
+  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
+  const enc_u64 mask = ((enc_u64)1 << t.bits) - 1;
+  enc_u64 s = (key * ENC_HASH_MUL) >> (64 - t.bits);
+  while (true) {
+    const enc_u64 k = t.slots[2 * s];
+    if (k == key) {
+      const enc_u64 v = t.slots[2 * s + 1];
+      *merged = (enc_u32)(v >> 32);
+      return (enc_u32)v;
+    }
+    if (k == ENC_EMPTY_KEY) return ENC_NO_MERGE;
+    s = (s + 1) & mask;
+  }
+}
+
+// ---------------------------------------------------------------- whole-token table
+// The whole-token table (gputok/backends/device_tables.py, whole_table): open addressing on the
+// top bits of enc_bytes_hash, linear probing; four words per slot, [low 32 bits of the hash,
+// token id (ENC_EMPTY_SLOT: free), first byte in tok_bytes, length], so a probe reads one 16-byte
+// slot and, when tag and length match, the token's bytes (two cache lines; separate tag / entry
+// / offset / id arrays cost five).
+struct EncWholeTable {
+  const GPUTOK_DEV enc_u32* slots;
+  const GPUTOK_DEV enc_u8* tok_bytes;
+  enc_u32 bits;  // 0: no whole-piece lookup (HF rule without ignore_merges)
+};
+
+// The id of the token whose bytes are p[0..len), or ENC_NO_MERGE.
+GPUTOK_FN enc_u32 enc_whole_lookup(GPUTOK_THREAD const EncWholeTable& w,
+                                   const GPUTOK_DEV enc_u8* p, enc_u32 len, enc_u64 h) {
+  const enc_u64 mask = ((enc_u64)1 << w.bits) - 1;
+  enc_u64 s = h >> (64 - w.bits);
+  const enc_u32 tag = (enc_u32)h;
+  while (true) {
+    const GPUTOK_DEV enc_u32* slot = w.slots + 4 * s;
+    const enc_u32 id = slot[1];
+    if (id == ENC_EMPTY_SLOT) return ENC_NO_MERGE;
+    if (slot[0] == tag && slot[3] == len && enc_bytes_equal(w.tok_bytes + slot[2], p, len))
+      return id;
+    s = (s + 1) & mask;
+  }
+}
+
+// What an entry is before any merging (encode_piece_kind): a special token (one id), the
+// sentinel or a gap (no ids), a piece that is one token (one id), or a piece to merge (then h is
+// its bytes hash when with_hash, for the dedup of the dialects that have one).
+struct EncKind {
+  bool done;      // final: `count` ids (0 or 1), the one being `id`
+  enc_u32 count;
+  enc_u32 id;
+  enc_u64 h;
+};
+
+GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc_u32 len,
+                                    enc_u32 sp, GPUTOK_THREAD const EncWholeTable& w,
+                                    bool with_hash) {
+  EncKind k;
+  k.done = true;
+  k.count = 0;
+  k.id = 0;
+  k.h = 0;
+  if (sp != ENC_NORMAL) {  // a special token (one id) or the sentinel (none)
+    if (sp != ENC_GAP) {
+      k.count = 1;
+      k.id = sp;
+    }
+    return k;
+  }
+  const GPUTOK_DEV enc_u8* p = buf + s;
+  if (w.bits != 0 || with_hash) k.h = enc_bytes_hash(p, len);
+  if (w.bits != 0) {
+    const enc_u32 id = enc_whole_lookup(w, p, len, k.h);
+    if (id != ENC_NO_MERGE) {
+      k.count = 1;
+      k.id = id;
+      return k;
+    }
+  }
+  k.done = false;
+  return k;
+}
+
+// ---------------------------------------------------------------- short merges
+// The sequential rule on one run of ids, in place: merge the adjacent pair of lowest priority,
+// leftmost on ties (THE COMPARATOR: strict <), until no pair merges; pr[0 .. len - 1) caches the
+// pairs' priorities. Returns how many ids are left (at the front of ids). O(len^2): for short
+// runs (encode_merge_short's pieces, encode_merge_long's segments).
+GPUTOK_FN enc_u32 enc_merge_small(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
+                                  GPUTOK_DEV enc_u32* pr, enc_u32 len) {
+  enc_u32 m;
+  for (enc_u32 k = 0; k + 1 < len; ++k) pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &m);
+  while (len > 1) {
+    enc_u32 best = ENC_NO_MERGE, at = 0;
+    for (enc_u32 k = 0; k + 1 < len; ++k) {
+      if (pr[k] < best) {
+        best = pr[k];
+        at = k;
+      }
+    }
+    if (best == ENC_NO_MERGE) break;
+    enc_u32 merged;
+    enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
+    ids[at] = merged;
+    // both new pairs' slots are fetched before either probe waits on memory
+    if (at > 0) enc_pair_prefetch(t, ids[at - 1], merged);
+    if (at + 2 < len) enc_pair_prefetch(t, merged, ids[at + 2]);
+    for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
+    for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
+    --len;
+    if (at + 1 < len) pr[at] = enc_pair_lookup(t, ids[at], ids[at + 1], &m);
+    if (at > 0) pr[at - 1] = enc_pair_lookup(t, ids[at - 1], ids[at], &m);
+  }
+  return len;
+}
+
+// One piece shorter than ENC_LONG_PIECE: its bytes' ids into ids[0..len), merged there; returns
+// the id count.
+GPUTOK_FN enc_u32 enc_merge_short_piece(GPUTOK_THREAD const EncMergeTable& t,
+                                        const GPUTOK_DEV enc_u8* b,
+                                        const GPUTOK_DEV enc_u32* byte_ids,
+                                        GPUTOK_DEV enc_u32* ids, GPUTOK_DEV enc_u32* pr,
+                                        enc_u32 len) {
+  for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
+  return enc_merge_small(t, ids, pr, len);
+}
+
+// ---------------------------------------------------------------- long pieces
+// Indexed 4-ary min-heap over the parts of one piece. Parts are named by their first byte's
+// offset p in the piece; a heap entry is its key, priority << 32 | p, so the minimum is "lowest
+// priority, leftmost" (THE COMPARATOR: one integer comparison) and sifting reads only the heap
+// array, whose four children of a node share a cache line; where[p] is p's index in the heap.
+// Performance notes: the first form (binary heap of part indices, keys compared through a
+// separate priority array) took ~1.1 us per byte of "a" * 10**6 on a CPU, two or three cache
+// misses per level over 20 levels; keys in the heap and four children per node halve the
+// levels and the misses per level (measured in bench/bench_long.py).
+struct EncHeap {
+  GPUTOK_DEV enc_u64* heap;   // heap[i] = key of the part at index i
+  GPUTOK_DEV enc_u32* where;  // where[p] = index of part p in heap
+  enc_u32 size;
+};
+
+GPUTOK_FN enc_u64 enc_heap_key(enc_u32 prio, enc_u32 p) {
+  return ((enc_u64)prio << 32) | (enc_u64)p;
+}
+
+GPUTOK_FN void enc_heap_set(GPUTOK_THREAD EncHeap& h, enc_u32 i, enc_u64 k) {
+  h.heap[i] = k;
+  h.where[(enc_u32)k] = i;
+}
+
+GPUTOK_FN void enc_heap_up(GPUTOK_THREAD EncHeap& h, enc_u32 i) {
+  const enc_u64 k = h.heap[i];
+  while (i > 0) {
+    const enc_u32 parent = (i - 1) / 4;
+    if (h.heap[parent] <= k) break;
+    enc_heap_set(h, i, h.heap[parent]);
+    i = parent;
+  }
+  enc_heap_set(h, i, k);
+}
+
+GPUTOK_FN void enc_heap_down(GPUTOK_THREAD EncHeap& h, enc_u32 i) {
+  const enc_u64 k = h.heap[i];
+  while (true) {
+    const enc_u32 first = 4 * i + 1;
+    if (first >= h.size) break;
+    const enc_u32 end = h.size - first < 4 ? h.size : first + 4;
+    enc_u32 c = first;
+    enc_u64 ck = h.heap[first];
+    for (enc_u32 j = first + 1; j < end; ++j) {
+      if (h.heap[j] < ck) {
+        ck = h.heap[j];
+        c = j;
+      }
+    }
+    if (ck >= k) break;
+    enc_heap_set(h, i, ck);
+    i = c;
+  }
+  enc_heap_set(h, i, k);
+}
+
+// part p's key is now k: restore the heap order
+GPUTOK_FN void enc_heap_fix(GPUTOK_THREAD EncHeap& h, enc_u32 p, enc_u64 k) {
+  const enc_u32 i = h.where[p];
+  h.heap[i] = k;
+  enc_heap_up(h, i);
+  enc_heap_down(h, h.where[p]);
+}
+
+GPUTOK_FN void enc_heap_remove(GPUTOK_THREAD EncHeap& h, enc_u32 p) {
+  const enc_u32 i = h.where[p];
+  const enc_u64 last = h.heap[h.size - 1];
+  --h.size;
+  if (i < h.size) {
+    enc_heap_set(h, i, last);
+    enc_heap_up(h, i);
+    enc_heap_down(h, h.where[(enc_u32)last]);
+  }
+}
+
+// Long runs: the heap is split into blocks of ENC_HEAP_BLOCK consecutive parts, each with its
+// own 4-ary heap (a merge touches parts p, its right neighbour and its left one: at most two
+// neighbouring blocks), and a tree of the blocks' minima on top, so every sift stays within a
+// few cache-resident KB whatever the run's length. Performance notes: one heap over the whole
+// run cost 160 ns per byte of "a" * 10**6 and 240 at 10**7 (its lower levels miss the caches);
+// blocks keep the time per byte flat in the length (bench/bench_long.py).
+#ifndef ENC_HEAP_BLOCK
+#define ENC_HEAP_BLOCK 2048
+#endif
+// the per-run tree and block sizes live at slots indexed by (run start / ENC_LONG_PIECE): runs
+// are at least ENC_LONG_PIECE long, so with blocks at least twice that, runs never overlap there
+static_assert(ENC_HEAP_BLOCK >= 2 * ENC_LONG_PIECE, "see the block storage above");
+
+struct EncBlockHeaps {
+  GPUTOK_DEV enc_u64* heap;   // block j's heap: heap[j * ENC_HEAP_BLOCK ...]
+  GPUTOK_DEV enc_u32* where;  // where[p]: part p's index in its block's heap
+  GPUTOK_DEV enc_u64* tree;   // tree[nb + j]: block j's minimum (~0 when empty); tree[i]: min of
+                              // 2i, 2i + 1
+  GPUTOK_DEV enc_u32* size;   // size[j]: block j's heap size
+  enc_u32 nb;
+};
+
+GPUTOK_FN EncHeap enc_block(GPUTOK_THREAD const EncBlockHeaps& b, enc_u32 j) {
+  EncHeap h;
+  h.heap = b.heap + (enc_u64)j * ENC_HEAP_BLOCK;
+  h.where = b.where;
+  h.size = b.size[j];
+  return h;
+}
+
+// block j's heap h changed: store its size, and its minimum up the tree while that changes
+GPUTOK_FN void enc_block_done(GPUTOK_THREAD EncBlockHeaps& b, enc_u32 j,
+                              GPUTOK_THREAD const EncHeap& h) {
+  b.size[j] = h.size;
+  enc_u32 i = b.nb + j;
+  const enc_u64 v = h.size ? h.heap[0] : ENC_U64_MAX;
+  if (b.tree[i] == v) return;
+  b.tree[i] = v;
+  for (i >>= 1; i >= 1; i >>= 1) {
+    const enc_u64 l = b.tree[2 * i], r = b.tree[2 * i + 1];
+    const enc_u64 m = l < r ? l : r;
+    if (b.tree[i] == m) break;  // unchanged here: unchanged above
+    b.tree[i] = m;
+  }
+}
+
+// The sequential rule on one run of ids in O(len log len): a doubly linked list of parts and
+// the block heaps above. Returns how many ids are left (compacted to the front of ids).
+GPUTOK_FN enc_u32 enc_merge_heap(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
+                                 GPUTOK_DEV enc_u32* nxt, GPUTOK_DEV enc_u32* prv,
+                                 EncBlockHeaps b, enc_u32 len) {
+  // parts are local offsets, len means "none"
+  enc_u32 m;
+  for (enc_u32 k = 0; k < len; ++k) {
+    nxt[k] = k + 1;
+    prv[k] = k == 0 ? len : k - 1;
+  }
+  b.nb = (len + ENC_HEAP_BLOCK - 1) / ENC_HEAP_BLOCK;
+  for (enc_u32 j = 0; j < b.nb; ++j) {
+    const enc_u32 lo = j * ENC_HEAP_BLOCK;
+    const enc_u32 n = len - lo < ENC_HEAP_BLOCK ? len - lo : ENC_HEAP_BLOCK;
+    EncHeap h;
+    h.heap = b.heap + lo;
+    h.where = b.where;
+    h.size = n;
+    for (enc_u32 k = 0; k < n; ++k) {
+      const enc_u32 p = lo + k;
+      const enc_u32 pr = p + 1 < len ? enc_pair_lookup(t, ids[p], ids[p + 1], &m) : ENC_NO_MERGE;
+      enc_heap_set(h, k, enc_heap_key(pr, p));
+    }
+    for (enc_u32 i = (n - 2) / 4 + 1; n > 1 && i-- > 0;) enc_heap_down(h, i);
+    b.size[j] = n;
+    b.tree[b.nb + j] = h.heap[0];
+  }
+  for (enc_u32 i = b.nb; i-- > 1;) {
+    const enc_u64 l = b.tree[2 * i], r = b.tree[2 * i + 1];
+    b.tree[i] = l < r ? l : r;
+  }
+  while (true) {
+    const enc_u64 top = b.tree[1];
+    if ((enc_u32)(top >> 32) == ENC_NO_MERGE) break;  // the smallest key has no merge: none has
+    const enc_u32 p = (enc_u32)top;
+    const enc_u32 q = nxt[p];
+    enc_u32 merged;
+    enc_pair_lookup(t, ids[p], ids[q], &merged);
+    ids[p] = merged;
+    const enc_u32 after = nxt[q];
+    nxt[p] = after;
+    if (after < len) prv[after] = p;
+    const enc_u32 before = prv[p];
+    if (before < len) enc_pair_prefetch(t, ids[before], merged);
+    const enc_u32 jq = q / ENC_HEAP_BLOCK;
+    EncHeap hq = enc_block(b, jq);
+    enc_heap_remove(hq, q);
+    enc_block_done(b, jq, hq);
+    const enc_u32 jp = p / ENC_HEAP_BLOCK;
+    EncHeap hp = enc_block(b, jp);
+    enc_heap_fix(hp, p, enc_heap_key(after < len ? enc_pair_lookup(t, merged, ids[after], &m)
+                                                 : ENC_NO_MERGE, p));
+    enc_block_done(b, jp, hp);
+    if (before < len) {
+      const enc_u32 jb = before / ENC_HEAP_BLOCK;
+      EncHeap hb = enc_block(b, jb);
+      enc_heap_fix(hb, before, enc_heap_key(enc_pair_lookup(t, ids[before], merged, &m), before));
+      enc_block_done(b, jb, hb);
+    }
+  }
+  // compact the surviving parts to the front (the write index never passes the read index)
+  enc_u32 out = 0;
+  for (enc_u32 p = 0; p < len; p = nxt[p]) ids[out++] = ids[p];
+  return out;
+}
+
+// May a part ever span the boundary between bytes x and y? Only if some token the merges can
+// make has the bytes x y next to each other: join[] has bit (x << 8 | y) set for every byte pair
+// inside a merged token (gputok/backends/device_tables.py, join_bitmap). Where it is clear no
+// merge crosses the boundary, so the runs on either side merge independently (the rule's
+// "lowest priority, leftmost" order restricted to one run is that run's own order) and each
+// run can take the cheaper algorithm: an emoji run is thousands of 4-byte runs, not one heap.
+GPUTOK_FN bool enc_may_join(const GPUTOK_DEV enc_u32* join, enc_u8 x, enc_u8 y) {
+  const enc_u32 bit = ((enc_u32)x << 8) | y;
+  return (join[bit >> 5] >> (bit & 31)) & 1u;
+}
+
+// Workspace of the long pieces, each array indexed by the chunk's byte offsets (one slice per
+// piece): where/nxt/prv (uint32, n), heap keys (uint64, n), per ENC_LONG_PIECE bytes two tree
+// slots (uint64) and one block size (uint32).
+struct EncLongWork {
+  GPUTOK_DEV enc_u32* where;
+  GPUTOK_DEV enc_u32* nxt;
+  GPUTOK_DEV enc_u32* prv;
+  GPUTOK_DEV enc_u64* heap;
+  GPUTOK_DEV enc_u64* tree;
+  GPUTOK_DEV enc_u32* size;
+};
+
+// One piece of at least ENC_LONG_PIECE bytes starting at byte s of the chunk: its ids into
+// scratch[s ...], cut where no merge can cross, each run merged on its own (short runs with
+// enc_merge_small, long ones with the heap); returns the id count.
+GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
+                                       const GPUTOK_DEV enc_u8* buf,
+                                       const GPUTOK_DEV enc_u32* byte_ids,
+                                       const GPUTOK_DEV enc_u32* join,
+                                       GPUTOK_DEV enc_u32* scratch,
+                                       GPUTOK_THREAD const EncLongWork& ws, enc_u32 s,
+                                       enc_u32 len) {
+  // every array is this piece's slice (the byte offset s); runs are slices of that
+  GPUTOK_DEV enc_u32* ids = scratch + s;
+  const GPUTOK_DEV enc_u8* b = buf + s;
+  for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
+  enc_u32 out = 0, a = 0;
+  for (enc_u32 k = 1; k <= len; ++k) {
+    if (k < len && enc_may_join(join, b[k - 1], b[k])) continue;
+    const enc_u32 run = k - a;  // the run [a, k): merged, then moved down to out (<= a)
+    const enc_u32 g = s + a;    // the run's first byte in the chunk
+    const enc_u32 unit = g / ENC_LONG_PIECE;
+    enc_u32 got;
+    if (run < ENC_LONG_PIECE) {
+      got = enc_merge_small(t, ids + a, ws.where + g, run);
+    } else {
+      EncBlockHeaps bh;
+      bh.heap = ws.heap + g;
+      bh.where = ws.where + g;
+      bh.tree = ws.tree + 2 * (enc_u64)unit;
+      bh.size = ws.size + unit;
+      bh.nb = 0;
+      got = enc_merge_heap(t, ids + a, ws.nxt + g, ws.prv + g, bh, run);
+    }
+    for (enc_u32 j = 0; j < got; ++j) ids[out + j] = ids[a + j];
+    out += got;
+    a = k;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- emit
+// Entry e's ids, count of them, from scratch[src ...] to out[dst ...] in the output's dtype.
+template <class T>
+GPUTOK_FN void enc_emit_ids(const GPUTOK_DEV enc_u32* scratch, enc_u32 src, enc_u32 c,
+                            GPUTOK_DEV T* out, enc_u32 dst) {
+  for (enc_u32 k = 0; k < c; ++k) out[dst + k] = (T)scratch[src + k];
+}
