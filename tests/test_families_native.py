@@ -5,7 +5,8 @@
   cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
   ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
   fallback, no ``encode_merge_*`` launch).
-* SentencePiece: no kernel; the model runs on the host, a counted fallback.
+* SentencePiece: no kernel; the model runs on the host, a counted fallback (and WordPiece on
+  a device that has no encode_wordpiece form: Metal, on the emulator).
 """
 
 from __future__ import annotations
@@ -127,4 +128,25 @@ def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path
     assert be.fallbacks == {("merge", "spm-bpe"): 2}
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert not be.dev.launches
+    assert be.plan(enc.model)["merge"].startswith("host")
+
+
+def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp_path):
+    """The Metal backend (on the emulator here) has no encode_wordpiece shader yet: a WordPiece
+    model runs on the host there, warned once and counted, with HF's ids."""
+    pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
+    from emulator.mlx_bridge import metal_kernel_maker
+
+    from gputok.backends import metal
+
+    enc, hf = _pair({}, tmp_path)
+    be = metal.emulated(metal_kernel_maker(order="forward", seed=0))
+    assert not be.dev.has_kernel("encode_wordpiece") and be.dev.has_kernel("encode_merge_short")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids, off = enc.encode_batch_arrays(EDGES, allowed_special="all", backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [
+        e.ids for e in hf.encode_batch(EDGES, add_special_tokens=False)]
+    assert be.fallbacks == {("merge", "wordpiece"): 1} and not be.dev.launches
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert be.plan(enc.model)["merge"].startswith("host")

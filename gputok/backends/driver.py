@@ -136,7 +136,8 @@ class DeviceBackend(Backend):
     # ---- public --------------------------------------------------------------------------------
 
     def plan(self, model) -> dict:
-        mode, why = self._mode(model)
+        host = self._host_family(model)
+        mode, why = ("host", host) if host is not None else self._mode(model)
         where = f"device ({self.dev.name})"
         if mode == "host":
             return {"split": "host", "normalize": "host", "pretok": f"host: {why}",
@@ -150,8 +151,9 @@ class DeviceBackend(Backend):
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:
             check_buffer(buf, doc_off, disallowed)
-        if pretok_mode(model)[0] == "host":  # a family without kernels: the numpy backend
-            self.fallback("merge", model.kind, f"{model.name}: {pretok_mode(model)[1]}",
+        why = self._host_family(model)
+        if why is not None:  # a family without kernels (on this device): the numpy backend
+            self.fallback("merge", model.kind, f"{model.name}: {why}",
                           once_key=("family", id(model)))
             return get_backend("numpy").encode(model, docs, allowed, frozenset())
         spans = token_spans(model, buf, doc_off, allowed)
@@ -187,6 +189,18 @@ class DeviceBackend(Backend):
                 "total_ms": sum(best.values())}
 
     # ---- planning ------------------------------------------------------------------------------
+
+    def _host_family(self, model) -> "str | None":
+        """Why every stage of ``model`` runs on the host here (None: the device runs some):
+        SentencePiece models everywhere; WordPiece on a device without encode_wordpiece (a
+        device adapter may say which kernels it has: ``has_kernel``, e.g. Metal)."""
+        mode, why = pretok_mode(model)
+        if mode == "host":
+            return why
+        has = getattr(self.dev, "has_kernel", None)
+        if model.kind == "wordpiece" and has is not None and not has("encode_wordpiece"):
+            return f"wordpiece: the {self.name} device has no encode_wordpiece kernel yet"
+        return None
 
     def _mode(self, model) -> tuple[str, str]:
         mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
