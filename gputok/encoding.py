@@ -162,6 +162,10 @@ class Encoding:
         if isinstance(text_or_bytes, str):
             if text_or_bytes in m.specials or text_or_bytes in m.added:
                 return m.token_id(text_or_bytes)
+            if m.family is not None:  # a piece as the vocabulary spells it ("▁the", "##ing")
+                tok = m.family.token_id(text_or_bytes)
+                if tok is not None:
+                    return tok
             text_or_bytes = text_or_bytes.encode("utf-8")
         tok = m.token_ids_by_bytes.get(text_or_bytes)
         if tok is None:
@@ -243,6 +247,8 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
+        if self.model.detok is not None:  # families that decode as their library does
+            return self.model.detok.decode_bytes(tokens)
         return join_bytes(self.model.decoder, tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
@@ -252,6 +258,8 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
+        if self.model.detok is not None:
+            return self.model.detok.decode(tokens, errors)
         return join_bytes(self.model.decoder, tokens).decode("utf-8", errors=errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
@@ -313,6 +321,10 @@ class Encoding:
         >>> dec.feed(enc.encode("h\\u00e9")[:1]) + dec.feed(enc.encode("h\\u00e9")[1:]) + dec.flush()
         'hé'
         """
+        if self.model.detok is not None:
+            from .detok import FamilyStreamDecoder
+
+            return FamilyStreamDecoder(self.model.detok, self.model.detok.is_byte, errors)
         return StreamDecoder(self.model.decoder, errors)
 
     # ==== miscellaneous ==========================================================================
@@ -363,7 +375,8 @@ class Encoding:
     @property
     def pat_str(self) -> "str | None":
         """The pre-tokenizer regex (``None`` for multi-step HF pre-tokenizers)."""
-        return self.model.pretok.pattern
+        pre = self.model.pretok
+        return pre.pattern if pre is not None else None
 
     # tiktoken exposes these private attributes and some code reads them
     @property

@@ -116,10 +116,14 @@ def _class_end(pat: str, i: int) -> int:
 
 def mergeable_ranks(enc: Encoding) -> dict[bytes, int]:
     """The non-special tokens as ``{bytes: id}`` (for tiktoken-rule encodings, ids are ranks)."""
+    if enc.model.kind != "bytelevel-bpe":
+        raise ValueError(f"{enc.name} is a {enc.model.kind} model: only byte-level BPE encodings "
+                         "can be exported (keep the .model / tokenizer.json / .gguf it came from)")
     return enc.model.token_ids_by_bytes
 
 
 def save_tiktoken(enc: Encoding, path: "str | Path") -> Path:
+    mergeable_ranks(enc)  # refuses other families first
     if enc.pat_str is None:
         raise ValueError(f"{enc.name}: its pre-tokenizer is not a single regex; it cannot be "
                          "expressed as a .tiktoken file")
@@ -142,6 +146,7 @@ def _tiktoken_rule_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
 
 
 def save_hf_json(enc: Encoding, path: "str | Path") -> Path:
+    mergeable_ranks(enc)  # refuses other families first
     if enc.pat_str is None:
         raise ValueError(f"{enc.name}: only single-regex pre-tokenizers can be exported")
     ranks = mergeable_ranks(enc)

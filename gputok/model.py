@@ -11,7 +11,13 @@ nothing else. It holds data only:
   emitted whole before merging);
 * ``specials`` (control tokens, under the allowed/disallowed contract), ``added`` (HF
   non-special added tokens: always cut out), ``lstrip`` / ``rstrip`` (HF added-token options);
-* ``decoder`` (id -> bytes, every id) and ``digest`` (identifies the vocabulary: cache keys).
+* ``decoder`` (id -> bytes, every id) and ``digest`` (identifies the vocabulary: cache keys);
+* ``kind``: the family, "bytelevel-bpe" (the fields above), "spm-bpe" (SentencePiece BPE: a
+  ``.model``, a SPM-style tokenizer.json, a llama GGUF) or "wordpiece" (BERT). The other
+  families keep their tables in ``family`` (``stages/spm.py``, ``stages/hf_spm.py``,
+  ``stages/wordpiece.py``): each gives the pretok stage (``pieces_batch``), the merge stage
+  (``merge_pieces``) and a last emit step (``finish``); ``detok`` (``gputok/detok.py``) is
+  their decoder where decoding is more than joining bytes.
 
 Derived tables (the merge table, the piece cache, the pre-tokenizer) are built on first use and
 kept on the model; they are functions of the data above.
@@ -32,6 +38,8 @@ from .stages.normalize import check_steps
 from .stages.pretok import Pretokenizer, PretokSpec
 from .stages.table import MergeTable
 
+KINDS = ("bytelevel-bpe", "spm-bpe", "wordpiece")
+
 
 @dataclass(frozen=True, eq=False)
 class Model:
@@ -48,10 +56,18 @@ class Model:
     lstrip: frozenset = frozenset()
     rstrip: frozenset = frozenset()
     digest: "str | None" = None
+    kind: str = "bytelevel-bpe"
+    family: object = None
+    detok: object = None
 
     def __post_init__(self):
-        if (self.ranks is None) == (self.merges is None):
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: unknown model kind {self.kind!r} (known: "
+                             f"{', '.join(KINDS)})")
+        if self.kind == "bytelevel-bpe" and (self.ranks is None) == (self.merges is None):
             raise ValueError(f"{self.name}: a model needs either ranks or merges")
+        if self.kind != "bytelevel-bpe" and self.family is None:
+            raise ValueError(f"{self.name}: a {self.kind} model needs its family tables")
         if len(self.byte_ids) != 256:
             raise ValueError(f"{self.name}: byte_ids must give the id of each of the 256 bytes")
         check_steps(self.normalizer, f"{self.name}: normalizer")
@@ -96,6 +112,8 @@ class Model:
     def merge_table(self) -> MergeTable:
         """Built on first use (a few hundred ms for 200K vocabularies; cached on disk for the
         tiktoken rule)."""
+        if self.family is not None:
+            raise ValueError(f"{self.name}: a {self.kind} model has no byte-level merge table")
         if self.ranks is not None:
             return MergeTable.from_ranks(self.ranks, digest=self.ranks_digest,
                                          decoder=self.decoder)
@@ -124,6 +142,9 @@ class Model:
 
     @functools.cached_property
     def pretokenizer(self) -> Pretokenizer:
+        if self.pretok is None:
+            raise ValueError(f"{self.name}: a {self.kind} model cuts its text in its family's "
+                             "stages (model.family), not with a regex pre-tokenizer")
         return Pretokenizer(self.pretok)
 
     @functools.cached_property

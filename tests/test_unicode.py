@@ -292,7 +292,7 @@ def test_ranges_and_member_table():
 
 def test_data_files_are_small_and_reproducible(tmp_path):
     sizes = {p.name: p.stat().st_size for p in (Path(gu.__file__).parent / "data").glob("*.ucd")}
-    assert set(sizes) == {"tiktoken.ucd", "hf.ucd", "hf_norm.ucd"}
+    assert set(sizes) == {"tiktoken.ucd", "hf.ucd", "hf_norm.ucd", "hf_bert.ucd"}
     assert all(s < 200_000 for s in sizes.values()), sizes
     f = store.load("hf")
     r = {a: f.get(a) for a in f.meta["atoms"]}
@@ -314,7 +314,8 @@ def test_runtime_needs_no_oracle():
 
     code = ("import sys, gputok.unicode as gu; gu.class_flags('hf'); "
             "gu.compile_pinned(r'\\p{L}+', 'tiktoken'); gu.normalize('NFC', 'e\\u0301'); "
-            "gu.lowercase('\\u0130'); print(sorted(m for m in ('tiktoken', 'tokenizers', "
+            "gu.lowercase('\\u0130'); import gputok.unicode.bert as b; b.tables(); "
+            "print(sorted(m for m in ('tiktoken', 'tokenizers', "
             "'unicodedata2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent.parent)

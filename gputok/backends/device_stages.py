@@ -10,6 +10,8 @@ hands it the model's uploaded ``tables`` and a chunk's arrays. The stages, in or
              encode_o200k.cu, span starts + one sequential matcher per span
     entries  encode_scan.cu (exclusive scan of the flags) + compaction -> piece starts, token
              spans and a sentinel as one entry list, plus each document's first entry
+    wordpiece  encode_wordpiece.cu (WordPiece models, instead of merge): greedy longest match
+             of every word on the vocabulary's byte trie
     merge    encode_merge.cu: whole-token lookup (hash of the bytes, hits confirmed by comparing
              bytes), pieces < LONG_PIECE bytes one thread each (the sequential rule), longer
              pieces one thread each in O(L log L) (linked list + indexed heap)
@@ -195,6 +197,19 @@ class DeviceStages:
         del ws, prio_ws
         if self.dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
+        return owner, count, scratch
+
+    def wordpiece(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
+        """encode_wordpiece.cu: (owner, count, scratch) as ``merge`` returns them; every word's
+        ids are final in scratch at its own pstart."""
+        dev = self.dev
+        a, s = tables.arrays, tables.scalars
+        owner = dev.empty(cap, np.uint32)
+        count = dev.zeros(cap + 1, np.uint32)  # one spare zero: the scan's total lands there
+        scratch = dev.empty(n, np.uint32)
+        self.go("encode_wordpiece", cap,
+                [d_buf, pstart, spec, n_entries, a["t_slots"], s["t_bits"],
+                 s["cont"], s["unk"], s["max_chars"], owner, count, scratch, i64(cap)])
         return owner, count, scratch
 
     def emit(self, n: int, pstart, n_entries, cap: int, owner, count, scratch,

@@ -78,6 +78,7 @@ class ModelPlan:
     tables: Tables
     normalizer: tuple
     norm_form: "str | None" = None  # the normal form checked on the device (encode_nfc.cu)
+    kind: str = "bytelevel-bpe"
 
 
 @dataclass
@@ -93,6 +94,10 @@ class _InFlight:
 def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
     """(mode, reason): where a model's pieces are cut on a device backend whose pretok kernels
     implement the scanner ``families`` (a device adapter may name fewer: ``pretok_families``)."""
+    if model.kind == "wordpiece":
+        return "split", "WordPiece words are cut on the host (BertNormalizer + BertPreTokenizer)"
+    if model.family is not None:
+        return "host", f"{model.kind}: every stage runs on the host (no device kernels yet)"
     pre = model.pretokenizer
     if pre.pattern is None:
         return "split", ("its pre-tokenizer has several steps: pieces are cut on the host")
@@ -150,8 +155,12 @@ class DeviceBackend(Backend):
     # ---- public --------------------------------------------------------------------------------
 
     def plan(self, model) -> dict:
-        mode, why = self._mode(model)
+        host = self._host_family(model)
+        mode, why = ("host", host) if host is not None else self._mode(model)
         where = f"device ({self.dev.name})"
+        if mode == "host":
+            return {"split": "host", "normalize": "host", "pretok": f"host: {why}",
+                    "merge": f"host: {why}", "emit": "host"}
         norm = "none"
         if model.normalizer:
             norm = (f"device quick check ({where}), flagged spans on the host"
@@ -165,6 +174,11 @@ class DeviceBackend(Backend):
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:
             check_buffer(buf, doc_off, disallowed)
+        why = self._host_family(model)
+        if why is not None:  # a family without kernels (on this device): the numpy backend
+            self.fallback("merge", model.kind, f"{model.name}: {why}",
+                          once_key=("family", id(model)))
+            return get_backend("numpy").encode(model, docs, allowed, frozenset())
         spans = token_spans(model, buf, doc_off, allowed)
         with self._lock:
             keep = None
@@ -202,10 +216,22 @@ class DeviceBackend(Backend):
 
     # ---- planning ------------------------------------------------------------------------------
 
+    def _host_family(self, model) -> "str | None":
+        """Why every stage of ``model`` runs on the host here (None: the device runs some):
+        SentencePiece models everywhere; WordPiece on a device without encode_wordpiece (a
+        device adapter may say which kernels it has: ``has_kernel``, e.g. Metal)."""
+        mode, why = pretok_mode(model)
+        if mode == "host":
+            return why
+        has = getattr(self.dev, "has_kernel", None)
+        if model.kind == "wordpiece" and has is not None and not has("encode_wordpiece"):
+            return f"wordpiece: the {self.name} device has no encode_wordpiece kernel yet"
+        return None
+
     def _mode(self, model) -> tuple[str, str]:
         mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
         want = self.pretok
-        if want == "auto" or want == mode:
+        if want == "auto" or want == mode or model.family is not None:
             return mode, why
         if want == "device":
             raise ValueError(f"{model.name}: pre-tokenization cannot run on the device ({why})")
@@ -235,8 +261,12 @@ class DeviceBackend(Backend):
         form = self._norm_form(model, mode)
         arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables, form)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
-        plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
-                         tuple(model.normalizer), form)
+        if model.kind == "wordpiece":  # normalised inside the split (BertSteps)
+            plan = ModelPlan(mode, why, _FamilySplit(model.family), Tables(arrays, scalars), (),
+                             kind=model.kind)
+        else:
+            plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
+                             tuple(model.normalizer), form)
         self._plans[key] = (weakref.ref(model), plan)
         return plan
 
@@ -385,7 +415,12 @@ class DeviceBackend(Backend):
         else:
             _, pstart, spec, doc_entry, n_entries = ins
             cap = hc.n_entries
-        owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries, cap)
+        if plan.kind == "wordpiece":
+            owner, count, scratch = st.wordpiece(plan.tables, hc.n, d_buf, pstart, spec,
+                                                 n_entries, cap)
+        else:
+            owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries,
+                                             cap)
         mark("merge")
         out, out_doc = st.emit(hc.n, pstart, n_entries, cap, owner, count, scratch, doc_entry,
                                hc.n_docs, out_dtype)
@@ -415,6 +450,21 @@ class DeviceBackend(Backend):
         docs = Documents([buf[int(doc_off[d]):int(doc_off[d + 1])] for d in range(d0, d1)])
         ids, off = get_backend("numpy").encode(model, docs, allowed, frozenset())
         return (d0, ids.astype(model.id_dtype, copy=False), np.diff(off))
+
+
+class _FamilySplit:
+    """The ``split(text)`` a host-cut chunk needs, for a family's pre-tokenizer."""
+
+    def __init__(self, family):
+        self.family = family
+
+    def split(self, text: str) -> list:
+        return self.family.pieces_batch([text])[0]
+
+    @property
+    def words_bytes_batch(self):
+        """The batch form (WordPiece: ``BertSteps.words_bytes_batch``), or None."""
+        return getattr(getattr(self.family, "steps", None), "words_bytes_batch", None)
 
 
 class _Done:

@@ -149,6 +149,57 @@ def entries_from_split(split, data: bytes, doc_off, sp_start, sp_end, sp_id):
             np.array(doc_entry, np.uint32))
 
 
+def entries_from_words(words_bytes_batch, data: bytes, doc_off, sp_start, sp_end, sp_id):
+    """``entries_from_split`` for a pre-tokenizer that cuts a whole batch of segments at once
+    into one UTF-8 buffer (``BertSteps.words_bytes_batch``: no Python object per word); the
+    same (buffer, pstart, spec, doc_entry). The loop runs per segment and special token, the
+    words move as arrays."""
+    texts: list = []
+    items: list = []  # ("s", segment index) or ("t", special start, end, id), in order
+    doc_items = [0]
+    k, n_sp = 0, len(sp_start)
+    for d in range(len(doc_off) - 1):
+        lo, hi = int(doc_off[d]), int(doc_off[d + 1])
+        cur = lo
+        while True:
+            nxt = int(sp_start[k]) if k < n_sp and sp_start[k] < hi else hi
+            if nxt > cur:
+                items.append(("s", len(texts)))
+                texts.append(data[cur:nxt].decode("utf-8"))
+            if nxt >= hi:
+                break
+            end = int(sp_end[k])
+            items.append(("t", nxt, end, int(sp_id[k])))
+            cur = end
+            k += 1
+        doc_items.append(len(items))
+    wbuf, wstart, first = words_bytes_batch(texts)
+    parts, starts, specs, n_ent = [], [], [], [0]
+    pos = 0
+    for it in items:
+        if it[0] == "s":
+            a, b = int(first[it[1]]), int(first[it[1] + 1])
+            if b > a:
+                w0, w1 = int(wstart[a]), int(wstart[b])
+                parts.append(wbuf[w0:w1])
+                starts.append(wstart[a:b] - w0 + pos)
+                specs.append(np.full(b - a, NORMAL, np.uint32))
+                pos += w1 - w0
+            n_ent.append(n_ent[-1] + b - a)
+        else:
+            _, a, b, tid = it
+            parts.append(data[a:b])
+            starts.append(np.array([pos], np.int64))
+            specs.append(np.array([tid], np.uint32))
+            pos += b - a
+            n_ent.append(n_ent[-1] + 1)
+    starts.append(np.array([pos], np.int64))
+    specs.append(np.array([GAP], np.uint32))
+    doc_entry = np.array(n_ent, np.int64)[doc_items]
+    return (b"".join(parts), np.concatenate(starts).astype(np.uint32),
+            np.concatenate(specs).astype(np.uint32), doc_entry.astype(np.uint32))
+
+
 # A byte position where every pattern family with a scanner (GPT-2, cl100k, Llama 3, Qwen2,
 # o200k) starts a new piece, and where the text before it tokenizes exactly as it does with the
 # rest present: an ASCII letter, then a space, then an ASCII letter. The letter run (or the
@@ -259,7 +310,11 @@ def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
                 return _split(normalize_text(normalizer, text))
         else:
             cut = pretok.split
-        raw, pstart, spec, doc_entry = entries_from_split(cut, chunk, off, ss, se, sid)
+        if getattr(pretok, "words_bytes_batch", None) is not None:  # WordPiece: whole chunk
+            raw, pstart, spec, doc_entry = entries_from_words(pretok.words_bytes_batch, chunk,
+                                                              off, ss, se, sid)
+        else:
+            raw, pstart, spec, doc_entry = entries_from_split(cut, chunk, off, ss, se, sid)
         data = np.frombuffer(raw, np.uint8)
         n = len(data)
         if n == 0:

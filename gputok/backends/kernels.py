@@ -20,7 +20,7 @@ import hashlib
 import re
 
 ENCODE_FILES = ("encode_pretok.cu", "encode_o200k.cu", "encode_nfc.cu", "encode_scan.cu",
-                "encode_merge.cu", "encode_emit.cu")
+                "encode_merge.cu", "encode_emit.cu", "encode_wordpiece.cu")
 TRAIN_FILE = "train_bpe.cu"
 
 ENC_CONT = 8  # class of a UTF-8 continuation byte (device-only: the host works on code points)
@@ -31,7 +31,7 @@ ENC_DONE = 0xFFFFFFFF  # owner[e]: the entry's ids are final
 @functools.lru_cache(maxsize=None)
 def kernel_constants() -> dict:
     """{define name: int} of everything the encode kernels share with Python."""
-    from ..stages import merge, scan_rules as r, split, table
+    from ..stages import merge, scan_rules as r, split, table, wordpiece as wp
     from . import device_tables as dt, hostplan as hp
 
     return {
@@ -50,6 +50,7 @@ def kernel_constants() -> dict:
         "ENC_LONG_PIECE": merge.LONG_PIECE, "ENC_HEAP_BLOCK": merge.HEAP_BLOCK,
         "ENC_FNV_OFFSET": dt.FNV_OFFSET, "ENC_FNV_PRIME": dt.FNV_PRIME, "ENC_MIX1": dt.MIX1,
         "ENC_MIX2": dt.MIX2,
+        "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,
     }
 
 

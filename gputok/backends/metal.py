@@ -336,6 +336,11 @@ class MetalDevice:
         self._queue(*outs)
         return outs
 
+    def has_kernel(self, name: str) -> bool:
+        """Whether the CUDA kernel ``name`` has a Metal form here (the driver runs a model whose
+        kernels are missing on the host, a counted fallback)."""
+        return getattr(self, "_k_" + name, None) is not None
+
     def launch(self, name, grid, block, args) -> None:
         """Run the Metal form of the CUDA kernel ``name`` called with CUDA's ``args``."""
         step = getattr(self, "_k_" + name, None)

@@ -28,6 +28,9 @@ class NumpyBackend(Backend):
     name = "numpy"
 
     def plan(self, model) -> dict:
+        if model.family is not None:
+            return {"split": "host", "normalize": "host", "pretok": f"host ({model.kind})",
+                    "merge": "host", "emit": "host"}
         pre = model.pretokenizer
         how = ("vectorised scanner" if pre.pattern is not None and pre.scanner is not None
                else "regex")
@@ -36,16 +39,24 @@ class NumpyBackend(Backend):
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
         segments, layout = split.split_documents(model, docs.iter_str(), allowed, disallowed)
-        segments = normalize.normalize_batch(model, segments)
-        seg_pieces = model.pretokenizer.split_batch(segments)
+        fam = model.family
+        if fam is not None:  # the family's normaliser and pre-tokenizer in one stage
+            seg_pieces = fam.pieces_batch(segments, split.first_flags(layout, len(segments)))
+        else:
+            segments = normalize.normalize_batch(model, segments)
+            seg_pieces = model.pretokenizer.split_batch(segments)
         items = split.join_layout(layout, seg_pieces)
-        return emit.emit(dedup.ids_of_documents(model, items), model.id_dtype)
+        ids, offsets = emit.emit(dedup.ids_of_documents(model, items), model.id_dtype)
+        return fam.finish(ids, offsets) if fam is not None else (ids, offsets)
 
 
 def encode_text(model, text: str, allowed: frozenset) -> list[int]:
     """One text (already checked for disallowed tokens) to ids."""
     text = fix_surrogates(text)
     active = model.active_tokens(allowed)
+    fam = model.family
+    if fam is not None:
+        return _family_text(model, fam, text, active)
     pre = model.pretokenizer
     steps = model.normalizer
     if not active:
@@ -61,3 +72,22 @@ def encode_text(model, text: str, allowed: frozenset) -> list[int]:
                 part = normalize.normalize_text(steps, part)
             items.extend(pre.split(part))
     return dedup.flat_ids(dedup.ids_of_pieces(model, items))
+
+
+def _family_text(model, fam, text: str, active: frozenset) -> list[int]:
+    """``encode_text`` for SentencePiece / WordPiece models (their stages, one document)."""
+    if active:
+        parts = split_text(text, active, model.lstrip, model.rstrip)
+    else:
+        parts = [(text, False)] if text else []
+    segs = [p for p, is_tok in parts if not is_tok]
+    firsts = [k == 0 for k, (_, is_tok) in enumerate(parts) if not is_tok]
+    pieces = iter(fam.pieces_batch(segs, firsts))
+    items: list = []
+    for part, is_tok in parts:
+        if is_tok:
+            items.append((model.token_id(part),))
+        else:
+            items.extend(next(pieces))
+    ids = dedup.flat_ids(dedup.ids_of_pieces(model, items))
+    return fam.finish_list(ids)

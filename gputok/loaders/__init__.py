@@ -1,7 +1,10 @@
 """Vocabulary files -> ``Model``: one module per format, chosen by the file's content.
 
-    tokenizer.json   hf_json.py        a JSON object with a "model"
+    tokenizer.json   hf_json.py        a JSON object with a "model" (byte-level BPE,
+                     hf_spm.py         SentencePiece-style BPE, WordPiece)
     .tiktoken        tiktoken_file.py  lines of "<base64 token> <rank>" (optionally gzipped)
+    .model           spm_model.py      a SentencePiece ModelProto (protobuf; BPE models)
+    .gguf            gguf.py           llama.cpp's model file (its tokenizer metadata)
 """
 
 from __future__ import annotations
@@ -13,13 +16,19 @@ from ..model import Model
 
 
 def sniff(path: Path, head: bytes) -> str:
-    """The format of a file from its first bytes: "hf_json" | "tiktoken"; else ``ValueError``
-    saying what the file looks like."""
+    """The format of a file from its first bytes: "hf_json" | "tiktoken" | "spm_model" |
+    "gguf"; else ``ValueError`` saying what the file looks like."""
+    from .spm_model import looks_like_model
+
     if not head:
-        raise ValueError(f"{path}: the file is empty (expected a tokenizer.json or a .tiktoken "
-                         "ranks file)")
+        raise ValueError(f"{path}: the file is empty (expected a tokenizer.json, a .tiktoken "
+                         "ranks file, a SentencePiece .model or a .gguf)")
     if head[:2] == b"\x1f\x8b":
         return "tiktoken"
+    if head[:4] == b"GGUF":
+        return "gguf"
+    if looks_like_model(head):
+        return "spm_model"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] == b"{":
         return "hf_json"
@@ -30,8 +39,8 @@ def sniff(path: Path, head: bytes) -> str:
     if len(first) == 2 and first[1].isdigit():
         return "tiktoken"
     raise ValueError(f"{path}: not a vocabulary file gputok reads (expected a HF tokenizer.json, "
-                     f"or a .tiktoken file of '<base64 token> <rank>' lines); it starts with "
-                     f"{head[:40]!r}")
+                     f"a .tiktoken file of '<base64 token> <rank>' lines, a SentencePiece .model "
+                     f"or a .gguf); it starts with {head[:40]!r}")
 
 
 def load_model(path, *, pat_str: "str | None" = None,
@@ -46,6 +55,17 @@ def load_model(path, *, pat_str: "str | None" = None,
     with open(path, "rb") as f:
         head = f.read(256)
     kind = sniff(path, head)
+    if kind in ("spm_model", "gguf"):
+        if pat_str is not None or special_tokens is not None:
+            raise ValueError(f"{path}: pat_str and special_tokens come from the file itself; do "
+                             "not pass them")
+        if kind == "gguf":
+            from .gguf import load_gguf
+
+            return load_gguf(path, name=name)
+        from .spm_model import load_spm
+
+        return load_spm(path, name=name)
     if kind == "hf_json":
         from .hf_json import load_hf
 

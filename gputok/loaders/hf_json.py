@@ -1,4 +1,5 @@
-"""Hugging Face ``tokenizer.json`` with a byte-level BPE model (GPT-2, Llama 3, Qwen2 families).
+"""Hugging Face ``tokenizer.json``: byte-level BPE (GPT-2, Llama 3, Qwen2 families), and the
+SentencePiece-style BPE and WordPiece files (``_spm_model``, ``_wordpiece_model``, below).
 
 The file's parts become a ``Model``: the normalizer becomes a tuple of steps, the pre-tokenizer
 a ``PretokSpec`` of the "hf" Unicode family (Oniguruma's tables), ``merges`` the HF-rule merge
@@ -58,8 +59,16 @@ def _model(cfg, name: str, digest: str) -> Model:
     _need(isinstance(cfg, dict), "expected a JSON object (a tokenizer.json)")
     model = cfg.get("model")
     _need(isinstance(model, dict), "no 'model' object: this is not a tokenizer.json")
+    if model.get("type") == "WordPiece":
+        from .hf_families import wordpiece_model
+
+        return wordpiece_model(cfg, name, digest, _need)
     _need(model.get("type", "BPE") == "BPE",
-          f"model.type {model.get('type')!r} is not supported (byte-level BPE only)")
+          f"model.type {model.get('type')!r} is not supported (BPE or WordPiece)")
+    if _spm_style(cfg):
+        from .hf_families import spm_model
+
+        return spm_model(cfg, name, digest, _need)
     for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
         _need(not model.get(key), f"model.{key} is not supported")
     _need(not model.get("byte_fallback"),
@@ -122,6 +131,24 @@ def _model(cfg, name: str, digest: str) -> Model:
         byte_ids=byte_ids, merges=merges, whole=whole, specials=specials, added=plain,
         lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
         rstrip=frozenset(t["content"] for t in added if t.get("rstrip")), digest=digest)
+
+
+def _has_type(spec, kinds: tuple) -> bool:
+    """Does a (possibly nested) normalizer/pre_tokenizer/decoder spec use one of ``kinds``?"""
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("type") in kinds:
+        return True
+    subs = spec.get("normalizers") or spec.get("pretokenizers") or spec.get("decoders") or []
+    return any(_has_type(sub, kinds) for sub in subs)
+
+
+def _spm_style(cfg: dict) -> bool:
+    """A SentencePiece-style BPE file (characters, "▁" for spaces) rather than byte-level."""
+    return bool(cfg["model"].get("byte_fallback")
+                or _has_type(cfg.get("pre_tokenizer"), ("Metaspace",))
+                or _has_type(cfg.get("normalizer"), ("Prepend",))
+                or _has_type(cfg.get("decoder"), ("Metaspace", "ByteFallback")))
 
 
 def _normalizer_steps(spec) -> tuple:

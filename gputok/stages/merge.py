@@ -76,7 +76,11 @@ def merge_small(piece: bytes, table: MergeTable) -> list[int]:
         if tok is not None:
             return [tok]
     bid = table.byte_id_list
-    parts = [bid[b] for b in piece]
+    return merge_small_ids([bid[b] for b in piece], table)
+
+
+def merge_small_ids(parts: list[int], table: MergeTable) -> list[int]:
+    """``merge_small`` from initial ids (SentencePiece-style BPE starts from characters)."""
     get = table.pairs.get
     while len(parts) > 1:
         best = None
@@ -97,9 +101,13 @@ def merge_long(piece: bytes, table: MergeTable) -> list[int]:
         tok = table.whole.get(piece)
         if tok is not None:
             return [tok]
-    n = len(piece)
     bid = table.byte_id_list
-    ids = [bid[b] for b in piece]
+    return merge_long_ids([bid[b] for b in piece], table)
+
+
+def merge_long_ids(ids: list[int], table: MergeTable) -> list[int]:
+    """``merge_long`` from initial ids (modified in place)."""
+    n = len(ids)
     nxt = list(range(1, n + 1))  # n means "no next"
     prv = list(range(-1, n - 1))
     alive = [True] * n
@@ -204,6 +212,8 @@ def merge_pieces(model, pieces: list) -> list:
     """
     if not pieces:
         return []
+    if model.family is not None:  # SentencePiece / WordPiece: the family's own merge
+        return model.family.merge_pieces(pieces)
     raw = [p.encode("utf-8") for p in pieces]
     if len(raw) < VECTOR_MIN and model.ranks is not None and not model.has_merge_table:
         ranks = model.ranks

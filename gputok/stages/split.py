@@ -64,6 +64,18 @@ def join_layout(layout, seg_pieces: list) -> list:
              (seg_pieces[part] if part.__class__ is int else (part,))] for parts in layout]
 
 
+def first_flags(layout, n_segments: int) -> list:
+    """Per segment: does it start its document (HF's Metaspace ``prepend_scheme="first"``
+    prepends to that segment only)."""
+    if layout is None:
+        return [True] * n_segments
+    first = [False] * n_segments
+    for parts in layout:
+        if parts and parts[0].__class__ is int:
+            first[parts[0]] = True
+    return first
+
+
 # ---- buffer form ---------------------------------------------------------------------------------
 
 _bytes_regexes: dict = {}

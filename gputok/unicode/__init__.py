@@ -15,6 +15,8 @@ oracle over all code points (``python -m gputok.unicode.generate``) and ship in 
   release matches what the oracle's engine matches.
 * ``normalize(form, text)``, ``lowercase(text)``, ``nfc_unsafe(cps)``, ``normalize_spans``: HF's
   normalisers.
+* ``gputok.unicode.bert.tables()``: HF's BertNormalizer / BertPreTokenizer flags per code point
+  (``data/hf_bert.ucd``) over the ``hf_norm`` mappings, for WordPiece models.
 
 Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 

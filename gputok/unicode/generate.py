@@ -10,7 +10,8 @@ code point once, and the engine reports which of them an atom matches.
 * hf family: ``pre_tokenizers.Split(Regex(atom), "removed", invert=True)`` keeps the matches
   (~1-3 s per atom). HF's normalisers (NFD/NFKD/NFC/NFKC, Lowercase) are probed one code point at
   a time, all in one call, separated by U+0000 (a starter that composes with nothing and that no
-  mapping produces).
+  mapping produces). ``hf_bert.ucd``: the flags of HF's BertNormalizer / BertPreTokenizer,
+  one code point at a time (``bert.build``; its mappings are hf_norm's, checked).
 
 The output is byte-identical for identical oracle behaviour (sorted JSON header, no timestamps);
 the library itself never imports tiktoken or tokenizers.
@@ -387,10 +388,10 @@ def main(argv=None) -> int:
                                  .split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data",
                     help="directory for the .ucd files (default: the package's data/)")
-    ap.add_argument("--only", choices=["tiktoken", "hf", "hf_norm"], action="append",
+    ap.add_argument("--only", choices=["tiktoken", "hf", "hf_norm", "hf_bert"], action="append",
                     help="regenerate only these files (repeatable)")
     args = ap.parse_args(argv)
-    only = set(args.only or ["tiktoken", "hf", "hf_norm"])
+    only = set(args.only or ["tiktoken", "hf", "hf_norm", "hf_bert"])
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -410,6 +411,13 @@ def main(argv=None) -> int:
         size = store.write(args.out / "hf_norm.ucd", meta, {}, raw)
         log(f"hf_norm.ucd: normalisation Unicode {meta['normalize_unicode']}, lower-case Unicode "
             f"{meta['lowercase_unicode']}, {size} bytes ({time.perf_counter() - t:.1f} s)")
+    if "hf_bert" in only:  # after hf_norm: its mappings are checked against the BERT normaliser
+        from . import bert
+
+        t = time.perf_counter()
+        meta, raw = bert.build(log)
+        size = store.write(args.out / "hf_bert.ucd", meta, {}, raw)
+        log(f"hf_bert.ucd: {size} bytes ({time.perf_counter() - t:.1f} s)")
     return 0
 
 

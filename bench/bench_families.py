@@ -1,0 +1,174 @@
+"""Encode throughput of the new families: gputok vs sentencepiece and HF tokenizers.
+
+Tokenizers (all from the pinned test data, or built from it):
+
+    spm:mistral_v7      Mistral's v7 SentencePiece .model   peer: sentencepiece
+    spm:botchan_bpe     sentencepiece's botchan model       peer: sentencepiece
+                        (nmt_nfkc charsmap, no byte fallback)
+    json:legacy         mistral_v3 as an SPM-style tokenizer.json (Prepend/Replace normaliser:
+                        one BPE word per document)          peer: HF tokenizers
+    json:metaspace      the same with a Metaspace pre-tokenizer that splits at "▁"
+                                                            peer: HF tokenizers
+    wordpiece:minilm    the MiniLM BERT tokenizer.json      peer: HF tokenizers
+
+(An SPM-style tokenizer.json converted from a .model is a different tokenizer: HF merges by
+merge rank, sentencepiece by piece score, and they differ on a few documents in a hundred; so
+each file is timed against its own library.)
+
+Every peer runs in the same process on the same corpus, after checking that every peer returns
+identical ids (a peer that disagrees stops the run); then each is timed (best of --repeat) and
+the ratios printed. gputok is timed as ``bench_encode.py`` does: cold piece cache, 1 MB batches
+sharing the cache, warm cache; WordPiece also on the native CPU device (``encode_wordpiece.cu``
+compiled for the host; words cut on the host), when a C++ compiler exists. SentencePiece models
+run on the host on every backend, so they are timed on numpy only.
+
+    python bench/bench_families.py --kinds prose code multilingual --mb 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import _common
+import numpy as np
+
+import gputok  # noqa: E402  (path set up by _common)
+import gputok.backends.native  # noqa: E402
+
+TOKENIZERS = ("spm:mistral_v7", "spm:botchan_bpe", "json:legacy", "json:metaspace",
+              "wordpiece:minilm")
+
+
+def _setup(name: str, tmp: Path):
+    """(gputok Encoding, encode kwargs, {peer label: batch function returning id lists})."""
+    import families as F
+    import testdata
+    from tokenizers import Tokenizer
+
+    threads = os.cpu_count() or 1
+    kind, which = name.split(":")
+    peers = {}
+    if kind == "spm":
+        data = F.model_source(which)
+        path = tmp / f"{which}.model"
+        path.write_bytes(data)
+        sp = F.spm_oracle(data)
+        peers["sentencepiece 1 thread"] = lambda docs: [sp.encode(d) for d in docs]
+        peers[f"sentencepiece batch {threads} threads"] = lambda docs: sp.encode(
+            docs, num_threads=threads)
+        return gputok.load(path), {"disallowed_special": ()}, peers
+    if kind == "json":
+        shape = "legacy" if which == "legacy" else "metaspace_split"
+        cfg = F.spm_tokenizer_json(F.model_source("mistral_v3"), shape=shape)
+        path = tmp / f"{which}.json"
+    else:
+        cfg = json.loads(testdata.family_path("minilm_tokenizer_json").read_text("utf-8"))
+        path = tmp / "minilm.json"
+    path.write_text(json.dumps(cfg), "utf-8")
+    hf = Tokenizer.from_file(str(path))
+    hf.no_truncation()
+    hf.no_padding()
+    peers["HF tokenizers 1 thread"] = lambda docs: [
+        hf.encode(d, add_special_tokens=False).ids for d in docs]
+    peers[f"HF tokenizers batch {threads} threads"] = lambda docs: [
+        e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    return gputok.load(path), {"allowed_special": "all"}, peers
+
+
+def run(args) -> dict:
+    results = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
+               "command": " ".join(sys.argv), "tokenizers": {}}
+    tmp = Path(tempfile.mkdtemp())
+    corpora = {kind: _common.corpus(kind, args.mb) for kind in args.kinds}
+    native = None
+    if gputok.backends.native.available()[0]:
+        native = gputok.backends.native.create()
+    for name in args.tokenizers:
+        t0 = time.perf_counter()
+        enc, kw, peers = _setup(name, tmp)
+        load_s = time.perf_counter() - t0
+        print(f"\n== {name} ({enc.model.kind}; gputok.load {load_s:.2f} s)")
+        results["tokenizers"][name] = {"load_s": round(load_s, 3), "kinds": {}}
+        for kind, docs in corpora.items():
+            mb = sum(len(d.encode()) for d in docs) / 1e6
+            batches, cur, size = [], [], 0
+            for d in docs:
+                cur.append(d)
+                size += len(d)
+                if size >= 1 << 20:
+                    batches.append(cur)
+                    cur, size = [], 0
+            batches += [cur] if cur else []
+
+            def cold():
+                enc.model.piece_cache.clear()
+                return enc.encode_batch_arrays(docs, backend="numpy", **kw)
+
+            def stream():
+                enc.model.piece_cache.clear()
+                for b in batches:
+                    enc.encode_batch_arrays(b, backend="numpy", **kw)
+
+            def warm():
+                return enc.encode_batch_arrays(docs, backend="numpy", **kw)
+
+            ids, off = cold()
+            ours = [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])]
+            for label, fn in peers.items():
+                bad = sum(a != b for a, b in zip(ours, fn(docs)))
+                if bad:
+                    raise SystemExit(f"{name} {kind}: {label} differs from gputok on {bad} "
+                                     "documents; not timing")
+            row = {"docs": len(docs), "MB": round(mb, 2), "tokens": int(len(ids)), "MB/s": {}}
+            timings = {"gputok numpy (cold cache)": cold, "gputok numpy (1 MB batches)": stream,
+                       "gputok numpy (warm cache)": warm}
+            if enc.model.kind == "wordpiece" and native is not None:
+                def on_native():
+                    return enc.encode_batch_arrays(docs, backend=native, **kw)
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the host word split: counted, expected
+                    n_ids, n_off = on_native()
+                if not (np.array_equal(n_ids, ids) and np.array_equal(n_off, off)):
+                    raise SystemExit(f"{name} {kind}: the native backend differs; not timing")
+                timings[f"gputok native ({native.dev.name})"] = on_native
+            timings.update({k: (lambda fn=fn: fn(docs)) for k, fn in peers.items()})
+            for label, fn in timings.items():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fn()  # warm-up
+                    row["MB/s"][label] = mb / _common.best_of(fn, args.repeat)
+            results["tokenizers"][name]["kinds"][kind] = row
+            print(f"{kind}: {len(docs)} docs, {mb:.2f} MB, {len(ids)} tokens, ids identical "
+                  "across all peers")
+            base = row["MB/s"]["gputok numpy (1 MB batches)"]
+            print(f"  {'':<40} {'MB/s':>8}  {'gputok 1 MB batches / this':>27}")
+            for label, v in row["MB/s"].items():
+                print(f"  {label:<40} {v:8.2f}  {base / v:26.2f}x")
+    return results
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokenizers", nargs="+", default=list(TOKENIZERS), choices=TOKENIZERS)
+    p.add_argument("--kinds", nargs="+", default=["prose", "code", "multilingual"])
+    p.add_argument("--mb", type=float, default=2.0, help="MB per corpus kind")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args()
+    print(f"machine: {_common.machine()}")
+    res = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""Decoders of the families whose text is more than the concatenation of token bytes.
+
+Byte-level BPE decodes by joining bytes (``decode.py``). The other families decode as their
+library does, and ``Encoding.decode`` equals it exactly:
+
+* ``SpmDecoder`` -- sentencepiece's ``decode``: control pieces vanish, unk is the unk surface
+  (" \\u2047 "), "▁" is a space, the dummy prefix's "▁" is dropped from the first piece (every
+  leading "▁" piece with ``remove_extra_whitespaces``), and a run of byte pieces that is not
+  valid UTF-8 gives one U+FFFD *per byte* that does not start a valid character (Python's
+  ``errors="replace"`` would merge a truncated sequence into one);
+* ``HFDecoder`` -- an HF ``tokenizer.json`` decoder chain (``Replace``, ``ByteFallback``,
+  ``Fuse``, ``Strip``, ``Metaspace``, ``WordPiece``) over the tokens of the ids, special tokens
+  skipped as ``Tokenizer.decode`` does by default. Its ``ByteFallback`` turns a byte run that is
+  not valid UTF-8 into one U+FFFD per byte of the run.
+
+``decode_bytes`` gives the same text before any replacement (invalid byte runs as their raw
+bytes), so ``decode_bytes(ids).decode("utf-8")`` equals ``decode(ids)`` whenever the bytes are
+valid; ``decode(ids, errors="strict")`` raises where they are not.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from .decode import as_int_list
+
+_PER_BYTE = "gputok.perbyte"
+
+
+def _per_byte(e: UnicodeDecodeError):
+    return "\ufffd", e.start + 1  # one U+FFFD, then go on at the next byte
+
+
+codecs.register_error(_PER_BYTE, _per_byte)
+
+
+def _ids(tokens, n_vocab: int) -> list:
+    ids = as_int_list(tokens)
+    for i in ids:
+        if not 0 <= i < n_vocab:
+            raise KeyError(f"invalid token for decoding: {i}")
+    return ids
+
+
+class SpmDecoder:
+    """sentencepiece's decoding of one model (see the module docstring); ``fam`` is its
+    ``stages.spm.SpmFamily``."""
+
+    def __init__(self, fam):
+        from .stages.spm import BYTE, CONTROL, UNKNOWN_T
+        from .stages.spm_norm import SPACE
+
+        self.n_vocab = fam.n_vocab
+        self.types = fam.types
+        self.byte, self.control, self.unknown = BYTE, CONTROL, UNKNOWN_T
+        self.unk_id = fam.unk_id
+        surface = fam.unk_surface.encode("utf-8")
+        self.parts: list = []
+        self.lead: list = []  # the piece starts with "▁" (a strippable leading space)
+        for i, (p, t) in enumerate(zip(fam.pieces, fam.types)):
+            if t == BYTE:
+                self.parts.append(bytes([int(p[3:5], 16)]) if p.startswith("<0x") else b"")
+            elif t == CONTROL:
+                self.parts.append(b"")
+            elif t == UNKNOWN_T or i == fam.unk_id:
+                self.parts.append(surface)
+            else:
+                self.parts.append(p.replace(SPACE, " ").encode("utf-8"))
+            self.lead.append(t not in (BYTE, CONTROL, UNKNOWN_T) and p.startswith(SPACE))
+        self.strip, self.all_ws = fam.decode_strip, fam.decode_all_ws
+        self.surface = bool(surface)
+
+    def is_byte(self, i: int) -> bool:
+        return self.types[i] == self.byte
+
+    def _stripped(self, ids: list) -> list:
+        """Indexes of the ids whose leading space sentencepiece drops (``cpu_ref.spm.decode``'s
+        ``at_bos`` walk: only while no text has been produced yet)."""
+        if not self.strip:
+            return []
+        types, out = self.types, []
+        pending = seen_ws = nonempty = False
+        for k, i in enumerate(ids):
+            t = types[i]
+            if t == self.byte:
+                pending = True
+                continue
+            if pending:
+                nonempty, pending = True, False
+            if seen_ws or nonempty:
+                break  # at_bos is over
+            if t == self.control:
+                continue
+            if t == self.unknown or i == self.unk_id:
+                nonempty = self.surface
+                continue
+            if self.lead[i]:
+                out.append(k)
+                seen_ws = not self.all_ws
+                nonempty = len(self.parts[i]) > 1
+            else:
+                nonempty = bool(self.parts[i])
+        return out
+
+    def _parts(self, ids: list) -> list:
+        parts = self.parts
+        out = [parts[i] for i in ids]
+        for k in self._stripped(ids):
+            out[k] = out[k][1:]
+        return out
+
+    def decode_bytes(self, tokens) -> bytes:
+        return b"".join(self._parts(_ids(tokens, self.n_vocab)))
+
+    def decode(self, tokens, errors: str = "replace") -> str:
+        ids = _ids(tokens, self.n_vocab)
+        parts = self._parts(ids)
+        if errors != "replace":
+            return b"".join(parts).decode("utf-8", errors)
+        # byte runs are decoded on their own: a control piece between two runs separates them
+        types, control = self.types, self.control
+        out, run = [], []
+        for i, p in zip(ids, parts):
+            if types[i] == control:
+                out.append(b"".join(run).decode("utf-8", _PER_BYTE))
+                run = []
+            else:
+                run.append(p)
+        out.append(b"".join(run).decode("utf-8", _PER_BYTE))
+        return "".join(out)
+
+
+# ---- HF decoder chains ---------------------------------------------------------------------------
+
+def _byte_token(tok: str) -> "int | None":
+    """HF's ByteFallback test: 6 UTF-8 bytes, "<0x" + two hex digits + ">" (Rust's
+    ``from_str_radix`` also takes "<0x+A>")."""
+    if len(tok) != 6 or not tok.startswith("<0x") or not tok.endswith(">"):
+        return None
+    digits = tok[3:5]
+    if digits.startswith("+"):
+        digits = digits[1:]
+    if not digits or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        return None
+    return int(digits, 16)
+
+
+class HFDecoder:
+    """An HF decoder chain; ``tokens``: id -> token string; ``skip``: ids not decoded
+    (special tokens); unknown ids are skipped, as HF does.
+
+    >>> d = HFDecoder({0: "▁a", 1: "<0xC3>", 2: "<0xA9>"}, {"type": "Sequence", "decoders": [
+    ...     {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    ...     {"type": "ByteFallback"}, {"type": "Fuse"},
+    ...     {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})
+    >>> d.decode([0, 1, 2])
+    'aé'
+    """
+
+    def __init__(self, tokens: dict, spec: "dict | None", *, skip=frozenset(),
+                 n_vocab: "int | None" = None, where: str = "tokenizer.json"):
+        self.tokens = tokens
+        self.spec = spec
+        self.skip = frozenset(skip)
+        self.n_vocab = n_vocab if n_vocab is not None else max(tokens, default=-1) + 1
+        check_chain(spec, where)
+
+    def decode(self, tokens, errors: str = "replace") -> str:
+        ids = as_int_list(tokens)
+        toks = [self.tokens[i] for i in ids if i in self.tokens and i not in self.skip]
+        if self.spec is None:
+            return " ".join(toks)
+        if errors == "replace":
+            return "".join(run_chain(self.spec, toks, "hf"))
+        text = "".join(run_chain(self.spec, toks, "raw"))
+        raw = text.encode("utf-8", "surrogateescape")
+        return raw.decode("utf-8", errors) if errors != "surrogateescape" else text
+
+    def decode_bytes(self, tokens) -> bytes:
+        return self.decode(tokens, "surrogateescape").encode("utf-8", "surrogateescape")
+
+    def is_byte(self, i: int) -> bool:
+        t = self.tokens.get(i)
+        return t is not None and _byte_token(t) is not None
+
+
+_CHAIN = ("Sequence", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "WordPiece")
+
+
+def check_chain(spec, where: str) -> None:
+    if spec is None:
+        return
+    kind = spec.get("type")
+    if kind not in _CHAIN:
+        raise ValueError(f"{where}: decoder {kind!r} is not supported (supported: "
+                         f"{', '.join(_CHAIN)})")
+    if kind == "Sequence":
+        for sub in spec.get("decoders", []):
+            check_chain(sub, where)
+    if kind == "Replace" and "String" not in (spec.get("pattern") or {}):
+        raise ValueError(f"{where}: decoder Replace with a regex pattern is not supported")
+
+
+def run_chain(spec: dict, toks: list, mode: str) -> list:
+    """One decoder of the chain on a list of token strings. ``mode``: "hf" (invalid byte runs
+    become U+FFFD per byte) or "raw" (they stay bytes, as lone surrogates: surrogateescape)."""
+    kind = spec["type"]
+    if kind == "Sequence":
+        for sub in spec.get("decoders", []):
+            toks = run_chain(sub, toks, mode)
+        return toks
+    if kind == "Replace":
+        a = spec["pattern"]["String"]
+        return [t.replace(a, spec["content"]) for t in toks] if a else toks
+    if kind == "Fuse":
+        return ["".join(toks)]
+    if kind == "Strip":
+        c, start, stop = spec["content"], spec.get("start", 0), spec.get("stop", 0)
+        out = []
+        for t in toks:
+            a = 0
+            while a < min(start, len(t)) and t[a] == c:
+                a += 1
+            b = len(t)
+            while len(t) - b < stop and b > a and t[b - 1] == c:
+                b -= 1
+            out.append(t[a:b])
+        return out
+    if kind == "ByteFallback":
+        return _byte_fallback(toks, mode)
+    if kind == "Metaspace":
+        rep = spec.get("replacement", "\u2581")
+        scheme = spec.get("prepend_scheme", "always")
+        if spec.get("add_prefix_space") is False:
+            scheme = "never"
+        # every replacement character of the *first* token is dropped (HF 0.23)
+        return [t.replace(rep, "" if i == 0 and scheme != "never" else " ")
+                for i, t in enumerate(toks)]
+    if kind == "WordPiece":
+        return [wordpiece_join(toks, spec.get("prefix", "##"), spec.get("cleanup", True))]
+    raise ValueError(f"decoder {kind!r} is not supported")
+
+
+def _byte_fallback(toks: list, mode: str) -> list:
+    out: list = []
+    run = bytearray()
+
+    def flush():
+        if run:
+            try:
+                out.append(run.decode("utf-8"))
+            except UnicodeDecodeError:
+                if mode == "hf":
+                    out.extend("\ufffd" for _ in run)
+                else:
+                    out.append(run.decode("utf-8", "surrogateescape"))
+            run.clear()
+
+    for t in toks:
+        b = _byte_token(t)
+        if b is None:
+            flush()
+            out.append(t)
+        else:
+            run.append(b)
+    flush()
+    return out
+
+
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+            (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"),
+            (" 're", "'re"))
+
+
+def wordpiece_join(toks: list, prefix: str = "##", cleanup: bool = True) -> str:
+    """HF's WordPiece decoder: a ``prefix`` token glues to the previous one, the others get a
+    space; ``cleanup`` undoes BERT's spacing of punctuation and English contractions (per
+    token, as HF applies it).
+
+    >>> wordpiece_join(["un", "##aff", "##able", "!"])
+    'unaffable!'
+    """
+    out = []
+    for i, t in enumerate(toks):
+        if i:
+            t = t[len(prefix):] if t.startswith(prefix) else " " + t
+        if cleanup:
+            for a, b in _CLEANUP:
+                t = t.replace(a, b)
+        out.append(t)
+    return "".join(out)
+
+
+class FamilyStreamDecoder:
+    """``Encoding.stream_decoder`` for families with a decoder: every ``feed`` returns the new
+    text of ``decode(all ids so far)``, holding back a trailing run of byte tokens (it may still
+    become a character). Each call re-decodes the ids so far (O(length) per call: fine for
+    generation, where the leading-space and byte-run rules need the context)."""
+
+    def __init__(self, detok, is_byte, errors: str = "replace"):
+        self.detok, self.is_byte, self.errors = detok, is_byte, errors
+        self.ids: list = []
+        self.out = 0  # characters of decode(self.ids[:done]) already returned
+        self.done = 0
+
+    def feed(self, tokens) -> str:
+        self.ids.extend(as_int_list(list(tokens)) if not isinstance(tokens, list) else tokens)
+        stable = len(self.ids)
+        while stable > self.done and self.is_byte(self.ids[stable - 1]):
+            stable -= 1
+        return self._emit(stable)
+
+    def _emit(self, upto: int) -> str:
+        text = self.detok.decode(self.ids[:upto], self.errors)
+        new = text[self.out:]
+        self.out = len(text)
+        self.done = upto
+        return new
+
+    def flush(self) -> str:
+        new = self._emit(len(self.ids))
+        self.ids, self.out, self.done = [], 0, 0
+        return new

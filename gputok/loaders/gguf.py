@@ -1,0 +1,232 @@
+"""GGUF files (llama.cpp's model format) -> ``Model``: the tokenizer in their metadata.
+
+The header is ``b"GGUF"``, a uint32 version (1-3; a big-endian file is recognised by its byte-
+swapped version), the tensor count and the metadata count (uint64; uint32 in version 1), then
+key/value pairs: a string key, a uint32 value type, the value (scalars, strings = length +
+UTF-8, arrays = element type + count + elements). Only the metadata is read, in blocks: a 70 GB
+model file costs the few MB of its vocabulary. No ``gguf`` package is needed.
+
+The tokenizer keys and how each family is built:
+
+    tokenizer.ggml.model   "gpt2"  -> byte-level BPE, HF rule: tokens (GPT-2 byte alphabet),
+                                      ``merges``, the ``pre`` name's regexes (``gguf_pre``);
+                                      CONTROL tokens are special, USER_DEFINED ones always cut
+                           "llama" -> SentencePiece BPE: tokens, ``scores``, ``token_type``;
+                                      identity normaliser, dummy prefix iff
+                                      ``add_space_prefix``; byte fallback iff BYTE tokens exist
+                           "bert"  -> WordPiece, BERT's uncased normaliser; the converter's
+                                      spelling ("▁x" word-initial, "x" continuation) undone
+    token_type             1 NORMAL, 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED, 5 UNUSED, 6 BYTE
+
+A charsmap stored in a llama file is ignored (llama.cpp ignores it too). Where llama.cpp departs
+from sentencepiece (merging CONTROL pieces, keeping UNUSED ones), gputok keeps sentencepiece's
+rules: the file came from a sentencepiece model (``cpu_ref/gguf.py`` has the details).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+from ..model import Model
+
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}
+_STRING, _ARRAY = 8, 9
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+_BLOCK = 1 << 20
+
+
+class _Reader:
+    """Little reads from a file in 1 MB blocks."""
+
+    def __init__(self, f, where: str):
+        self.f, self.where = f, where
+        self.buf, self.pos = b"", 0
+        self.end = "<"
+        self.wide = True
+        self.h = hashlib.sha256()
+
+    def _need(self, n: int) -> None:
+        if self.pos + n <= len(self.buf):
+            return
+        rest = self.buf[self.pos:]
+        more = self.f.read(max(_BLOCK, n - len(rest)))
+        self.h.update(more)
+        self.buf, self.pos = rest + more, 0
+        if len(self.buf) < n:
+            raise ValueError(f"{self.where}: truncated GGUF metadata (file ends early)")
+
+    def take(self, code: str):
+        size = struct.calcsize(code)
+        self._need(size)
+        (v,) = struct.unpack_from(self.end + code, self.buf, self.pos)
+        self.pos += size
+        return v
+
+    def count(self) -> int:
+        return self.take("Q" if self.wide else "I")
+
+    def string(self, what: str) -> str:
+        n = self.count()
+        if n > 1 << 31:
+            raise ValueError(f"{self.where}: {what}: a string of {n} bytes?")
+        self._need(n)
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{self.where}: {what} is not UTF-8 ({e.reason} at byte "
+                             f"{e.start})") from None
+
+    def value(self, kind: int, what: str):
+        if kind in _SCALARS:
+            return self.take(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string(what)
+        if kind == _ARRAY:
+            sub, n = self.take("I"), self.count()
+            if sub in _SCALARS:  # one unpack for the whole array
+                size = struct.calcsize(_SCALARS[sub])
+                self._need(size * n)
+                vals = list(struct.unpack_from(f"{self.end}{n}{_SCALARS[sub]}", self.buf,
+                                               self.pos))
+                self.pos += size * n
+                return vals
+            return [self.value(sub, f"{what}[{i}]") for i in range(n)]
+        raise ValueError(f"{self.where}: {what}: unknown GGUF value type {kind}")
+
+
+def read_metadata(path: "str | Path") -> tuple[dict, str]:
+    """(metadata key -> value, a digest of the metadata bytes) of a GGUF file.
+
+    >>> read_metadata("model.gguf")[0]["tokenizer.ggml.model"]  # doctest: +SKIP
+    'llama'
+    """
+    with open(path, "rb") as f:
+        r = _Reader(f, str(path))
+        r._need(8)
+        if r.buf[:4] != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file (magic {r.buf[:4]!r}, expected b'GGUF')")
+        r.pos = 4
+        version = r.take("I")
+        if version > 0xFFFF:  # a big-endian file read as little-endian
+            r.end = ">"
+            version = struct.unpack(">I", struct.pack("<I", version))[0]
+        if version not in (1, 2, 3):
+            raise ValueError(f"{path}: unsupported GGUF version {version} (1, 2, 3 are known)")
+        r.wide = version >= 2
+        r.count()  # tensors: not read
+        meta = {}
+        for _ in range(r.count()):
+            key = r.string("key")
+            meta[key] = r.value(r.take("I"), key)
+        digest = r.h.hexdigest()[:32]
+    return meta, digest
+
+
+def load_gguf(path: "str | Path", *, name: "str | None" = None) -> Model:
+    """``gputok.load("model.gguf")``: the tokenizer of a GGUF file."""
+    path = Path(path)
+    meta, digest = read_metadata(path)
+    return model_from_metadata(meta, name or path.stem, where=str(path), digest=digest)
+
+
+def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
+                        digest: "str | None" = None) -> Model:
+    kind = meta.get("tokenizer.ggml.model")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise ValueError(f"{where}: no tokenizer.ggml.tokens (a GGUF file without a tokenizer)")
+    types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+    if len(types) != len(tokens):
+        raise ValueError(f"{where}: {len(types)} token types for {len(tokens)} tokens")
+    if kind == "gpt2":
+        return _byte_level(meta, tokens, types, name, where, digest)
+    if kind == "llama":
+        return _sentencepiece(meta, tokens, types, name, where, digest)
+    if kind == "bert":
+        return _wordpiece(meta, tokens, types, name, where, digest)
+    raise ValueError(f"{where}: tokenizer.ggml.model {kind!r} is not supported; gputok reads "
+                     "'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE) and 'bert' (WordPiece)")
+
+
+def _hf_model(cfg: dict, name: str, where: str, digest):
+    from .hf_json import _Fail, _model
+
+    try:
+        return _model(cfg, name, digest or "")
+    except _Fail as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _byte_level(meta, tokens, types, name, where, digest) -> Model:
+    from .gguf_pre import pre_tokenizer
+
+    pre = pre_tokenizer(meta.get("tokenizer.ggml.pre"), where=where)
+    merges = meta.get("tokenizer.ggml.merges")
+    if merges is None:
+        raise ValueError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.merges")
+    added = [{"id": i, "content": t, "special": k == CONTROL}
+             for i, (t, k) in enumerate(zip(tokens, types)) if k in (CONTROL, USER_DEFINED)]
+    vocab: dict = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    cfg = {
+        "added_tokens": added,
+        "normalizer": {"type": pre.normalizer} if pre.normalizer else None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            *({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated"}
+              for r in pre.regexes),
+            {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges,
+                  "ignore_merges": pre.ignore_merges},
+    }
+    return _hf_model(cfg, name, where, digest)
+
+
+def _sentencepiece(meta, tokens, types, name, where, digest) -> Model:
+    from .spm_model import SpmSpec, model_from_spec
+
+    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    if len(scores) != len(tokens):
+        raise ValueError(f"{where}: {len(scores)} scores for {len(tokens)} tokens")
+    spec = SpmSpec(pieces=list(tokens), scores=[float(s) for s in scores],
+                   types=[int(k) if 1 <= int(k) <= 6 else NORMAL for k in types], model_type=2,
+                   byte_fallback=BYTE in types, normalizer_name="identity",
+                   add_dummy_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
+                   remove_extra_whitespaces=False)
+    return model_from_spec(spec, name, where=where, digest=digest)
+
+
+def unphantom(token: str) -> str:
+    """Undo the GGUF BERT converter's spelling: "▁x" -> "x", "x" -> "##x", "[X]" kept.
+
+    >>> [unphantom(t) for t in ("▁play", "ing", "[CLS]")]
+    ['play', '##ing', '[CLS]']
+    """
+    if token.startswith("[") and token.endswith("]"):
+        return token
+    return token[1:] if token.startswith("\u2581") else "##" + token
+
+
+def _wordpiece(meta, tokens, types, name, where, digest) -> Model:
+    vocab_list = [unphantom(t) for t in tokens]
+    vocab: dict = {}
+    for i, t in enumerate(vocab_list):
+        vocab.setdefault(t, i)
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk_token = vocab_list[unk] if unk is not None and 0 <= unk < len(vocab_list) else "[UNK]"
+    cfg = {
+        "added_tokens": [{"id": vocab[t], "content": t, "special": True}
+                         for t, k in zip(vocab_list, types) if k == CONTROL and vocab[t] >= 0],
+        "normalizer": {"type": "BertNormalizer", "clean_text": True,
+                       "handle_chinese_chars": True, "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": unk_token, "vocab": vocab,
+                  "continuing_subword_prefix": "##", "max_input_chars_per_word": 100},
+    }
+    return _hf_model(cfg, name, where, digest)

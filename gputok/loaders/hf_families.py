@@ -1,0 +1,148 @@
+"""The SentencePiece-style BPE and WordPiece parts of the ``tokenizer.json`` loader.
+
+``hf_json.load_hf`` reads the file and hands its object here when ``model.type`` is
+``WordPiece``, or when the BPE model works on characters (``byte_fallback``, a ``Metaspace``
+pre-tokenizer, a ``Prepend`` normaliser or a ``ByteFallback``/``Metaspace`` decoder). What is
+not supported is refused with an error naming the field, never ignored. Ids equal
+``Tokenizer.encode(text, add_special_tokens=False)``: post-processors (BERT's [CLS] ... [SEP],
+Llama's <s>) are not applied; add them yourself, e.g.
+``[enc.encode_single_token("[CLS]")] + enc.encode(text) + [enc.encode_single_token("[SEP]")]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import regex
+
+from ..detok import HFDecoder
+from ..model import Model
+from ..stages.hf_spm import HFSpmFamily
+from ..stages.normalize import STEPS
+
+_UNICODE_STEPS = {s: s for s in STEPS}
+
+
+def _added(cfg: dict, need) -> tuple[dict, dict, list]:
+    added = cfg.get("added_tokens") or []
+    need(isinstance(added, list), "added_tokens must be a list")
+    specials, plain = {}, {}
+    for k, t in enumerate(added):
+        need(isinstance(t, dict) and isinstance(t.get("content"), str)
+             and isinstance(t.get("id"), int), f"added_tokens[{k}] needs 'content' and 'id'")
+        need(not t.get("single_word"), f"added token {t['content']!r}: single_word is not "
+                                       "supported")
+        need(not t.get("normalized"), f"added token {t['content']!r}: normalized: true is not "
+                                      "supported for this model type")
+        (specials if t.get("special") else plain)[t["content"]] = t["id"]
+    return specials, plain, added
+
+
+def _vocab(model: dict, need) -> dict:
+    vocab = model.get("vocab")
+    need(isinstance(vocab, dict) and vocab,
+         f"model.vocab of a {model.get('type', 'BPE')} model must be a non-empty object")
+    seen: dict = {}
+    for tok, i in vocab.items():
+        need(isinstance(i, int) and i >= 0, f"model.vocab[{tok!r}] = {i!r} is not an id")
+        need(i not in seen, f"model.vocab gives id {i} to {seen.get(i)!r} and {tok!r}")
+        seen[i] = tok
+    return vocab
+
+
+def _spm_norm_steps(spec, need) -> tuple:
+    if spec is None:
+        return ()
+    need(isinstance(spec, dict), "normalizer must be an object or null")
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return tuple(s for sub in spec.get("normalizers", []) for s in _spm_norm_steps(sub, need))
+    if kind == "Prepend":
+        return (("prepend", spec.get("prepend", "")),)
+    if kind == "Replace":
+        pat = spec.get("pattern") or {}
+        if "String" in pat:
+            return (("replace", pat["String"], spec.get("content", "")),)
+        need("Regex" in pat, "normalizer Replace needs pattern.String or pattern.Regex")
+        return (("replace_regex", regex.compile(pat["Regex"]), spec.get("content", "")),)
+    need(kind in _UNICODE_STEPS, f"normalizer {kind!r} is not supported for SentencePiece-style "
+                                 f"BPE (supported: Prepend, Replace, {', '.join(STEPS)}, "
+                                 "Sequence)")
+    return ((_UNICODE_STEPS[kind],),)
+
+
+def _metaspace(spec, need) -> "dict | None":
+    if spec is None:
+        return None
+    need(isinstance(spec, dict), "pre_tokenizer must be an object or null")
+    if spec.get("type") == "Sequence":
+        subs = [s for s in spec.get("pretokenizers", []) if s is not None]
+        need(len(subs) <= 1, "pre_tokenizer: a Sequence of several steps is not supported for "
+                             "SentencePiece-style BPE")
+        return _metaspace(subs[0], need) if subs else None
+    need(spec.get("type") == "Metaspace", f"pre_tokenizer {spec.get('type')!r} is not supported "
+                                          "for SentencePiece-style BPE (Metaspace or none)")
+    scheme = spec.get("prepend_scheme", "always")
+    if spec.get("add_prefix_space") is False:
+        scheme = "never"
+    need(scheme in ("always", "first", "never"), f"Metaspace prepend_scheme {scheme!r}?")
+    rep = spec.get("replacement", "\u2581")
+    need(isinstance(rep, str) and len(rep) == 1, "Metaspace replacement must be one character")
+    return {"replacement": rep, "scheme": scheme, "split": bool(spec.get("split", True))}
+
+
+def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
+    """An SPM-style BPE tokenizer.json (see ``stages/hf_spm.py``)."""
+    model = cfg["model"]
+    for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
+        need(not model.get(key), f"model.{key} is not supported")
+    vocab = _vocab(model, need)
+    merges_in = model.get("merges")
+    need(isinstance(merges_in, list), "model.merges must be a list")
+    merges = []
+    for k, m in enumerate(merges_in):
+        ab = m.split(" ", 1) if isinstance(m, str) else m
+        need(isinstance(ab, list) and len(ab) == 2 and all(isinstance(x, str) for x in ab),
+             f"model.merges[{k}] = {m!r}: expected 'a b' or [a, b]")
+        for part in (ab[0], ab[1], ab[0] + ab[1]):
+            need(part in vocab, f"model.merges[{k}] = {m!r} refers to {part!r}, not in vocab")
+        merges.append((ab[0], ab[1]))
+    specials, plain, added = _added(cfg, need)
+    fam = HFSpmFamily(vocab=vocab, merges=merges, byte_fallback=bool(model.get("byte_fallback")),
+                      fuse_unk=bool(model.get("fuse_unk")), unk_token=model.get("unk_token"),
+                      ignore_merges=bool(model.get("ignore_merges")),
+                      norm_steps=_spm_norm_steps(cfg.get("normalizer"), need),
+                      metaspace=_metaspace(cfg.get("pre_tokenizer"), need), where=name)
+    tokens = {i: t for t, i in vocab.items()}
+    tokens.update({t["id"]: t["content"] for t in added})
+    decoder = {}
+    for i, t in tokens.items():
+        b = fam.byte_tok is not None and _byte_value(t)
+        decoder[i] = bytes([b]) if b is not None and b is not False else \
+            t.replace("\u2581", " ").encode("utf-8")
+    try:
+        detok = HFDecoder(tokens, cfg.get("decoder"), skip=set(specials.values()),
+                          where="tokenizer.json")
+    except ValueError as e:
+        need(False, str(e).replace("tokenizer.json: ", ""))
+    byte_ids = np.array([fam.byte_tok[b] if fam.byte_tok and fam.byte_tok[b] is not None else 0
+                         for b in range(256)], np.uint32)
+    return Model(name=name, pretok=None, decoder=decoder, byte_ids=byte_ids, specials=specials,
+                 added=plain, lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
+                 rstrip=frozenset(t["content"] for t in added if t.get("rstrip")),
+                 digest=digest, kind="spm-bpe", family=fam, detok=detok)
+
+
+def _byte_value(tok: str) -> "int | None":
+    if len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">"):
+        try:
+            return int(tok[3:5], 16)
+        except ValueError:
+            return None
+    return None
+
+
+def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
+    """A BERT tokenizer.json (see ``stages/wordpiece.py``)."""
+    from ..stages.wordpiece import wordpiece_from_config
+
+    return wordpiece_from_config(cfg, name, digest, need, _added, _vocab)

@@ -1,0 +1,136 @@
+"""SentencePiece's normaliser (``normalizer.cc``), the product version.
+
+``cpu_ref/spm.py: SpmNormalizer`` is the spec: at each position, a user-defined piece (longest)
+passes unchanged, else the longest charsmap rule rewrites, else one character is copied; then
+whitespace: spaces collapse (a rewrite's leading spaces are dropped after a space), leading and
+trailing spaces go, " " becomes "▁", and a dummy "▁" goes in front (or at the end with
+``treat_whitespace_as_suffix``).
+
+What the fast path computes: the positions where anything but "copy one character" can happen
+are found vectorised (``CharsMap.candidates`` plus the first characters of user-defined
+pieces); the text between them is a *plain run*, whose whitespace handling is a regex (runs of
+" " collapse to one, a leading " " goes after a space). Only the candidates run Python code.
+A model without charsmap or user-defined pieces (Mistral's identity normaliser) is a
+``str.replace`` and a prefix.
+
+Why units and not one big string: a rewrite's value is handled as one piece, like
+sentencepiece does -- only its *leading* spaces collapse into a previous space, its inner
+spaces stay -- so a plain run and a rewrite cannot be merged before the whitespace pass.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .charbpe import code_points
+from .charsmap import CharsMap
+
+SPACE = "\u2581"  # "▁"
+_SPACES = re.compile(" {2,}")
+
+
+class SpmNormalizer:
+    """One model's normaliser.
+
+    >>> SpmNormalizer().normalize("  Hello   world ")
+    '▁Hello▁world'
+    >>> SpmNormalizer(remove_extra_whitespaces=False).normalize(" a  b")
+    '▁▁a▁▁b'
+    """
+
+    def __init__(self, *, charsmap: "CharsMap | None" = None, add_dummy_prefix: bool = True,
+                 remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True,
+                 treat_whitespace_as_suffix: bool = False, user_defined=()):
+        self.charsmap = charsmap
+        self.dummy = add_dummy_prefix
+        self.collapse = remove_extra_whitespaces
+        self.space = SPACE if escape_whitespaces else " "
+        self.suffix = treat_whitespace_as_suffix
+        ud = sorted(set(user_defined), key=lambda u: (-len(u), u))  # longest first
+        self.ud_regex = re.compile("|".join(map(re.escape, ud))) if ud else None
+        self.ud_first = (np.array(sorted({ord(u[0]) for u in ud}), np.uint32) if ud
+                         else None)
+
+    def _units(self, text: str) -> list:
+        """[(string, is_rewrite)]: plain runs copied as they are, and each rule's output
+        (a user-defined piece is a "rewrite" to itself: it is one unit, never rewritten)."""
+        if self.charsmap is None and self.ud_regex is None:
+            return [(text, False)]
+        cps = code_points(text)
+        cm = self.charsmap
+        if cm is not None:
+            cand, value = cm.candidates(cps)
+        else:
+            cand = value = np.zeros(0, np.int64)
+        if self.ud_first is not None:
+            at = np.searchsorted(self.ud_first, cps)
+            at[at == len(self.ud_first)] = 0
+            ud = np.flatnonzero(self.ud_first[at] == cps)
+            if len(ud):  # a user-defined piece may start here: search there too
+                value = np.concatenate([value, np.full(len(ud), -1, np.int64)])
+                cand = np.concatenate([cand, ud])
+                order = np.argsort(cand, kind="stable")
+                cand, value = cand[order], value[order]
+        if not len(cand):
+            return [(text, False)]
+        units: list = []
+        pos = 0
+        ud_regex = self.ud_regex
+        for c, v in zip(cand.tolist(), value.tolist()):
+            if c < pos:
+                continue  # inside the previous rule's match (or a duplicate candidate)
+            m = ud_regex.match(text, c) if ud_regex is not None else None
+            if m is not None:
+                n, rep = m.end() - c, m.group()
+            elif v >= 0:  # a one-character key and nothing longer can start here
+                rep = cm.value_text(v)
+                if rep is None:
+                    continue
+                n = 1
+            else:
+                rule = cm.lookup(text, c) if cm is not None else None
+                if rule is None:
+                    continue
+                n, rep = rule
+            if c > pos:
+                units.append((text[pos:c], False))
+            units.append((rep, True))
+            pos = c + n
+        if pos < len(text):
+            units.append((text[pos:], False))
+        return units
+
+    def normalize(self, text: str) -> str:
+        """The normalised sentence (see the module docstring)."""
+        if not text:
+            return ""
+        units = self._units(text)
+        if self.collapse:
+            # sentencepiece first skips leading characters that normalise to exactly " "; if
+            # that is all of them, the sentence is empty (no dummy prefix either)
+            if all((u == " ") if rw else not u.strip(" ") for u, rw in units):
+                return ""
+            parts = []
+            prev_space = True
+            for u, rw in units:
+                if not rw:
+                    u = _SPACES.sub(" ", u)
+                if prev_space:
+                    u = u.lstrip(" ")
+                if u:
+                    parts.append(u)
+                    prev_space = u.endswith(" ")
+            body = "".join(parts)
+        else:
+            body = "".join(u for u, _ in units)
+        space = self.space
+        if space != " ":
+            body = body.replace(" ", space)
+        out = space + body if self.dummy and not self.suffix else body
+        if self.collapse:
+            out = out.rstrip(space)  # trailing space symbols go, literal "▁" ones too
+        if self.dummy and self.suffix:
+            out += space
+        return out

@@ -1,0 +1,216 @@
+"""WordPiece (BERT ``tokenizer.json``, ``tokenizer.ggml.model = bert``): the family's stages.
+
+``cpu_ref/wordpiece.py`` is the spec (checked against HF). gputok computes:
+
+    split       added tokens ([CLS], [SEP]...: special ones under the allowed/disallowed contract)
+    pretok      ``bert.BertSteps``: BertNormalizer + BertPreTokenizer on pinned tables -> words
+    merge       per distinct word, greedy longest match from the left, "##" on non-initial
+                pieces; one failure (or more than ``max_input_chars_per_word`` characters)
+                makes the whole word one unk id
+
+What kernels/encode_wordpiece.cu must compute (``encode_wordpiece`` is its numpy reference, one
+"thread" per word, vectorised across words): the vocabulary is a byte trie whose transitions
+live in the merge table's hash layout (``(node << 32 | byte) -> (child, id of the token ending
+at child)``), so the kernel probes it with the same function as the BPE merge. From the root
+(word start) or from the node the prefix "##" leads to (continuations), walk the word's bytes as
+far as the trie goes and remember the last node that ends a token: that is the longest match.
+Tokens are whole UTF-8 strings, so a match always ends on a character boundary of the word,
+exactly as HF's character-wise search. A word of L bytes has at most L pieces: its ids fit the
+slots of its own bytes in the scratch buffer, as BPE pieces do.
+
+Performance notes: the scalar path (a dict probe per candidate end, longest first) wins below
+``VECTOR_MIN`` words; above, the vectorised walk advances every word's search by one byte per
+numpy step (~20 steps per round, one round per piece). On a device backend (CUDA, native) the
+words are cut on the host and only the longest match runs in the kernel: cutting them one
+``split`` call per segment with a ``str`` and a ``bytes`` object per word was ~60% of a native
+run (cProfile, 2 MB of prose); ``BertSteps.words_bytes_batch`` cuts a whole chunk into one UTF-8
+buffer + word offsets (``hostplan.entries_from_words``): 2.6x less host time, and the BERT
+normaliser itself is then most of what is left.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import counters
+from .bert import BertSteps
+from .merge import VECTOR_MIN
+from .table import NO_MERGE, MergeTable
+
+NO_TOKEN = 0xFFFFFFFF
+ROOT = 0
+
+
+class WordPieceFamily:
+    """The tables of one WordPiece model.
+
+    >>> wp = WordPieceFamily({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3})
+    >>> wp.merge_pieces(["unaffable", "unable", "x"])
+    [(1, 2, 3), (1, 3), (0,)]
+    """
+
+    kind = "wordpiece"
+
+    def __init__(self, vocab: dict, *, unk_token: str = "[UNK]", prefix: str = "##",
+                 max_input_chars_per_word: int = 100, steps: "BertSteps | None" = None,
+                 where: str = "WordPiece"):
+        if unk_token not in vocab:
+            raise ValueError(f"{where}: unk_token {unk_token!r} is not in the vocabulary")
+        self.vocab = vocab
+        self.unk_id = vocab[unk_token]
+        self.prefix = prefix
+        self.max_chars = int(max_input_chars_per_word)
+        self.steps = steps or BertSteps()
+        self.max_tok = max((len(t) for t in vocab), default=1)
+        self._build_trie()
+
+    def _build_trie(self) -> None:
+        """The byte trie as a merge-table hash: (node, byte) -> (child, token id at child)."""
+        edges: dict[int, int] = {}  # node << 8 | byte -> child
+        term: list = [NO_TOKEN]
+        for tok, i in self.vocab.items():
+            node = ROOT
+            for b in tok.encode("utf-8"):
+                key = node << 8 | b
+                child = edges.get(key)
+                if child is None:
+                    child = edges[key] = len(term)
+                    term.append(NO_TOKEN)
+                node = child
+            term[node] = i
+        self.n_nodes = len(term)
+        self.term = np.array(term, np.uint32)
+        pairs = {(k >> 8) << 32 | (k & 0xFF): (c, term[c]) for k, c in edges.items()}
+        self.trie = MergeTable(pairs, np.zeros(256, np.uint32), None)
+        node = ROOT
+        for b in self.prefix.encode("utf-8"):
+            node = edges.get(node << 8 | b, NO_TOKEN) if node != NO_TOKEN else NO_TOKEN
+        self.cont = node  # where continuation pieces start (NO_TOKEN: none exist)
+
+    # ---- stages --------------------------------------------------------------------------------
+
+    def pieces_batch(self, segments: list, first=None) -> list:
+        return self.steps.words_batch(segments)
+
+    def merge_pieces(self, words: list) -> list:
+        if len(words) < VECTOR_MIN:
+            counters["wordpiece.scalar"] += len(words)
+            return [tuple(self.word(w)) for w in words]
+        raw = [w.encode("utf-8") for w in words]
+        pstart = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=pstart[1:])
+        buf = np.frombuffer(b"".join(raw), np.uint8)
+        scratch, count = encode_wordpiece(buf, pstart, self)
+        counters["wordpiece.vector"] += len(words)
+        s, c, p = scratch.tolist(), count.tolist(), pstart.tolist()
+        return [tuple(s[p[k]:p[k] + c[k]]) for k in range(len(words))]
+
+    def word(self, w: str) -> list:
+        """One word, the scalar way (HF's loop with the search capped at the longest token)."""
+        if len(w) > self.max_chars:
+            return [self.unk_id]
+        vocab, prefix, cap = self.vocab, self.prefix, self.max_tok
+        out, start, n = [], 0, len(w)
+        while start < n:
+            for end in range(min(n, start + cap), start, -1):  # the longest candidate first
+                i = vocab.get(w[start:end] if start == 0 else prefix + w[start:end])
+                if i is not None:
+                    out.append(i)
+                    start = end
+                    break
+            else:
+                return [self.unk_id]  # one failure spoils the whole word
+        return out
+
+    def finish(self, ids, offsets):
+        return ids, offsets
+
+    def finish_list(self, ids: list) -> list:
+        return ids
+
+    def token_id(self, text: str) -> "int | None":
+        return self.vocab.get(text)
+
+
+def encode_wordpiece(buf: np.ndarray, pstart: np.ndarray, wp: WordPieceFamily
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The reference of ``encode_wordpiece`` (kernels/encode_wordpiece.cu): word ``e`` is
+    ``buf[pstart[e]:pstart[e + 1]]``; returns (scratch, count): its ids are
+    ``scratch[pstart[e]:pstart[e] + count[e]]``."""
+    n_words = len(pstart) - 1
+    start = pstart[:-1].astype(np.int64)
+    end = pstart[1:].astype(np.int64)
+    scratch = np.zeros(max(len(buf), 1), np.uint32)
+    count = np.zeros(n_words, np.int64)
+    # characters per word: bytes that are not UTF-8 continuation bytes
+    lead = np.concatenate([[0], np.cumsum((buf & 0xC0) != 0x80)])
+    fail = (lead[end] - lead[start]) > wp.max_chars
+    pos = start.copy()
+    active = np.flatnonzero(~fail & (pos < end))
+    while len(active):
+        node = np.where(pos[active] == start[active], ROOT, wp.cont).astype(np.uint32)
+        best_len = np.zeros(len(active), np.int64)
+        best_id = np.zeros(len(active), np.uint32)
+        p = pos[active].copy()
+        walk = np.flatnonzero((node != NO_TOKEN) & (p < end[active]))
+        while len(walk):
+            child, tok = wp.trie.lookup(node[walk], buf[p[walk]].astype(np.uint32))
+            live = child != NO_MERGE
+            walk = walk[live]
+            node[walk] = child[live]
+            p[walk] += 1
+            hit = tok[live] != NO_TOKEN
+            best_len[walk[hit]] = p[walk[hit]] - pos[active[walk[hit]]]
+            best_id[walk[hit]] = tok[live][hit]
+            walk = walk[p[walk] < end[active[walk]]]
+        found = best_len > 0
+        fail[active[~found]] = True
+        ok = active[found]
+        scratch[start[ok] + count[ok]] = best_id[found]
+        count[ok] += 1
+        pos[ok] += best_len[found]
+        active = ok[pos[ok] < end[ok]]
+    bad = np.flatnonzero(fail)
+    scratch[start[bad]] = wp.unk_id
+    count[bad] = 1
+    return scratch, count
+
+
+def wordpiece_from_config(cfg: dict, name: str, digest: str, need, added_of, vocab_of):
+    """The ``Model`` of a BERT tokenizer.json (called by ``loaders.hf_families``)."""
+    from ..detok import HFDecoder
+    from ..model import Model
+
+    model = cfg["model"]
+    vocab = vocab_of(model, need)
+    unk = model.get("unk_token", "[UNK]")
+    need(unk in vocab, f"model.unk_token {unk!r} is not in model.vocab")
+    norm = cfg.get("normalizer")
+    need(norm is None or (isinstance(norm, dict) and norm.get("type") == "BertNormalizer"),
+         f"normalizer {norm.get('type') if isinstance(norm, dict) else norm!r} is not supported "
+         "for WordPiece (BertNormalizer or none)")
+    pre = cfg.get("pre_tokenizer")
+    need(isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer",
+         "WordPiece needs the BertPreTokenizer (pre_tokenizer)")
+    specials, plain, added = added_of(cfg, need)
+    for t in added:
+        need(not t.get("lstrip") and not t.get("rstrip"),
+             f"added token {t['content']!r}: lstrip/rstrip are not supported for WordPiece")
+    steps = BertSteps(normalize=False) if norm is None else BertSteps(
+        clean_text=norm.get("clean_text", True),
+        handle_chinese_chars=norm.get("handle_chinese_chars", True),
+        strip_accents=norm.get("strip_accents"), lowercase=norm.get("lowercase", True))
+    prefix = model.get("continuing_subword_prefix") or "##"
+    fam = WordPieceFamily(vocab, unk_token=unk, prefix=prefix,
+                          max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
+                          steps=steps, where=name)
+    tokens = {i: t for t, i in vocab.items()}
+    tokens.update({t["id"]: t["content"] for t in added})
+    dec = cfg.get("decoder")
+    try:
+        detok = HFDecoder(tokens, dec, skip=set(specials.values()), where="tokenizer.json")
+    except ValueError as e:
+        need(False, str(e).replace("tokenizer.json: ", ""))
+    return Model(name=name, pretok=None, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
+                 byte_ids=np.full(256, fam.unk_id, np.uint32), specials=specials, added=plain,
+                 digest=digest, kind="wordpiece", family=fam, detok=detok)

@@ -1,0 +1,152 @@
+"""The new families on the native CPU device (skipped only when the machine has no C++ compiler).
+
+* WordPiece: ``kernels/encode_wordpiece.cu`` compiled by the host's C++ compiler
+  (``gputok/backends/native_build.py``), run by the driver against HF ``tokenizers``. Words are
+  cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
+  ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
+  fallback, no ``encode_merge_*`` launch).
+* SentencePiece: no kernel; the model runs on the host, a counted fallback (and WordPiece on
+  a device that has no encode_wordpiece form: Metal, on the emulator).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import gputok
+import testdata
+from gputok.backends import FallbackWarning, native
+
+HAVE, WHY = native.available()
+pytestmark = pytest.mark.skipif(not HAVE, reason=f"native backend unavailable: {WHY}")
+
+EDGES = ["", " ", "[CLS] Héllo, Wörld! [SEP] 中文 don't [MASK]", "x" * 101 + " y" + "z" * 100,
+         "İstanbul ΣΑΣ ǅ \x00\ufffd\u200b a\u0301\u0316\u0300 b", "ＡＢＣ１２３ 😀👍🏽 \U0010ffff",
+         "unaffable ##able ## #", "\t\n\r\x0b\x0c\x85\u2028"]
+
+
+def _pair(variant: dict, tmp_path):
+    from tokenizers import Tokenizer
+
+    cfg = json.loads(testdata.family_path("minilm_tokenizer_json").read_text("utf-8"))
+    cfg["normalizer"].update(variant)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    hf = Tokenizer.from_str(json.dumps(cfg))
+    hf.no_truncation()
+    hf.no_padding()
+    return gputok.load(tmp_path / "tokenizer.json"), hf
+
+
+def _docs(corpora, cap: "int | None") -> list:
+    out = list(EDGES)
+    for kind in corpora:
+        total = 0
+        for d in corpora[kind]:
+            if cap is not None and total >= cap:
+                break
+            out.append(d)
+            total += len(d.encode("utf-8"))
+    return out
+
+
+@pytest.mark.parametrize("variant,cap", [({}, None), ({"lowercase": False}, 300_000),
+                                         ({"handle_chinese_chars": False}, 300_000)],
+                         ids=["uncased-full", "cased", "no_cjk"])
+def test_native_wordpiece_vs_hf(variant, cap, corpora, tmp_path):
+    enc, hf = _pair(variant, tmp_path)
+    docs = _docs(corpora, cap)
+    be = native.create(threads=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    bad = [i for i in range(len(docs)) if ids[off[i]:off[i + 1]].tolist() != want[i]]
+    print(f"\n[native wordpiece {variant}] {len(docs)} docs, "
+          f"{sum(len(d.encode('utf-8')) for d in docs) / 1e6:.2f} MB, {len(ids)} tokens, "
+          f"{len(bad)} mismatched")
+    assert not bad, f"first mismatched doc {docs[bad[0]][:80]!r}"
+    assert be.dev.launches["encode_wordpiece"] >= 1
+    assert not any(k.startswith("encode_merge") for k in be.dev.launches)
+    # the only host stage: the words are cut on the host (warned once); no merge fallback
+    assert set(be.fallbacks) == {("pretok", "split")}
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert be.plan(enc.model)["merge"].startswith("device")
+
+
+def test_native_wordpiece_equals_numpy_stage_on_many_chunks(corpora, tmp_path):
+    """Small chunks (many in flight on two streams) give the numpy backend's arrays."""
+    enc, _ = _pair({}, tmp_path)
+    docs = _docs(corpora, 100_000)
+    be = native.create(threads=2, chunk_bytes=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+    want_ids, want_off = enc.encode_batch_arrays(docs, allowed_special="all", backend="numpy")
+    assert be.dev.launches["encode_wordpiece"] > 10
+    assert ids.dtype == want_ids.dtype and np.array_equal(off, want_off)
+    assert np.array_equal(ids, want_ids)
+
+
+def test_auto_backend_runs_wordpiece_on_native(tmp_path):
+    """With no GPU, ``backend="auto"`` is the native device, and single texts agree with it."""
+    from gputok import backends
+
+    enc, hf = _pair({}, tmp_path)
+    be = backends.get_backend("auto")
+    if be.name != "native":
+        pytest.skip(f"auto is {be.name} here (a GPU or no compiler)")
+    text = EDGES[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        ids, off = enc.encode_batch_arrays([text] * 3, allowed_special="all")
+    want = hf.encode(text, add_special_tokens=False).ids
+    assert ids[off[0]:off[1]].tolist() == want == enc.encode(text, allowed_special="all")
+
+
+# ---- SentencePiece models on the device: the counted host fallback ----------------------------
+
+@pytest.mark.parametrize("name", ["botchan_bpe", "mistral_v7"])
+def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path):
+    """The char-level merge has no kernel: the whole model runs on the host, warned once and
+    counted as ``("merge", "spm-bpe")``; no kernel is launched and the ids are sentencepiece's."""
+    import families as F
+
+    data = F.model_source(name)
+    (tmp_path / "m.model").write_bytes(data)
+    enc, sp = gputok.load(tmp_path / "m.model"), F.spm_oracle(data)
+    docs = _docs(corpora, 50_000) + testdata.botchan_lines()[:200]
+    be = native.create(threads=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [sp.encode(d) for d in docs]
+    assert be.fallbacks == {("merge", "spm-bpe"): 2}
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert not be.dev.launches
+    assert be.plan(enc.model)["merge"].startswith("host")
+
+
+def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp_path):
+    """The Metal backend (on the emulator here) has no encode_wordpiece shader yet: a WordPiece
+    model runs on the host there, warned once and counted, with HF's ids."""
+    pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
+    from emulator.mlx_bridge import metal_kernel_maker
+
+    from gputok.backends import metal
+
+    enc, hf = _pair({}, tmp_path)
+    be = metal.emulated(metal_kernel_maker(order="forward", seed=0))
+    assert not be.dev.has_kernel("encode_wordpiece") and be.dev.has_kernel("encode_merge_short")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids, off = enc.encode_batch_arrays(EDGES, allowed_special="all", backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [
+        e.ids for e in hf.encode_batch(EDGES, add_special_tokens=False)]
+    assert be.fallbacks == {("merge", "wordpiece"): 1} and not be.dev.launches
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert be.plan(enc.model)["merge"].startswith("host")
