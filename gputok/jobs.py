@@ -284,8 +284,13 @@ class Pool:
     def close(self, *, now: bool = False):
         """Stop the workers: let them finish (``now=False``) or terminate them at once."""
         if now:
-            for p, _, _ in self.procs:
+            for p, inq, outq in self.procs:
                 p.terminate()
+                # a batch still in a pipe nobody will read would block the queue's feeder
+                # thread, and the interpreter joins that thread at exit: the job would hang
+                # after Ctrl-C instead of exiting. What is abandoned here is re-read on --resume.
+                inq.cancel_join_thread()
+                outq.cancel_join_thread()
         for p, inq, _ in self.procs:
             if p.is_alive() and not now:
                 try:
@@ -294,8 +299,9 @@ class Pool:
                     pass
         for p, _, _ in self.procs:
             p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
+            if p.is_alive():  # deaf to SIGTERM (stopped, or stuck in native code): SIGKILL
+                p.kill()
+                p.join(timeout=5)
         self.procs = []
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -91,3 +96,24 @@ def test_an_encoding_object_with_a_pool(tmp_path):
     for ids, off in read_shards(tmp_path / "o"):
         docs += [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
     assert docs == [enc.encode(t) + [enc.eot_token] for t in texts]
+
+
+def test_stopping_the_pool_at_once_never_hangs_the_exit(tmp_path):
+    # Ctrl-C with a batch still in a worker's pipe: the queue's feeder thread is blocked on the
+    # full pipe, and a worker may not even die on SIGTERM; the process must still exit
+    script = tmp_path / "stop.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "import gputok\n"
+        "from gputok.jobs import Pool\n"
+        "pool = Pool(gputok.get_encoding('r50k_base'), ('name', 'r50k_base'), ['numpy'] * 2, {})\n"
+        "p, inq, _ = pool.procs[0]\n"
+        "os.kill(p.pid, signal.SIGSTOP)  # reads nothing more, ignores SIGTERM\n"
+        "inq.put(['x' * (1 << 20)] * 4)  # far more than a pipe holds\n"
+        "time.sleep(0.5)\n"
+        "pool.close(now=True)\n"
+        "print('closed', p.exitcode)\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["closed", str(-signal.SIGKILL)]
