@@ -46,7 +46,8 @@ from .driver import DeviceBackend
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
-           "encode_pretok_fix", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
+           "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans",
+           "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
            "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
 PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
@@ -208,9 +209,10 @@ class MetalDevice:
 
     kind = "metal"
     host_memory = False
-    # the scanner families shaders/encode_pretok_*.metal implement; a family the CUDA kernels
-    # gain later is cut on the host here (a counted fallback) until its shaders exist
-    pretok_families = ("cl3", "cl1", "gpt2")
+    # the scanner families shaders/encode_pretok_*.metal and encode_o200k_*.metal implement; a
+    # family the CUDA kernels gain later is cut on the host here (a counted fallback) until its
+    # shaders exist
+    pretok_families = ("cl3", "cl1", "gpt2", "o200k")
     # the normal forms whose quick check (kernels/encode_nfc.cu) has a shader: none yet, so a
     # normaliser runs on the host here (a counted fallback)
     normal_forms: tuple = ()
@@ -390,6 +392,16 @@ class MetalDevice:
         one, zero = mx.array(1, x.dtype), mx.array(0, x.dtype)
         ent.a = mx.where(fix == 2, one, mx.where(fix == 1, zero, x))
         self._queue(ent.a)
+
+    def _k_encode_o200k_classify(self, g, b, args) -> None:
+        buf, n, mark, cls_table, cls = args
+        (cls.a,) = self._run("encode_o200k_classify", g, b, [buf, mark, cls_table, n],
+                             [cls.size])
+
+    def _k_encode_o200k_spans(self, g, b, args) -> None:
+        buf, n, mark, cls, letters, n_letters, ent = args
+        (ent.a,) = self._run("encode_o200k_spans", g, b, [buf, mark, cls, letters, n, n_letters],
+                             [ent.size])
 
     def _k_encode_entries_compact(self, g, b, args) -> None:
         scan, n, pstart, spec = args

@@ -1,0 +1,92 @@
+"""The Metal backend runs every encode stage the CUDA kernels run: o200k pre-tokenization, the
+normaliser's quick check and the WordPiece match as shaders, with no host fallback.
+
+Mirrors ``test_device_coverage.py`` (the CUDA kernels on the emulator, whose inputs and
+references these reuse) for ``gputok.backends.metal.MetalDevice`` on the emulator over
+``mlx[cpu]`` arrays (``emulator.mlx_bridge``: ``mx.fast.metal_kernel`` replaced, everything
+else the backend's own code):
+
+1. ``shaders/encode_o200k_classify.metal`` + ``encode_o200k_spans.metal`` in forward / reverse /
+   shuffled thread orders: piece starts as the regex gives them (corpora, edge cases, fuzzed
+   o200k text), with special tokens as the host paths cut them, and the same flags as the CUDA
+   kernels; o200k_base and o200k_harmony end to end against tiktoken, warnings as errors.
+2. ``shaders/encode_nfc_flags.metal`` + ``encode_nfc_compact.metal``: flagged positions as
+   ``nfc_unsafe`` gives them; Qwen2 on NFD text against HF ``tokenizers`` with the same
+   host-normalised spans and bytes counted as the CUDA kernels count them.
+3. ``shaders/encode_wordpiece.metal``: MiniLM (BERT WordPiece) against HF, no merge fallback.
+"""
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
+
+import gputok  # noqa: E402
+from conftest import tiktoken_oracle  # noqa: E402
+from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
+from gputok.backends.driver import DeviceBackend  # noqa: E402
+from gputok.patterns import O200K  # noqa: E402
+from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans  # noqa: E402
+from devicekit import (ORDER_IDS, ORDERS, assert_same, device_entries, e2e_docs,  # noqa: E402
+                       emu_device, pack, specials_of, tiny_encoding)
+from test_device_coverage import o200k_docs, o200k_texts  # noqa: E402
+from test_metal_encode import metal_backend, metal_entries  # noqa: E402
+
+
+# ---------------------------------------------------------------- 1. o200k
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_o200k_pretok_matches_regex_and_the_cuda_kernels(order, seed):
+    enc = tiny_encoding(O200K)
+    be = metal_backend(order, seed)
+    assert be.model_plan(enc.model).mode == "device", be.describe(enc.model)
+    docs = o200k_docs()
+    buf, off = pack(docs)
+    pstart, spec, doc_entry = metal_entries(be, enc, buf, off)
+    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(O200K)))
+    if not np.array_equal(pstart, want):
+        k = int(np.flatnonzero(pstart[:len(want)] != want[:len(pstart)])[0])
+        d = int(np.searchsorted(off, min(pstart[k], want[k]), "right") - 1)
+        pytest.fail(f"first difference in document {d} {docs[d][:80]!r}: metal piece start "
+                    f"{pstart[k] - off[d]}, regex {want[k] - off[d]}")
+    np.testing.assert_array_equal(doc_entry, want_doc)
+    assert (spec[:-1] == hostplan.NORMAL).all() and spec[-1] == hostplan.GAP
+    assert be.dev.launches["encode_o200k_spans"] == 1
+    assert "encode_pretok_window" not in be.dev.launches
+    cuda = device_entries(DeviceBackend(emu_device(order, seed)), enc, buf, off)
+    for a, b in zip((pstart, spec, doc_entry), cuda):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_o200k_with_special_tokens_matches_host_paths(order, seed):
+    enc = gputok.get_encoding("o200k_harmony")
+    tokens = sorted(enc.special_tokens_set)[:3]
+    rng = random.Random(seed)
+    docs = [a + rng.choice(tokens) + b for a, b in zip(o200k_texts(80, 7), o200k_texts(80, 8))]
+    docs += [tokens[0] * 2, f"x's{tokens[1]}'s", f"\u0301{tokens[0]}\u0301", ""]
+    buf, off = pack(docs)
+    sp = specials_of(enc, buf, off, tokens)
+    got = metal_entries(metal_backend(order, seed), enc, buf, off, sp)
+    for mode in ("scanner", "split"):
+        want = metal_entries(metal_backend(order, seed, pretok=mode), enc, buf, off, sp)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b, err_msg=mode)
+    assert (got[1] < hostplan.GAP).sum() == len(sp[0]) >= 80
+
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+@pytest.mark.parametrize("name", ["o200k_base", "o200k_harmony"])
+def test_metal_o200k_pipeline_matches_tiktoken_without_fallbacks(name, order, seed):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    docs = e2e_docs()[::2] + o200k_texts(60, 9, 60)
+    be = metal_backend(order, seed, chunk_bytes=6000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert_same(enc, be, docs, [tk.encode_ordinary(d) for d in docs])
+    assert not be.fallbacks and be.dev.launches["encode_o200k_spans"] > 2
+    assert be.plan(enc.model)["pretok"].startswith("device")
