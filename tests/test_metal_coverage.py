@@ -26,14 +26,15 @@ import pytest
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
 
 import gputok  # noqa: E402
-from conftest import tiktoken_oracle  # noqa: E402
+from conftest import hf_encoding, hf_oracle, tiktoken_oracle  # noqa: E402
 from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
 from gputok.backends.driver import DeviceBackend  # noqa: E402
 from gputok.patterns import O200K  # noqa: E402
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans  # noqa: E402
-from devicekit import (ORDER_IDS, ORDERS, assert_same, device_entries, e2e_docs,  # noqa: E402
-                       emu_device, pack, specials_of, tiny_encoding)
-from test_device_coverage import o200k_docs, o200k_texts  # noqa: E402
+from devicekit import (ORDER_IDS, ORDERS, assert_same, corpus_snippets,  # noqa: E402
+                       device_entries, e2e_docs, emu_device, pack, specials_of,
+                       tiny_encoding)
+from test_device_coverage import NFD_DOCS, nfd, o200k_docs, o200k_texts  # noqa: E402
 from test_metal_encode import metal_backend, metal_entries  # noqa: E402
 
 
@@ -90,3 +91,51 @@ def test_metal_o200k_pipeline_matches_tiktoken_without_fallbacks(name, order, se
         assert_same(enc, be, docs, [tk.encode_ordinary(d) for d in docs])
     assert not be.fallbacks and be.dev.launches["encode_o200k_spans"] > 2
     assert be.plan(enc.model)["pretok"].startswith("device")
+
+
+# ---------------------------------------------------------------- 2. the quick check
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_quick_check_flags_what_nfc_unsafe_flags(order, seed):
+    from gputok.unicode import nfc_unsafe
+
+    enc = hf_encoding("qwen2")
+    be = metal_backend(order, seed)
+    plan = be.model_plan(enc.model)
+    assert plan.norm_form == "NFC"
+    docs = NFD_DOCS + nfd(corpus_snippets()[::4]) + list(corpus_snippets()[1::4])
+    buf, _ = pack(docs)
+    d_buf = be.dev.upload([np.frombuffer(buf, np.uint8)])[0]
+    got = be.stages.nfc_check(plan.tables, len(buf), d_buf)
+    text = buf.decode()
+    cps = np.array([ord(c) for c in text], np.uint32)
+    first_byte = np.cumsum([0] + [len(c.encode()) for c in text[:-1]])
+    np.testing.assert_array_equal(got, first_byte[nfc_unsafe(cps)])
+    assert len(got) > 20 and be.dev.launches == {"encode_nfc_flags": 1, "encode_nfc_compact": 1}
+
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_qwen2_nfd_input_matches_hf_with_the_host_spans_cuda_counts(order, seed):
+    enc, hf = hf_encoding("qwen2"), hf_oracle("qwen2")
+    clean = list(corpus_snippets()[::3])
+    docs = nfd(NFD_DOCS) + nfd(corpus_snippets()[1::6]) + clean
+    sp = sorted(enc.special_tokens_set)[0]
+    docs.append(f"e\u0301{sp}\u0301x")
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    be = metal_backend(order, seed, chunk_bytes=5000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert_same(enc, be, docs, want, allowed=frozenset([sp]))
+    assert not be.fallbacks and be.plan(enc.model)["normalize"] != "host"
+    cuda = DeviceBackend(emu_device(order, seed), chunk_bytes=5000)
+    assert_same(enc, cuda, docs, want, allowed=frozenset([sp]))
+    assert be.host_normalized == cuda.host_normalized and be.host_normalized["spans"] > 10
+    # already-NFC text: the check runs on the device and nothing comes back to the host
+    be2 = metal_backend(order, seed, chunk_bytes=5000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert_same(enc, be2, clean, [e.ids for e in hf.encode_batch(clean,
+                                                                     add_special_tokens=False)])
+    assert not be2.host_normalized and not be2.fallbacks
+    assert be2.dev.launches["encode_nfc_flags"] >= 2 and "encode_nfc_compact" not in \
+        be2.dev.launches

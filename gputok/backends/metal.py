@@ -42,12 +42,13 @@ from typing import Callable
 
 import numpy as np
 
+from ..unicode import FORMS
 from .driver import DeviceBackend
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
            "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans",
-           "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
+           "encode_nfc_flags", "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
            "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
 PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
@@ -213,9 +214,9 @@ class MetalDevice:
     # family the CUDA kernels gain later is cut on the host here (a counted fallback) until its
     # shaders exist
     pretok_families = ("cl3", "cl1", "gpt2", "o200k")
-    # the normal forms whose quick check (kernels/encode_nfc.cu) has a shader: none yet, so a
-    # normaliser runs on the host here (a counted fallback)
-    normal_forms: tuple = ()
+    # the normal forms whose quick check runs on the device (shaders/encode_nfc_*.metal, the
+    # rule of kernels/common/nfc_check.h): every form CUDA checks, each with its own bitmap
+    normal_forms: tuple = FORMS
 
     def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
                  memory_limit: "int | None" = None, name: "str | None" = None):
@@ -402,6 +403,14 @@ class MetalDevice:
         buf, n, mark, cls, letters, n_letters, ent = args
         (ent.a,) = self._run("encode_o200k_spans", g, b, [buf, mark, cls, letters, n, n_letters],
                              [ent.size])
+
+    def _k_encode_nfc_flags(self, g, b, args) -> None:
+        buf, n, bits, flag = args
+        (flag.a,) = self._run("encode_nfc_flags", g, b, [buf, bits, n], [flag.size])
+
+    def _k_encode_nfc_compact(self, g, b, args) -> None:
+        scan, n, pos = args
+        (pos.a,) = self._run("encode_nfc_compact", g, b, [scan, n], [pos.size])
 
     def _k_encode_entries_compact(self, g, b, args) -> None:
         scan, n, pstart, spec = args
