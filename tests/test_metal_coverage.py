@@ -139,3 +139,62 @@ def test_metal_qwen2_nfd_input_matches_hf_with_the_host_spans_cuda_counts(order,
     assert not be2.host_normalized and not be2.fallbacks
     assert be2.dev.launches["encode_nfc_flags"] >= 2 and "encode_nfc_compact" not in \
         be2.dev.launches
+
+
+# ---------------------------------------------------------------- 3. WordPiece
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_wordpiece_shader_matches_its_numpy_reference(order, seed, corpora):
+    from gputok.stages.wordpiece import encode_wordpiece
+    from test_wordpiece import _words, trio
+
+    enc, _, _ = trio("uncased")
+    words = _words(corpora)
+    raw = [w.encode("utf-8") for w in words]
+    pstart = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(b) for b in raw], out=pstart[1:])
+    buf = np.frombuffer(b"".join(raw), np.uint8)
+    want_scratch, want_count = encode_wordpiece(buf, pstart, enc.model.family)
+    be = metal_backend(order, seed)
+    plan = be.model_plan(enc.model)
+    # entries as the driver builds them: the words, one special token, the sentinel
+    spec = np.full(len(raw) + 2, hostplan.NORMAL, np.uint32)
+    spec[-2], spec[-1] = 101, hostplan.GAP
+    ps = np.concatenate([pstart, [pstart[-1] + 1]]).astype(np.uint32)
+    data = np.concatenate([buf, np.frombuffer(b"#", np.uint8)])
+    d_data, d_ps, d_spec, d_n = be.dev.upload([data, ps, spec,
+                                               np.array([len(spec)], np.uint32)])
+    owner, count, scratch = be.stages.wordpiece(plan.tables, len(data), d_data, d_ps, d_spec,
+                                                d_n, len(spec))
+    count = np.array(count.a)[:len(spec) + 1]
+    scratch, owner = np.array(scratch.a), np.array(owner.a)[:len(spec)]
+    assert count[:len(raw)].tolist() == want_count.tolist() and len(raw) > 1000
+    assert count[len(raw)] == 1 and scratch[ps[-2]] == 101 and count[len(raw) + 1:].tolist() \
+        == [0, 0]  # the sentinel, and the spare slot the output scan reads
+    assert (owner == 0xFFFFFFFF).all()  # every entry final: nothing left for a merge
+    for k in range(len(raw)):
+        a = int(pstart[k])
+        assert scratch[a:a + count[k]].tolist() == want_scratch[a:a + want_count[k]].tolist()
+    assert be.dev.launches == {"encode_wordpiece": 1}
+
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_metal_minilm_wordpiece_matches_hf_without_a_merge_fallback(order, seed, corpora):
+    from test_wordpiece import EDGES, trio
+
+    enc, _, hf = trio("uncased")
+    docs = EDGES + [d[:1200] for kind in corpora for d in corpora[kind][:4]]
+    be = metal_backend(order, seed, chunk_bytes=2048)  # several chunks in flight
+    assert be.dev.has_kernel("encode_wordpiece")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [
+        e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    assert be.dev.launches["encode_wordpiece"] > 3 and "encode_merge_short" not in \
+        be.dev.launches
+    # the words are cut on the host, as on CUDA (one counted fallback, warned once); the match
+    # runs on the device: no ("merge", "wordpiece")
+    assert dict(be.fallbacks) == {("pretok", "split"): 1}
+    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert be.plan(enc.model)["merge"].startswith("device")

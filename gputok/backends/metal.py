@@ -47,9 +47,10 @@ from .driver import DeviceBackend
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
-           "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans",
-           "encode_nfc_flags", "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
-           "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
+           "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans", "encode_nfc_flags",
+           "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
+           "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
+           "encode_emit_u32")  # shaders/<name>.metal
 PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
 
@@ -472,6 +473,14 @@ class MetalDevice:
         scratch.a, count.a = outs[0], outs[1]
         for h, o in zip((where, nxt, prv, heap, tree, size), outs[2:]):
             h.a = o
+
+    def _k_encode_wordpiece(self, g, b, args) -> None:
+        (buf, pstart, spec, n_entries, t_slots, t_bits, cont, unk, max_chars, owner, count,
+         scratch, cap) = args
+        owner.a, count.a, scratch.a = self._run(
+            "encode_wordpiece", g, b,
+            [buf, pstart, spec, t_slots, n_entries, t_bits, cont, unk, max_chars, cap],
+            [owner.size, count.size, scratch.size], init_value=0)
 
     def _k_encode_emit_u16(self, g, b, args) -> None:
         self._emit("encode_emit_u16", g, b, args)
