@@ -211,12 +211,9 @@ class MetalDevice:
 
     kind = "metal"
     host_memory = False
-    # the scanner families shaders/encode_pretok_*.metal and encode_o200k_*.metal implement; a
-    # family the CUDA kernels gain later is cut on the host here (a counted fallback) until its
-    # shaders exist
+    # what shaders/encode_{pretok,o200k,nfc}_*.metal cover: every scanner family and normal form
+    # the CUDA kernels do. One the CUDA kernels gain later runs on the host here (counted).
     pretok_families = ("cl3", "cl1", "gpt2", "o200k")
-    # the normal forms whose quick check runs on the device (shaders/encode_nfc_*.metal, the
-    # rule of kernels/common/nfc_check.h): every form CUDA checks, each with its own bitmap
     normal_forms: tuple = FORMS
 
     def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
@@ -406,12 +403,11 @@ class MetalDevice:
                              [ent.size])
 
     def _k_encode_nfc_flags(self, g, b, args) -> None:
-        buf, n, bits, flag = args
-        (flag.a,) = self._run("encode_nfc_flags", g, b, [buf, bits, n], [flag.size])
+        (args[3].a,) = self._run("encode_nfc_flags", g, b, [args[0], args[2], args[1]],
+                                 [args[3].size])  # buf, n, bits, flag
 
     def _k_encode_nfc_compact(self, g, b, args) -> None:
-        scan, n, pos = args
-        (pos.a,) = self._run("encode_nfc_compact", g, b, [scan, n], [pos.size])
+        (args[2].a,) = self._run("encode_nfc_compact", g, b, args[:2], [args[2].size])
 
     def _k_encode_entries_compact(self, g, b, args) -> None:
         scan, n, pstart, spec = args
