@@ -6,7 +6,8 @@
   ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
   fallback, no ``encode_merge_*`` launch).
 * SentencePiece: no kernel; the model runs on the host, a counted fallback (and WordPiece on
-  a device that has no encode_wordpiece form: Metal, on the emulator).
+  a device adapter that says it has no encode_wordpiece form; Metal has one,
+  ``tests/test_metal_coverage.py``).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path
 
 
 def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp_path):
-    """The Metal backend (on the emulator here) has no encode_wordpiece shader yet: a WordPiece
-    model runs on the host there, warned once and counted, with HF's ids."""
+    """A device adapter without an encode_wordpiece form (``has_kernel``; the Metal backend on the
+    emulator, told here that its shader is missing, as a new device's first adapter would say):
+    a WordPiece model runs on the host there, warned once and counted, with HF's ids."""
     pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
     from emulator.mlx_bridge import metal_kernel_maker
 
@@ -141,6 +143,9 @@ def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp
 
     enc, hf = _pair({}, tmp_path)
     be = metal.emulated(metal_kernel_maker(order="forward", seed=0))
+    assert be.dev.has_kernel("encode_wordpiece")  # shaders/encode_wordpiece.metal
+    has = be.dev.has_kernel
+    be.dev.has_kernel = lambda name: name != "encode_wordpiece" and has(name)
     assert not be.dev.has_kernel("encode_wordpiece") and be.dev.has_kernel("encode_merge_short")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -2,7 +2,7 @@
 and run on the GPU, under the Metal validation layers, and the benchmarks. Marked ``mac`` and
 skipped elsewhere with the reason ``gputok.train.metal.available()`` gives (on Linux: MLX has no
 Metal device). Everything that can be proven without a Mac is in test_metal_{shaders,train,
-fidelity,shim,encode}.py; these are the checks a Mac's first run must pass.
+fidelity,shim,encode,coverage}.py; these are the checks a Mac's first run must pass.
 """
 
 from __future__ import annotations
@@ -89,6 +89,31 @@ def test_metal_encode_equals_tiktoken(name):
     bad = [i for i, d in enumerate(docs)
            if ids[off[i]:off[i + 1]].tolist() != tk.encode_ordinary(d)]
     assert not bad, f"{len(bad)} documents differ; first: {docs[bad[0]][:80]!r}"
+
+
+def test_metal_runs_every_stage_cuda_runs_with_no_fallback():
+    """The o200k, quick-check and WordPiece shaders on the GPU: Qwen2 on NFD text and MiniLM
+    (WordPiece) equal HF, with only the fallbacks CUDA has (WordPiece's host word split)."""
+    import unicodedata
+    import warnings
+
+    from conftest import hf_encoding, hf_oracle
+    from gputok.backends import FallbackWarning
+    from gputok.backends import metal as metal_encode
+    from test_wordpiece import trio
+
+    docs = [d for kind in testdata.KINDS for d in testdata.corpus(kind, max_mb=0.2)]
+    docs = [unicodedata.normalize("NFD", d) for d in docs] + docs
+    for enc, hf, allowed in ((hf_encoding("qwen2"), hf_oracle("qwen2"), frozenset()),
+                             trio("uncased")[::2] + ("all",)):
+        be = metal_encode.create(chunk_bytes=1 << 20)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always", FallbackWarning)
+            ids, off = enc.encode_batch_arrays(docs, allowed_special=allowed, backend=be)
+        want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+        bad = [i for i in range(len(docs)) if ids[off[i]:off[i + 1]].tolist() != want[i]]
+        assert not bad, f"{len(bad)} documents differ; first: {docs[bad[0]][:80]!r}"
+        assert set(be.fallbacks) <= {("pretok", "split")}, dict(be.fallbacks)
 
 
 _VALIDATED_ENCODE = r"""

@@ -42,12 +42,15 @@ from typing import Callable
 
 import numpy as np
 
+from ..unicode import FORMS
 from .driver import DeviceBackend
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
-           "encode_pretok_fix", "encode_entries_compact", "encode_piece_kind", "encode_merge_short",
-           "encode_merge_long", "encode_emit_u16", "encode_emit_u32")  # shaders/<name>.metal
+           "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans", "encode_nfc_flags",
+           "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
+           "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
+           "encode_emit_u32")  # shaders/<name>.metal
 PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
 
@@ -208,12 +211,10 @@ class MetalDevice:
 
     kind = "metal"
     host_memory = False
-    # the scanner families shaders/encode_pretok_*.metal implement; a family the CUDA kernels
-    # gain later is cut on the host here (a counted fallback) until its shaders exist
-    pretok_families = ("cl3", "cl1", "gpt2")
-    # the normal forms whose quick check (kernels/encode_nfc.cu) has a shader: none yet, so a
-    # normaliser runs on the host here (a counted fallback)
-    normal_forms: tuple = ()
+    # what shaders/encode_{pretok,o200k,nfc}_*.metal cover: every scanner family and normal form
+    # the CUDA kernels do. One the CUDA kernels gain later runs on the host here (counted).
+    pretok_families = ("cl3", "cl1", "gpt2", "o200k")
+    normal_forms: tuple = FORMS
 
     def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
                  memory_limit: "int | None" = None, name: "str | None" = None):
@@ -391,6 +392,23 @@ class MetalDevice:
         ent.a = mx.where(fix == 2, one, mx.where(fix == 1, zero, x))
         self._queue(ent.a)
 
+    def _k_encode_o200k_classify(self, g, b, args) -> None:
+        buf, n, mark, cls_table, cls = args
+        (cls.a,) = self._run("encode_o200k_classify", g, b, [buf, mark, cls_table, n],
+                             [cls.size])
+
+    def _k_encode_o200k_spans(self, g, b, args) -> None:
+        buf, n, mark, cls, letters, n_letters, ent = args
+        (ent.a,) = self._run("encode_o200k_spans", g, b, [buf, mark, cls, letters, n, n_letters],
+                             [ent.size])
+
+    def _k_encode_nfc_flags(self, g, b, args) -> None:
+        (args[3].a,) = self._run("encode_nfc_flags", g, b, [args[0], args[2], args[1]],
+                                 [args[3].size])  # buf, n, bits, flag
+
+    def _k_encode_nfc_compact(self, g, b, args) -> None:
+        (args[2].a,) = self._run("encode_nfc_compact", g, b, args[:2], [args[2].size])
+
     def _k_encode_entries_compact(self, g, b, args) -> None:
         scan, n, pstart, spec = args
         pstart.a, spec.a = self._run("encode_entries_compact", g, b, [scan, n],
@@ -451,6 +469,14 @@ class MetalDevice:
         scratch.a, count.a = outs[0], outs[1]
         for h, o in zip((where, nxt, prv, heap, tree, size), outs[2:]):
             h.a = o
+
+    def _k_encode_wordpiece(self, g, b, args) -> None:
+        (buf, pstart, spec, n_entries, t_slots, t_bits, cont, unk, max_chars, owner, count,
+         scratch, cap) = args
+        owner.a, count.a, scratch.a = self._run(
+            "encode_wordpiece", g, b,
+            [buf, pstart, spec, t_slots, n_entries, t_bits, cont, unk, max_chars, cap],
+            [owner.size, count.size, scratch.size], init_value=0)
 
     def _k_encode_emit_u16(self, g, b, args) -> None:
         self._emit("encode_emit_u16", g, b, args)
