@@ -44,6 +44,8 @@ import numpy as np
 
 from ..unicode import FORMS
 from .driver import DeviceBackend
+from .metal_arrays import (PAD, MetalArray, MetalOutOfMemory, _mx_dtype,  # noqa: F401
+                           _oom_as_memory_error, _Pending)
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
@@ -51,7 +53,6 @@ SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window
            "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
            "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
            "encode_emit_u32")  # shaders/<name>.metal
-PAD = 8  # MLX passes an input of fewer elements in the constant address space: pad every array
 
 
 def available() -> tuple[bool, str]:
@@ -123,80 +124,6 @@ def _check_dedup(dedup: bool) -> bool:
     return False
 
 
-class MetalOutOfMemory(MemoryError):
-    """MLX could not allocate a buffer (or the GPU ran out of memory): the driver splits the
-    batch, then falls back to the host, as on CUDA."""
-
-
-_OOM_WORDS = ("out of memory", "insufficient memory", "malloc", "allocate", "buffer size")
-
-
-@contextlib.contextmanager
-def _oom_as_memory_error():
-    """MLX reports a failed allocation as a RuntimeError ("[metal::malloc] Attempting to
-    allocate ...", "Insufficient Memory" from a command buffer); make it the MemoryError the
-    driver's out-of-memory split catches. (The exact messages are to confirm on a Mac.)"""
-    try:
-        yield
-    except RuntimeError as e:
-        if any(w in str(e).lower() for w in _OOM_WORDS):
-            raise MetalOutOfMemory(str(e)) from e
-        raise
-
-
-class MetalArray:
-    """A device array of the driver: an ``mx.array`` (padded to at least ``PAD`` elements) that
-    launches replace, so the driver's in-place updates hold. ``len`` is the logical length."""
-
-    __slots__ = ("_a", "n", "dtype")
-
-    def __init__(self, a, n: int, dtype):
-        self._a, self.n, self.dtype = a, int(n), np.dtype(dtype)
-
-    @property
-    def a(self):
-        if self._a is None:  # allocated on first use (most workspaces are only output shapes)
-            import mlx.core as mx
-
-            self._a = mx.zeros((max(self.n, PAD),), dtype=_mx_dtype(self.dtype))
-        return self._a
-
-    @a.setter
-    def a(self, value) -> None:
-        self._a = value
-
-    @property
-    def size(self) -> int:  # the padded length: what a shader may address
-        return max(self.n, PAD)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, sl):
-        if not isinstance(sl, slice) or sl.step not in (None, 1):
-            raise TypeError("a MetalArray takes plain slices only")
-        lo, hi, _ = sl.indices(self.n)
-        return MetalArray(self.a[lo:hi], hi - lo, self.dtype)
-
-
-def _mx_dtype(dtype):
-    from ..train.metal import mx_dtype
-
-    return mx_dtype(dtype)
-
-
-class _Pending:
-    def __init__(self, arr, count: int):
-        self.value = arr
-        self.count = count
-
-    def result(self) -> np.ndarray:
-        if self.count == 0:
-            return np.zeros(0, self.value.dtype)
-        with _oom_as_memory_error():  # an asynchronous failure surfaces here
-            return np.array(self.value.a[:self.count], copy=True)  # unified memory: one copy
-
-
 class MetalDevice:
     """The Device adapter on MLX (``devices.py`` documents the protocol).
 
@@ -220,7 +147,7 @@ class MetalDevice:
                  memory_limit: "int | None" = None, name: "str | None" = None):
         import mlx.core as mx
 
-        from ..train.metal import KernelFactory
+        from ..metal_kernels import KernelFactory
 
         self.mx = mx
         self.factory = factory if factory is not None else KernelFactory()
@@ -496,6 +423,6 @@ def emulated(make: Callable, **options) -> DeviceBackend:
 
     >>> be = emulated(metal_kernel_maker(order="reverse"), block=32, max_blocks=2)
     """
-    from ..train.metal import KernelFactory
+    from ..metal_kernels import KernelFactory
 
     return create(factory=KernelFactory(make), **options)

@@ -16,7 +16,9 @@ import regex
 
 from ..detok import HFDecoder
 from ..model import Model
+from ..stages.bert import BertSteps
 from ..stages.hf_spm import HFSpmFamily
+from ..stages.wordpiece import WordPieceFamily
 from ..stages.normalize import STEPS
 
 _UNICODE_STEPS = {s: s for s in STEPS}
@@ -142,7 +144,38 @@ def _byte_value(tok: str) -> "int | None":
 
 
 def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
-    """A BERT tokenizer.json (see ``stages/wordpiece.py``)."""
-    from ..stages.wordpiece import wordpiece_from_config
-
-    return wordpiece_from_config(cfg, name, digest, need, _added, _vocab)
+    """A BERT tokenizer.json: BertNormalizer (or none), BertPreTokenizer, WordPiece (the stage is
+    ``stages/wordpiece.py``)."""
+    model = cfg["model"]
+    vocab = _vocab(model, need)
+    unk = model.get("unk_token", "[UNK]")
+    need(unk in vocab, f"model.unk_token {unk!r} is not in model.vocab")
+    norm = cfg.get("normalizer")
+    need(norm is None or (isinstance(norm, dict) and norm.get("type") == "BertNormalizer"),
+         f"normalizer {norm.get('type') if isinstance(norm, dict) else norm!r} is not supported "
+         "for WordPiece (BertNormalizer or none)")
+    pre = cfg.get("pre_tokenizer")
+    need(isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer",
+         "WordPiece needs the BertPreTokenizer (pre_tokenizer)")
+    specials, plain, added = _added(cfg, need)
+    for t in added:
+        need(not t.get("lstrip") and not t.get("rstrip"),
+             f"added token {t['content']!r}: lstrip/rstrip are not supported for WordPiece")
+    steps = BertSteps(normalize=False) if norm is None else BertSteps(
+        clean_text=norm.get("clean_text", True),
+        handle_chinese_chars=norm.get("handle_chinese_chars", True),
+        strip_accents=norm.get("strip_accents"), lowercase=norm.get("lowercase", True))
+    prefix = model.get("continuing_subword_prefix") or "##"
+    fam = WordPieceFamily(vocab, unk_token=unk, prefix=prefix,
+                          max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
+                          steps=steps, where=name)
+    tokens = {i: t for t, i in vocab.items()}
+    tokens.update({t["id"]: t["content"] for t in added})
+    dec = cfg.get("decoder")
+    try:
+        detok = HFDecoder(tokens, dec, skip=set(specials.values()), where="tokenizer.json")
+    except ValueError as e:
+        need(False, str(e).replace("tokenizer.json: ", ""))
+    return Model(name=name, pretok=None, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
+                 byte_ids=np.full(256, fam.unk_id, np.uint32), specials=specials, added=plain,
+                 digest=digest, kind="wordpiece", family=fam, detok=detok)

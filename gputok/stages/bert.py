@@ -45,33 +45,6 @@ def _expand(cps: np.ndarray, seg: np.ndarray, at: np.ndarray, starts: np.ndarray
     return out, np.repeat(seg, new_len)
 
 
-def strip_accents_text(text: str, t: "bu.BertTables | None" = None) -> str:
-    """NFD, canonical order, non-spacing marks removed: the scalar form of ``strip``.
-
-    >>> strip_accents_text("Héllo")
-    'Hello'
-    """
-    t = t or bu.tables()
-    chars = [x for c in text for x in t.nfd.get(ord(c), c)]
-    _reorder(chars, t.ccc)
-    return "".join(c for c in chars if not t.flags[ord(c)] & bu.MN)
-
-
-def _reorder(chars: list, ccc: dict) -> None:
-    """Canonical ordering in place: a stable sort by class of every run of non-starters."""
-    i, n = 0, len(chars)
-    while i < n:
-        if ccc.get(ord(chars[i]), 0) == 0:
-            i += 1
-            continue
-        j = i
-        while j < n and ccc.get(ord(chars[j]), 0):
-            j += 1
-        if j - i > 1:
-            chars[i:j] = sorted(chars[i:j], key=lambda c: ccc[ord(c)])
-        i = j
-
-
 class BertSteps:
     """One model's normaliser and pre-tokenizer; ``words_batch`` is the pretok stage.
 

@@ -156,7 +156,6 @@ def build(log) -> tuple:
             lower_map[c] = lo
     # self-check: the shared hf_norm mappings are the BERT normaliser's, code point by code point
     t = BertTables(runs_of(flags), store.load("hf_norm"), {})
-    from ..stages.bert import strip_accents_text
 
     bad = [c for c in cps if strip_accents_text(chr(c), t) != strip_map.get(c, chr(c))]
     bad += [c for c in cps if t.lower.get(c, chr(c)) != lower_map.get(c, chr(c))]
@@ -171,3 +170,30 @@ def build(log) -> tuple:
             "BertPreTokenizer)", "python": sys.version.split()[0], "counts": counts}
     log(f"  hf bert: {counts}")
     return meta, {"runs": runs_of(flags)}
+
+
+def strip_accents_text(text: str, t: "BertTables | None" = None) -> str:
+    """NFD, canonical order, non-spacing marks removed: the scalar form of ``strip``.
+
+    >>> strip_accents_text("Héllo")
+    'Hello'
+    """
+    t = t or tables()
+    chars = [x for c in text for x in t.nfd.get(ord(c), c)]
+    _reorder(chars, t.ccc)
+    return "".join(c for c in chars if not t.flags[ord(c)] & MN)
+
+
+def _reorder(chars: list, ccc: dict) -> None:
+    """Canonical ordering in place: a stable sort by class of every run of non-starters."""
+    i, n = 0, len(chars)
+    while i < n:
+        if ccc.get(ord(chars[i]), 0) == 0:
+            i += 1
+            continue
+        j = i
+        while j < n and ccc.get(ord(chars[j]), 0):
+            j += 1
+        if j - i > 1:
+            chars[i:j] = sorted(chars[i:j], key=lambda c: ccc[ord(c)])
+        i = j
