@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from . import store
+from .normalization import canonical_order
 
 __all__ = ["DROP", "SPACE", "CJK", "PUNCT", "WS", "MN", "DECOMP", "LOWER", "N_CP", "BertTables",
            "tables", "build"]
@@ -180,20 +181,5 @@ def strip_accents_text(text: str, t: "BertTables | None" = None) -> str:
     """
     t = t or tables()
     chars = [x for c in text for x in t.nfd.get(ord(c), c)]
-    _reorder(chars, t.ccc)
+    canonical_order(chars, t.ccc)
     return "".join(c for c in chars if not t.flags[ord(c)] & MN)
-
-
-def _reorder(chars: list, ccc: dict) -> None:
-    """Canonical ordering in place: a stable sort by class of every run of non-starters."""
-    i, n = 0, len(chars)
-    while i < n:
-        if ccc.get(ord(chars[i]), 0) == 0:
-            i += 1
-            continue
-        j = i
-        while j < n and ccc.get(ord(chars[j]), 0):
-            j += 1
-        if j - i > 1:
-            chars[i:j] = sorted(chars[i:j], key=lambda c: ccc[ord(c)])
-        i = j

@@ -99,19 +99,27 @@ def _decompose(s: str, compat: bool) -> str:
                 out.append(chr(T_BASE + i % T_COUNT))
         else:
             out.extend(table.get(ch, ch))
-    # canonical ordering: stable sort of every run of non-starters by class
-    i, n = 0, len(out)
+    canonical_order(out, ccc)
+    return "".join(out)
+
+
+def canonical_order(chars: list, ccc: dict) -> None:
+    """Canonical ordering in place: a stable sort by class of every run of non-starters.
+
+    >>> s = ["a", "\u0301", "\u0323"]; canonical_order(s, {0x301: 230, 0x323: 220}); s
+    ['a', '̣', '́']
+    """
+    i, n = 0, len(chars)
     while i < n:
-        if ccc.get(ord(out[i]), 0) == 0:
+        if ccc.get(ord(chars[i]), 0) == 0:
             i += 1
             continue
         j = i
-        while j < n and ccc.get(ord(out[j]), 0):
+        while j < n and ccc.get(ord(chars[j]), 0):
             j += 1
         if j - i > 1:
-            out[i:j] = sorted(out[i:j], key=lambda c: ccc[ord(c)])
+            chars[i:j] = sorted(chars[i:j], key=lambda c: ccc[ord(c)])
         i = j
-    return "".join(out)
 
 
 def _compose(s: str) -> str:
