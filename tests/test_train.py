@@ -383,3 +383,28 @@ def test_word_counting_memory_is_bounded_by_vocabulary(small_docs):
     p8, w8 = peak(8)
     assert w8 == {w: 4 * n for w, n in w2.items()}
     assert p8 < 1.2 * p2 + (1 << 20), (p2, p8)
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k"])
+def test_an_exported_tokenizer_json_keeps_the_fast_pre_tokenizer(pattern, tmp_path):
+    # the Oniguruma spelling of the export (\s++\z, (?>\p{N}{1,3})) must still find the
+    # vectorised scanner and the device kernels: no host regex, no fallback, HF's ids
+    import warnings
+
+    import tokenizers
+
+    from gputok.backends import FallbackWarning, native
+
+    docs = testdata.corpus("prose", max_mb=0.1) + ["a  \n\n b $ 1234567 x  ", " \n", "end  "]
+    enc = gputok.train_bpe(docs, vocab_size=400, pattern=pattern)
+    save_hf_json(enc, tmp_path / "tokenizer.json")
+    loaded = gputok.load(tmp_path / "tokenizer.json")
+    assert loaded.model.pretokenizer.scanner is not None
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    backends = ["numpy"] + (["native"] if native.available()[0] else [])
+    for backend in backends:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            ids, off = loaded.encode_batch_arrays(docs, backend=backend)
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want, backend

@@ -79,6 +79,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import regex
 
 from .. import unicode as _unicode
 from .scan_cuts import PAD, Cuts
@@ -300,10 +301,28 @@ class Scanner(Cuts):
 _scanners: dict = {}
 
 
+# Spellings that match exactly what the supported patterns' own spellings match, in both
+# engines: gputok's Oniguruma export writes them (``export._onig_pattern``), so a tokenizer.json
+# trained and saved by gputok must find its scanner again. ``(?>X{1,3})`` is the possessive
+# ``X{1,3}+``; ``\s++`` eats every newline, so after it ``\z`` (end of text) and ``$`` (end of
+# text for tiktoken, end of line for Oniguruma) can only succeed at the end of the text.
+_SAME_MATCHES = ((regex.compile(r"(?<!\\)\(\?>\\p\{N\}\{1,3\}\)"), r"\\p{N}{1,3}+"),
+                 (regex.compile(r"(?<!\\)\\s\+\+\\z"), r"\\s++$"))
+
+
+def _usual_spelling(pattern: str) -> str:
+    for rx, usual in _SAME_MATCHES:
+        pattern = rx.sub(usual, pattern)
+    return pattern
+
+
 def scanner_for_pattern(pattern: str, unicode_family: str = "tiktoken") -> "Scanner | None":
-    """The scanner for one of ``SUPPORTED_PATTERNS`` (exact string match), else ``None``."""
+    """The scanner for one of ``SUPPORTED_PATTERNS`` (exact string match, up to the spellings of
+    ``_SAME_MATCHES``), else ``None``."""
     key = (pattern, unicode_family)
     sc = _scanners.get(key)
+    if sc is None and pattern not in SUPPORTED_PATTERNS:
+        pattern = _usual_spelling(pattern)
     if sc is None and pattern in SUPPORTED_PATTERNS:
         with _lock:
             sc = _scanners.get(key)
