@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 
 import numpy as np
+
+from .._cache import write_atomic
 
 EMPTY_SLOT = 0xFFFFFFFF
 FNV_OFFSET = 0xCBF29CE484222325
@@ -168,14 +170,9 @@ def host_tables(model) -> dict:
                byte_ids=table.byte_ids.astype(np.uint32),
                join=join_bitmap(merged_tokens(model, table)))
     if path is not None and table.whole:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                np.savez(f, **out)
-            os.replace(tmp, path)  # atomic: concurrent processes never see half a file
-        except OSError:
-            pass
+        buf = io.BytesIO()
+        np.savez(buf, **out)
+        write_atomic(path, buf.getvalue())  # concurrent processes never see half a file
     return out
 
 

@@ -30,12 +30,13 @@ import regex
 
 from . import counters
 from .charbpe import UNKNOWN, CharBpe, code_points
+from .family import Family
 from .normalize import normalize_text
 
 SPACE = "\u2581"
 
 
-class HFSpmFamily:
+class HFSpmFamily(Family):
     """The tables of one SPM-style tokenizer.json (built by ``loaders.hf_json``)."""
 
     kind = "spm-bpe"
@@ -180,15 +181,6 @@ class HFSpmFamily:
         for k, i in enumerate(todo):
             out[i] = tuple(ids_l[off_l[k]:off_l[k + 1]])
         return out
-
-    def finish(self, ids, offsets):
-        return ids, offsets
-
-    def finish_list(self, ids: list) -> list:
-        return ids
-
-    def token_id(self, text: str) -> "int | None":
-        return self.vocab.get(text)
 
 
 def compile_replace(pattern: str):

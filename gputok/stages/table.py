@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
 import random
 
 import numpy as np
 
-from .._cache import cache_dir
+from .._cache import cache_dir, write_atomic
 
 NO_MERGE = np.uint32(0xFFFFFFFF)
 EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -210,12 +211,7 @@ def _load_cached(key: "str | None") -> "dict | None":
 def _store_cached(key: "str | None", arrays: dict) -> None:
     if key is None:
         return
-    path = _cache_file(key)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
-    except OSError:
-        pass  # a read-only home only costs the rebuild next time
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    # atomic: concurrent processes never see half a file; a read-only home costs a rebuild
+    write_atomic(_cache_file(key), buf.getvalue())

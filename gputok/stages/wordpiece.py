@@ -34,6 +34,7 @@ import numpy as np
 
 from . import counters
 from .bert import BertSteps
+from .family import Family
 from .merge import VECTOR_MIN
 from .table import NO_MERGE, MergeTable
 
@@ -41,7 +42,7 @@ NO_TOKEN = 0xFFFFFFFF
 ROOT = 0
 
 
-class WordPieceFamily:
+class WordPieceFamily(Family):
     """The tables of one WordPiece model.
 
     >>> wp = WordPieceFamily({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3})
@@ -121,15 +122,6 @@ class WordPieceFamily:
             else:
                 return [self.unk_id]  # one failure spoils the whole word
         return out
-
-    def finish(self, ids, offsets):
-        return ids, offsets
-
-    def finish_list(self, ids: list) -> list:
-        return ids
-
-    def token_id(self, text: str) -> "int | None":
-        return self.vocab.get(text)
 
 
 def encode_wordpiece(buf: np.ndarray, pstart: np.ndarray, wp: WordPieceFamily
