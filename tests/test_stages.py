@@ -189,3 +189,30 @@ def test_pretok_spec_steps_match_hf(tmp_path):
     ids, off = enc.encode_batch_arrays(texts)
     assert counters["pretok.steps"] == len(texts)
     assert ids.tolist() == [i for t in texts for i in hf.encode(t, add_special_tokens=False).ids]
+
+
+def _long_pieces(rng: random.Random) -> list[bytes]:
+    emoji = "".join(chr(0x1F600 + rng.randrange(80)) for _ in range(700)).encode()
+    cjk = "".join(chr(0x4E00 + rng.randrange(3000)) for _ in range(400)).encode()
+    mixed = "".join(rng.choice(["😀", "👍🏽", "é", "中", "\u200d", "x", "!!", "\U0001F9D1"])
+                    for _ in range(600)).encode()
+    return [emoji, cjk, mixed, b"a" * 3000, b" " * 2000, bytes(rng.randrange(256)
+                                                               for _ in range(3000))]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "qwen2"])
+def test_long_pieces_cut_where_no_merge_crosses_equal_one_heap(name):
+    from conftest import hf_encoding
+
+    enc = hf_encoding(name) if name == "qwen2" else gputok.get_encoding(name)
+    table = enc.model.merge_table
+    join = merge.join_mask(enc.model, table)
+    runs: dict = {}
+    for piece in _long_pieces(random.Random(3)):
+        bid = table.byte_id_list
+        want = merge.merge_long_ids([bid[b] for b in piece], table)
+        assert merge.merge_long_cut(piece, table, join, runs) == want
+    # and the cut really happens: an emoji run is many independent runs
+    emoji = _long_pieces(random.Random(3))[0]
+    b = np.frombuffer(emoji, np.uint8)
+    assert (~join[(b[:-1].astype(np.int64) << 8) | b[1:]]).sum() > 100

@@ -18,6 +18,7 @@ import io
 import numpy as np
 
 from .._cache import write_atomic
+from ..stages.table import join_bitmap, merged_tokens  # noqa: F401  (the kernels' join table)
 
 EMPTY_SLOT = 0xFFFFFFFF
 FNV_OFFSET = 0xCBF29CE484222325
@@ -93,30 +94,6 @@ def whole_table(whole: "dict[bytes, int]") -> dict:
         slot[pending] = (slot[pending] + 1) & (cap - 1)
     return {"slots": slots.reshape(-1), "tok_bytes": data if len(data) else np.zeros(1, np.uint8),
             "bits": bits}
-
-
-def join_bitmap(tokens: "list[bytes]") -> np.ndarray:
-    """65536 bits (uint32[2048]): bit ``x << 8 | y`` is set when the bytes x, y are next to each
-    other inside one of ``tokens`` (every token the merge table can make, or a superset: more
-    bits only cut long pieces less). Where it is clear, no merge crosses between x and y
-    (``enc_may_join`` in kernels/encode_merge.cu)."""
-    data = np.frombuffer(b"".join(tokens), np.uint8).astype(np.uint32)
-    lens = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    ends = np.cumsum(lens)
-    inside = np.ones(max(len(data) - 1, 0), bool)  # pairs within one token, not across two
-    inside[ends[:-1][ends[:-1] > 0] - 1] = False
-    codes = np.unique(((data[:-1] << 8) | data[1:])[inside])
-    bits = np.zeros(2048, np.uint32)
-    np.bitwise_or.at(bits, codes >> 5, np.left_shift(np.uint32(1), (codes & 31).astype(np.uint32)))
-    return bits
-
-
-def merged_tokens(model, table) -> "list[bytes]":
-    """The bytes of every token the merge table makes (tiktoken rule: the vocabulary itself,
-    a superset, read without filling the decoder)."""
-    if model.ranks is not None:
-        return list(model.ranks)
-    return [model.decoder[int(i)] for i in np.unique(table.pair_merged)]
 
 
 def merge_slots(table) -> np.ndarray:

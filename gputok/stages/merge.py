@@ -34,7 +34,7 @@ import heapq
 import numpy as np
 
 from . import counters
-from .table import NO_MERGE, MergeTable
+from .table import NO_MERGE, MergeTable, join_bitmap, merged_tokens
 
 LONG_PIECE = 256  # bytes; longer pieces take merge_long (the kernels get it as a define)
 # parts per block heap of the kernels' long-piece merge (encode_merge.cu); at least 2 * LONG_PIECE
@@ -103,6 +103,46 @@ def merge_long(piece: bytes, table: MergeTable) -> list[int]:
             return [tok]
     bid = table.byte_id_list
     return merge_long_ids([bid[b] for b in piece], table)
+
+
+def join_mask(model, table: MergeTable) -> np.ndarray:
+    """``bool[65536]``: may a part span the bytes ``x, y`` (index ``x << 8 | y``)? False where no
+    token the merges make has them next to each other (``table.join_bitmap``), cached on the
+    table. The kernels read the same bits."""
+    got = table.__dict__.get("join_mask")
+    if got is None:
+        bits = join_bitmap(merged_tokens(model, table))
+        got = np.unpackbits(bits.view(np.uint8), bitorder="little").astype(bool)
+        table.__dict__["join_mask"] = got
+    return got
+
+
+def merge_long_cut(piece: bytes, table: MergeTable, join: np.ndarray, runs: dict) -> list[int]:
+    """``merge_long`` without the whole-piece lookup, cut where no merge can cross.
+
+    Where ``join`` is clear between two bytes no part ever spans them, so the runs on either side
+    merge independently, each in its own "lowest priority, leftmost" order: an emoji run is
+    thousands of 4-byte runs (merged once each through ``runs``, a cache shared by the batch),
+    not one heap. The kernels cut the same way (``enc_merge_long_piece``).
+    """
+    b = np.frombuffer(piece, np.uint8)
+    codes = (b[:-1].astype(np.int64) << 8) | b[1:]
+    cuts = np.flatnonzero(~join[codes]) + 1
+    bid = table.byte_id_list
+    if not len(cuts):
+        return merge_long_ids([bid[x] for x in piece], table)
+    out: list[int] = []
+    a = 0
+    for z in cuts.tolist() + [len(piece)]:
+        run = piece[a:z]
+        ids = runs.get(run)
+        if ids is None:
+            parts = [bid[x] for x in run]
+            ids = runs[run] = (merge_small_ids(parts, table) if z - a < LONG_PIECE
+                               else merge_long_ids(parts, table))
+        out += ids
+        a = z
+    return out
 
 
 def merge_long_ids(ids: list[int], table: MergeTable) -> list[int]:
@@ -218,9 +258,11 @@ def merge_pieces(model, pieces: list) -> list:
     if len(raw) < VECTOR_MIN and model.ranks is not None and not model.has_merge_table:
         ranks = model.ranks
         out = []
+        runs: dict = {}
         for b in raw:
             if len(b) >= LONG_PIECE and b not in ranks:
-                out.append(tuple(merge_long(b, model.merge_table)))
+                table = model.merge_table
+                out.append(tuple(merge_long_cut(b, table, join_mask(model, table), runs)))
                 counters["merge.long"] += 1
             else:
                 out.append(tuple(merge_ranks(b, ranks)))
@@ -240,10 +282,10 @@ def merge_pieces(model, pieces: list) -> list:
                 out[i] = (t,)
         counters["merge.whole"] += len(raw) - len(rest)
         todo = rest
-    short = []
+    short, runs = [], {}
     for i in todo:
         if len(raw[i]) >= LONG_PIECE:
-            out[i] = tuple(merge_long(raw[i], table))
+            out[i] = tuple(merge_long_cut(raw[i], table, join_mask(model, table), runs))
             counters["merge.long"] += 1
         else:
             short.append(i)

@@ -215,3 +215,27 @@ def _store_cached(key: "str | None", arrays: dict) -> None:
     np.savez(buf, **arrays)
     # atomic: concurrent processes never see half a file; a read-only home costs a rebuild
     write_atomic(_cache_file(key), buf.getvalue())
+
+
+def join_bitmap(tokens: "list[bytes]") -> np.ndarray:
+    """65536 bits (uint32[2048]): bit ``x << 8 | y`` is set when the bytes x, y are next to each
+    other inside one of ``tokens`` (every token the merge table can make, or a superset: more
+    bits only cut long pieces less). Where it is clear, no merge crosses between x and y
+    (``enc_may_join`` in kernels/common/encode_merge_rules.h, ``merge_long_cut`` on the host)."""
+    data = np.frombuffer(b"".join(tokens), np.uint8).astype(np.uint32)
+    lens = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    ends = np.cumsum(lens)
+    inside = np.ones(max(len(data) - 1, 0), bool)  # pairs within one token, not across two
+    inside[ends[:-1][ends[:-1] > 0] - 1] = False
+    codes = np.unique(((data[:-1] << 8) | data[1:])[inside])
+    bits = np.zeros(2048, np.uint32)
+    np.bitwise_or.at(bits, codes >> 5, np.left_shift(np.uint32(1), (codes & 31).astype(np.uint32)))
+    return bits
+
+
+def merged_tokens(model, table) -> "list[bytes]":
+    """The bytes of every token the merge table makes (tiktoken rule: the vocabulary itself,
+    a superset, read without filling the decoder)."""
+    if model.ranks is not None:
+        return list(model.ranks)
+    return [model.decoder[int(i)] for i in np.unique(table.pair_merged)]
