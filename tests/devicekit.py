@@ -210,3 +210,20 @@ def assert_same(enc, be, docs, expect, allowed=frozenset(), disallowed=frozenset
     got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
     bad = [i for i, (a, b) in enumerate(zip(got, expect)) if a != b]
     assert not bad, f"{len(bad)} documents differ; first {bad[0]}: {docs[bad[0]][:80]!r}"
+
+
+def assert_pieces_like_regex(docs, buf, off, got, pattern: str, who: str) -> None:
+    """The (piece start, spec, doc entry) arrays a device cut equal the reference regex's pieces:
+    every piece start, every document's first entry, one GAP entry at the end. A difference names
+    the first document and offsets that differ."""
+    from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
+
+    pstart, spec, doc_entry = got
+    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(pattern)))
+    if not np.array_equal(pstart, want):
+        k = int(np.flatnonzero(pstart[:len(want)] != want[:len(pstart)])[0])
+        d = int(np.searchsorted(off, min(pstart[k], want[k]), "right") - 1)
+        raise AssertionError(f"{who}: first difference in document {d} {docs[d][:80]!r}: piece "
+                             f"start {pstart[k] - off[d]}, regex {want[k] - off[d]}")
+    np.testing.assert_array_equal(doc_entry, want_doc)
+    assert (spec[:-1] == hostplan.NORMAL).all() and spec[-1] == hostplan.GAP

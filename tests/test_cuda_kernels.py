@@ -35,12 +35,11 @@ from emulator import compile_cuda
 from gputok.backends import FallbackWarning, cuda, device_tables, driver, hostplan, kernels
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
-from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
 from gputok.stages.split import find_tokens
-from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_same,
-                       corpus_snippets, device_entries, e2e_docs, emu_device, expected_merge,
-                       merge_pieces, pack, pretok_docs, run_merge, specials_of, tiny_encoding,
-                       tricky_texts)
+from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
+                       assert_same, corpus_snippets, device_entries, e2e_docs, emu_device,
+                       expected_merge, merge_pieces, pack, pretok_docs, run_merge, specials_of,
+                       tiny_encoding, tricky_texts)
 
 
 
@@ -140,15 +139,8 @@ def test_device_pretok_matches_regex(name, order, seed):
     assert be.model_plan(enc.model).mode == "device", be.describe(enc.model)
     docs = pretok_docs()
     buf, off = pack(docs)
-    pstart, spec, doc_entry = device_entries(be, enc, buf, off)
-    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(pattern)))
-    if not np.array_equal(pstart, want):
-        k = int(np.flatnonzero(pstart[:len(want)] != want[:len(pstart)])[0])
-        d = int(np.searchsorted(off, min(pstart[k], want[k]), "right") - 1)
-        pytest.fail(f"{name}: first difference in document {d} {docs[d][:80]!r}: "
-                    f"device piece start {pstart[k] - off[d]}, regex {want[k] - off[d]}")
-    np.testing.assert_array_equal(doc_entry, want_doc)
-    assert (spec[:-1] == hostplan.NORMAL).all() and spec[-1] == hostplan.GAP
+    pstart, spec, doc_entry = got = device_entries(be, enc, buf, off)
+    assert_pieces_like_regex(docs, buf, off, got, pattern, name)
 
 
 @pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)

@@ -30,9 +30,8 @@ from conftest import hf_encoding, hf_oracle, tiktoken_oracle  # noqa: E402
 from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
 from gputok.backends.driver import DeviceBackend  # noqa: E402
 from gputok.patterns import O200K  # noqa: E402
-from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans  # noqa: E402
-from devicekit import (ORDER_IDS, ORDERS, assert_same, corpus_snippets,  # noqa: E402
-                       device_entries, e2e_docs, emu_device, pack, specials_of,
+from devicekit import (ORDER_IDS, ORDERS, assert_pieces_like_regex, assert_same,  # noqa: E402
+                       corpus_snippets, device_entries, e2e_docs, emu_device, pack, specials_of,
                        tiny_encoding)
 from test_device_coverage import NFD_DOCS, nfd, o200k_docs, o200k_texts  # noqa: E402
 from test_metal_encode import metal_backend, metal_entries  # noqa: E402
@@ -47,15 +46,8 @@ def test_metal_o200k_pretok_matches_regex_and_the_cuda_kernels(order, seed):
     assert be.model_plan(enc.model).mode == "device", be.describe(enc.model)
     docs = o200k_docs()
     buf, off = pack(docs)
-    pstart, spec, doc_entry = metal_entries(be, enc, buf, off)
-    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(O200K)))
-    if not np.array_equal(pstart, want):
-        k = int(np.flatnonzero(pstart[:len(want)] != want[:len(pstart)])[0])
-        d = int(np.searchsorted(off, min(pstart[k], want[k]), "right") - 1)
-        pytest.fail(f"first difference in document {d} {docs[d][:80]!r}: metal piece start "
-                    f"{pstart[k] - off[d]}, regex {want[k] - off[d]}")
-    np.testing.assert_array_equal(doc_entry, want_doc)
-    assert (spec[:-1] == hostplan.NORMAL).all() and spec[-1] == hostplan.GAP
+    pstart, spec, doc_entry = got = metal_entries(be, enc, buf, off)
+    assert_pieces_like_regex(docs, buf, off, got, O200K, 'metal_coverage')
     assert be.dev.launches["encode_o200k_spans"] == 1
     assert "encode_pretok_window" not in be.dev.launches
     cuda = device_entries(DeviceBackend(emu_device(order, seed)), enc, buf, off)

@@ -36,9 +36,8 @@ from emulator.mlx_bridge import metal_kernel_maker  # noqa: E402
 from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
 from gputok.backends.driver import DeviceBackend  # noqa: E402
 from gputok.stages.pack import Documents  # noqa: E402
-from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans  # noqa: E402
-from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, corpus_snippets,  # noqa: E402
-                       emu_device, expected_merge, merge_pieces, pack, pretok_docs,
+from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, assert_pieces_like_regex,  # noqa: E402
+                       corpus_snippets, emu_device, expected_merge, merge_pieces, pack, pretok_docs,
                        specials_of, tiny_encoding, tricky_texts)
 
 ENCODE_SHADERS = metal.SHADERS
@@ -103,15 +102,8 @@ def test_metal_pretok_matches_regex(name, order, seed):
     assert be.model_plan(enc.model).mode == "device", be.describe(enc.model)
     docs = pretok_docs()
     buf, off = pack(docs)
-    pstart, spec, doc_entry = metal_entries(be, enc, buf, off)
-    want, want_doc = piece_spans(buf, off, Pretokenizer(PretokSpec.regex(pattern)))
-    if not np.array_equal(pstart, want):
-        k = int(np.flatnonzero(pstart[:len(want)] != want[:len(pstart)])[0])
-        d = int(np.searchsorted(off, min(pstart[k], want[k]), "right") - 1)
-        pytest.fail(f"{name}: first difference in document {d} {docs[d][:80]!r}: "
-                    f"metal piece start {pstart[k] - off[d]}, regex {want[k] - off[d]}")
-    np.testing.assert_array_equal(doc_entry, want_doc)
-    assert (spec[:-1] == hostplan.NORMAL).all() and spec[-1] == hostplan.GAP
+    pstart, spec, doc_entry = got = metal_entries(be, enc, buf, off)
+    assert_pieces_like_regex(docs, buf, off, got, pattern, name)
 
 
 @pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
