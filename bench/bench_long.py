@@ -50,13 +50,17 @@ def _rss_kb(field: str) -> int:
     return 0
 
 
-def child(lib: str, encoding: str, kind: str, n: int, repeat: int) -> dict:
+def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str = "auto") -> dict:
     """One measurement in this (fresh) process."""
     if lib == "gputok":
         import gputok
 
         enc = gputok.get_encoding(encoding)
-        encode = enc.encode_ordinary
+        if backend == "auto":
+            encode = enc.encode_ordinary
+        else:  # one text through the batch API on the named backend
+            def encode(text):
+                return enc.encode_batch_arrays([text], backend=backend)[0].tolist()
     else:
         encode = _common.tiktoken_for(encoding).encode_ordinary
     make = KINDS[kind]
@@ -83,7 +87,7 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int) -> dict:
 
 def run_child(lib, args, kind, n) -> dict:
     cmd = [sys.executable, __file__, "--child", lib, "--encoding", args.encoding, "--kinds", kind,
-           "--sizes", str(n), "--repeat", str(args.repeat)]
+           "--sizes", str(n), "--repeat", str(args.repeat), "--backend", args.backend]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if out.returncode != 0:
         raise SystemExit(f"{lib} {kind} x {n} failed:\n{out.stderr[-2000:]}")
@@ -99,15 +103,18 @@ def main():
                    choices=list(KINDS))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--backend", default="auto",
+                   help="gputok's backend (default auto: encode_ordinary's own choice)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
-                               args.repeat)))
+                               args.repeat, args.backend)))
         return
     print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
-          f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}")
+          f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
+          f"gputok backend: {args.backend}")
     print(f"{'input':<8}{'bytes':>10}{'gputok ns/B':>13}{'tiktoken ns/B':>15}{'speed':>7}"
           f"{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
     rows = []
