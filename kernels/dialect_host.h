@@ -68,6 +68,9 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
 // Memory-level parallelism is the CPU's latency hiding (a GPU switches warps instead): kernels
 // mark loads they will need soon (encode_common.cuh, enc_pair_prefetch).
 #define ENC_PREFETCH(p) __builtin_prefetch(p)
+#ifndef ENC_HOST_NO_AHEAD
+#define ENC_HOST_PREFETCH_AHEAD 16  // entries (encode_merge.cu: encode_piece_kind's table lookups)
+#endif
 
 // atomicCAS on 64-bit words (CUDA's unsigned long long overload): sequentially consistent, as
 // the dedup insert-or-find needs (a claimed slot's entry index is read only after the CAS).

@@ -38,6 +38,49 @@
 // slots with a 64-bit compare-and-swap (CUDA and the CPU only: Metal has none).
 #include "encode_common.cuh"
 
+#ifdef ENC_HOST_PREFETCH_AHEAD
+// The native CPU device only (dialect_host.h defines ENC_HOST_PREFETCH_AHEAD): a CPU hides a
+// table miss only by asking for the line early. Each short piece is hashed once, AHEAD entries
+// before its turn: its whole-token slot and its dedup slot are prefetched then, and AHEAD / 2
+// entries before its turn the token bytes that slot points at (the slot is in cache by then).
+// The hash waits in a small ring, keyed by entry, until the piece's turn.
+#define ENC_HOST_RING 64  // a power of two, > ENC_HOST_PREFETCH_AHEAD
+struct EncHostAhead {
+  enc_u64 h[ENC_HOST_RING];
+  enc_i64 e[ENC_HOST_RING];
+};
+
+__forceinline__ void enc_host_ahead_init(EncHostAhead& a) {
+  for (int k = 0; k < ENC_HOST_RING; ++k) a.e[k] = -1;
+}
+
+__forceinline__ bool enc_host_ahead(EncHostAhead& a, const enc_u8* buf, const enc_u32* pstart,
+                                    const enc_u32* spec, enc_i64 n_ent, const EncWholeTable& w,
+                                    const enc_u64* dedup_slots, enc_u32 dedup_bits, enc_i64 e,
+                                    enc_u64* h) {
+  const enc_i64 f = e + ENC_HOST_PREFETCH_AHEAD;
+  if (f < n_ent && spec[f] == ENC_NORMAL) {
+    const enc_u32 fs = pstart[f], fl = pstart[f + 1] - fs;
+    if (fl < ENC_LONG_PIECE) {
+      const enc_u64 fh = enc_bytes_hash(buf + fs, fl);
+      a.h[f & (ENC_HOST_RING - 1)] = fh;
+      a.e[f & (ENC_HOST_RING - 1)] = f;
+      if (w.bits != 0) ENC_PREFETCH(w.slots + 4 * (fh >> (64 - w.bits)));
+      if (dedup_bits != 0) ENC_PREFETCH(dedup_slots + (fh >> (64 - dedup_bits)));
+    }
+  }
+  const enc_i64 g = e + ENC_HOST_PREFETCH_AHEAD / 2;
+  if (w.bits != 0 && g < n_ent && a.e[g & (ENC_HOST_RING - 1)] == g) {
+    const enc_u64 gh = a.h[g & (ENC_HOST_RING - 1)];
+    const enc_u32* slot = w.slots + 4 * (gh >> (64 - w.bits));
+    if (slot[0] == (enc_u32)gh) ENC_PREFETCH(w.tok_bytes + slot[2]);
+  }
+  if (a.e[e & (ENC_HOST_RING - 1)] != e) return false;
+  *h = a.h[e & (ENC_HOST_RING - 1)];
+  return true;
+}
+#endif
+
 extern "C" __global__ void encode_piece_kind(
     const enc_u8* __restrict__ buf, const enc_u32* __restrict__ pstart,
     const enc_u32* __restrict__ spec, const enc_u32* __restrict__ n_entries,
@@ -46,12 +89,23 @@ extern "C" __global__ void encode_piece_kind(
     enc_u32* __restrict__ count, enc_u32* __restrict__ scratch, enc_i64 cap) {
   const EncWholeTable w{w_slots, w_tok_bytes, w_bits};
   const enc_i64 n_ent = (enc_i64)*n_entries;
+#ifdef ENC_HOST_PREFETCH_AHEAD
+  EncHostAhead ahead;
+  enc_host_ahead_init(ahead);
+#endif
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;
+    enc_u64 ahead_h = 0;
+    bool has_h = false;
+#ifdef ENC_HOST_PREFETCH_AHEAD
+    has_h = enc_host_ahead(ahead, buf, pstart, spec, n_ent, w, dedup_slots, dedup_bits, e,
+                           &ahead_h);
+#endif
     const enc_u32 s = pstart[e];
     // a piece is never the last entry; for the sentinel len is not used
     const enc_u32 len = spec[e] == ENC_NORMAL ? pstart[e + 1] - s : 0u;
-    const EncKind k = enc_piece_kind_of(buf, s, len, spec[e], w, dedup_bits != 0);
+    const EncKind k = enc_piece_kind_hashed(buf, s, len, spec[e], w, dedup_bits != 0, ahead_h,
+                                              has_h);
     if (k.done) {
       owner[e] = ENC_DONE;
       count[e] = k.count;

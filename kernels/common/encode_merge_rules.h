@@ -77,9 +77,11 @@ struct EncKind {
   enc_u64 h;
 };
 
-GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc_u32 len,
-                                    enc_u32 sp, GPUTOK_THREAD const EncWholeTable& w,
-                                    bool with_hash) {
+// has_h: the caller computed the piece's bytes hash already (h; the native CPU device hashes
+// pieces ahead of time to prefetch their table slots), else it is computed here when needed.
+GPUTOK_FN EncKind enc_piece_kind_hashed(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc_u32 len,
+                                        enc_u32 sp, GPUTOK_THREAD const EncWholeTable& w,
+                                        bool with_hash, enc_u64 h, bool has_h) {
   EncKind k;
   k.done = true;
   k.count = 0;
@@ -93,7 +95,7 @@ GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc
     return k;
   }
   const GPUTOK_DEV enc_u8* p = buf + s;
-  if (w.bits != 0 || with_hash) k.h = enc_bytes_hash(p, len);
+  if (w.bits != 0 || with_hash) k.h = has_h ? h : enc_bytes_hash(p, len);
   if (w.bits != 0) {
     const enc_u32 id = enc_whole_lookup(w, p, len, k.h);
     if (id != ENC_NO_MERGE) {
@@ -104,6 +106,12 @@ GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc
   }
   k.done = false;
   return k;
+}
+
+GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc_u32 len,
+                                    enc_u32 sp, GPUTOK_THREAD const EncWholeTable& w,
+                                    bool with_hash) {
+  return enc_piece_kind_hashed(buf, s, len, sp, w, with_hash, 0, false);
 }
 
 // ---------------------------------------------------------------- short merges

@@ -1,0 +1,75 @@
+"""The native device's recycled workspace (gputok/backends/host_pool.py): a block goes back to the
+pool only when no array or view refers to it any more, never while one does."""
+
+import gc
+import threading
+
+import numpy as np
+
+from gputok.backends.host_pool import MIN_POOLED, HostPool
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_a_dead_array_is_reused_and_a_live_one_never():
+    pool = HostPool()
+    a = pool.empty(1 << 20, np.uint32)
+    a[:] = 7
+    first = _addr(a)
+    view = a[10:20]
+    del a
+    gc.collect()
+    b = pool.empty(1 << 20, np.uint32)  # the view keeps the first block alive
+    assert _addr(b) != first
+    assert (view == 7).all()
+    del view
+    gc.collect()
+    c = pool.empty((1 << 20) - 5, np.uint32)  # same size class: the freed block comes back
+    assert _addr(c) == first
+    assert pool.hits == 1 and pool.misses == 2
+    assert c.dtype == np.uint32 and c.shape == ((1 << 20) - 5,) and c.flags.writeable
+    assert c.flags.c_contiguous
+
+
+def test_dtypes_and_small_arrays():
+    pool = HostPool()
+    for dt in (np.uint8, np.uint16, np.uint32, np.int64, np.uint64, np.float64):
+        a = pool.empty(100_000, dt)
+        a[:] = 3
+        assert a.dtype == dt and int(a.sum()) == 300_000
+    small = pool.empty(MIN_POOLED // 8 - 1, np.uint64)  # malloc's own business
+    assert small.base is None
+    assert len(pool.empty(0, np.uint32)) == 0
+
+
+def test_cap_and_trim():
+    pool = HostPool(cap=3 << 20)
+    arrays = [pool.empty(1 << 20, np.uint8) for _ in range(5)]  # five 1 MB blocks
+    del arrays
+    gc.collect()
+    assert pool.idle_bytes == 3 << 20  # the other two were freed, not kept
+    pool.trim()
+    assert pool.idle_bytes == 0
+    pool.empty(1 << 20, np.uint8)
+    assert pool.hits == 0
+
+
+def test_blocks_die_on_other_threads():
+    pool = HostPool()
+    got = []
+
+    def make():
+        for _ in range(50):
+            a = pool.empty(200_000, np.uint32)
+            a[:] = 1
+            got.append(int(a.sum()))
+
+    ts = [threading.Thread(target=make) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert got == [200_000] * 200
+    assert pool.hits + pool.misses == 200 and pool.hits > 0
