@@ -323,3 +323,36 @@ def test_an_unwritable_cache_still_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUTOK_CACHE", str(blocker))
     assert gu.compile_pinned.__wrapped__(r"\p{Lu}\p{Ll}+", "hf").findall("Hello World") == [
         "Hello", "World"]
+
+
+def test_class_flags_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
+    """The scanner's per-code-point flags (the device class tables start from them) are derived
+    once per machine; a damaged or foreign cache file is derived again, never used."""
+    from gputok.unicode import flags
+
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    want = flags._derive("hf")
+    got = flags._build.__wrapped__("hf")
+    path = Path(flags.cache_path("hf"))
+    assert path.is_file() and path.parent == tmp_path / "pinned"
+    assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+    def no_deriving(*_a):
+        raise AssertionError("the cached flags should have been used")
+
+    monkeypatch.setattr(flags, "_derive", no_deriving)
+    again = flags._build.__wrapped__("hf")
+    assert all(np.array_equal(again[k], want[k]) for k in want)
+    assert not again["table"].flags.writeable
+    # damaged (truncated) or wrong shape: derived again and rewritten
+    for bad in (path.read_bytes()[:100], None):
+        if bad is None:
+            import io
+            buf = io.BytesIO()
+            np.savez(buf, table=np.zeros(10, np.uint8))
+            bad = buf.getvalue()
+        path.write_bytes(bad)
+        monkeypatch.setattr(flags, "_derive", lambda fam: want)
+        assert np.array_equal(flags._build.__wrapped__("hf")["table"], want["table"])
+        assert flags._read(str(path)) is not None
+    assert flags.cache_path("tiktoken") != str(path)
