@@ -73,3 +73,16 @@ def test_blocks_die_on_other_threads():
         t.join()
     assert got == [200_000] * 200
     assert pool.hits + pool.misses == 200 and pool.hits > 0
+
+
+def test_a_much_bigger_block_is_not_handed_out():
+    # it would keep resident the pages an earlier, bigger use touched
+    pool = HostPool()
+    big = pool.empty(4 << 20, np.uint8)
+    first = _addr(big)
+    del big
+    gc.collect()
+    small = pool.empty(1 << 20, np.uint8)
+    assert _addr(small) != first and pool.hits == 0
+    near = pool.empty((4 << 20) - 100_000, np.uint8)
+    assert _addr(near) == first and pool.hits == 1

@@ -296,6 +296,14 @@ def test_arguments_are_checked_before_a_launch():
     ro = np.zeros(4, np.int64)
     ro.flags.writeable = False
     bad.append(([d, d, np.int64(2), ro], "read-only"))
+    # an array the device already knows (it made it, or a launch checked it) meeting a parameter
+    # of another dtype, or a writable parameter after it was made read-only
+    known = dev.empty(4, np.uint32)
+    bad.append(([d, d, np.int64(2), known], "array of int64"))
+    out = dev.zeros(4, np.int64)
+    dev.launch("encode_doc_offsets", (1,), (32,), [d, d, np.int64(2), out])
+    out.flags.writeable = False
+    bad.append(([d, d, np.int64(2), out], "read-only"))
     for args, msg in bad:
         with pytest.raises(TypeError, match=msg):
             dev.launch("encode_doc_offsets", (1,), (32,), args)

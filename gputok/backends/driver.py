@@ -351,14 +351,15 @@ class DeviceBackend(Backend):
                 parts.append((d0, np.zeros(0, model.id_dtype), np.zeros(d1 - d0, np.int64)))
                 d0 = d1
                 continue
-            if len(flight) == 2:
+            depth = getattr(self.dev, "in_flight", 2)
+            if len(flight) == depth:
                 self._finish(flight.popleft(), parts)  # frees its slot
-            slot = k % 2
+            slot = k % depth
             k += 1
             self.dev.begin_chunk(hc.n)
             with self.dev.stream(slot):
                 flight.append(self._enqueue(plan, hc, slot, model.id_dtype))
-            if len(flight) == 2:
+            if len(flight) == depth:
                 self._advance(flight[0])  # start the older chunk's ids download
             d0 = d1
         while flight:

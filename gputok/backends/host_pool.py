@@ -11,38 +11,50 @@ so the holder lives exactly as long as the array and every view of it. When the 
 the holder's ``__del__`` returns the block to the pool. Nothing is recycled while any array
 (a queued kernel's argument, a chunk's ids not yet copied out) still refers to it.
 
-Blocks are kept by power-of-two size class (a chunk's arrays change size a little from chunk to
-chunk; pages a use does not reach are never made resident). At most ``cap`` bytes of idle blocks
-are kept; ``trim()`` drops them all. Thread safe: holders may die on any thread.
+A request takes the smallest idle block that fits and is at most 1.25x too big (a chunk's
+arrays change size a little from chunk to chunk; a bigger block would keep pages an earlier use
+touched resident for nothing). At most ``cap`` bytes of idle blocks are kept, about one chunk's
+workspace, so peak memory stays that of fresh arrays plus one chunk; ``trim()`` drops them all.
+Thread safe: holders may die on any thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 import numpy as np
 
 MIN_POOLED = 1 << 16  # bytes; smaller arrays come from malloc's own free lists
-CAP_DEFAULT = 256 << 20  # idle bytes kept (virtual size; resident is what earlier uses touched)
+CAP_DEFAULT = 48 << 20  # idle bytes kept: about one chunk's workspace (native.CHUNK_BYTES)
+SLACK = 1.25  # a block serves requests down to 1/SLACK of its size
+
+
+def _rounded(nbytes: int) -> int:
+    """Block sizes: eight steps per power of two (at most 12.5% over the request)."""
+    step = max(1 << max((nbytes - 1).bit_length() - 3, 0), 4096)
+    return -(-nbytes // step) * step
 
 
 class _Holder:
-    __slots__ = ("__array_interface__", "block", "pool", "size_class")
+    __slots__ = ("__array_interface__", "block", "pool")
 
     def __del__(self):
         pool = self.pool
         if pool is not None:
-            pool._give_back(self.size_class, self.block)
+            pool._give_back(self.block)
 
 
 class HostPool:
-    """``empty(n, dtype)``: a contiguous array of ``n`` elements, from a recycled block when one
-    of its size class is idle (contents undefined, as ``np.empty``)."""
+    """``empty(n, dtype)``: a contiguous array of ``n`` elements, from the smallest idle block
+    that fits (and is at most ``SLACK`` times too big), else a new one (contents undefined, as
+    ``np.empty``)."""
 
     def __init__(self, cap: int = CAP_DEFAULT):
         self.cap = int(cap)
         self._lock = threading.Lock()
-        self._idle: dict = {}  # size class -> [blocks]
+        self._idle: list = []  # (size, serial, block), sorted
+        self._serial = 0
         self._idle_bytes = 0
         self.hits = 0
         self.misses = 0
@@ -52,30 +64,31 @@ class HostPool:
         nbytes = int(n) * dt.itemsize
         if nbytes < MIN_POOLED:
             return np.empty(int(n), dt)
-        size_class = 1 << (nbytes - 1).bit_length()
+        block = None
         with self._lock:
-            blocks = self._idle.get(size_class)
-            if blocks:
-                block = blocks.pop()
-                self._idle_bytes -= size_class
+            k = bisect.bisect_left(self._idle, (nbytes,))
+            if k < len(self._idle) and self._idle[k][0] <= nbytes * SLACK:
+                size, _, block = self._idle.pop(k)
+                self._idle_bytes -= size
                 self.hits += 1
             else:
-                block = None
                 self.misses += 1
         if block is None:
-            block = np.empty(size_class, np.uint8)
+            block = np.empty(_rounded(nbytes), np.uint8)
         h = _Holder()
-        h.block, h.pool, h.size_class = block, self, size_class
+        h.block, h.pool = block, self
         h.__array_interface__ = {"shape": (int(n),), "typestr": dt.str, "version": 3,
                                  "data": (block.__array_interface__["data"][0], False)}
         return np.asarray(h)
 
-    def _give_back(self, size_class: int, block) -> None:
+    def _give_back(self, block) -> None:
+        size = block.nbytes
         with self._lock:
-            if self._idle_bytes + size_class > self.cap:
+            if self._idle_bytes + size > self.cap:
                 return  # dropped: the block is freed with the holder
-            self._idle.setdefault(size_class, []).append(block)
-            self._idle_bytes += size_class
+            self._serial += 1
+            bisect.insort(self._idle, (size, self._serial, block))
+            self._idle_bytes += size
 
     @property
     def idle_bytes(self) -> int:
@@ -86,4 +99,3 @@ class HostPool:
         with self._lock:
             self._idle.clear()
             self._idle_bytes = 0
-

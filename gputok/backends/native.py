@@ -219,6 +219,7 @@ class NativeDevice:
     max_blocks = MAX_BLOCKS
     scan_block, scan_items = 1, 1  # unused: scans run on the host (``scan``)
     host_memory = True  # the host reads results directly (after ``fence``)
+    in_flight = 2  # chunks queued at once (driver.py); see the performance notes
 
     def __init__(self, threads: "int | None" = None, *, poison: bool = False):
         self.threads = threads_default() if threads is None else int(threads)
@@ -318,11 +319,11 @@ class NativeDevice:
             ptr, writable, dt = params[k]
             if ptr:
                 got = addr.get(id(a))
-                if got is None or got[0]() is not a:  # (a dead array's id may be reused)
+                # (a dead array's id may be reused; a known array may meet another parameter)
+                if got is None or got[0]() is not a or got[2] != dt or (
+                        writable and not a.flags.writeable):
                     _check_array(name, k, a, writable, dt)
-                    if len(addr) > 4096:
-                        addr.clear()
-                    got = addr[id(a)] = (weakref.ref(a), _address(a))
+                    got = self._remember(a)
                 vals[k] = got[1]
             else:
                 if type(a) is not dt.type:
@@ -358,21 +359,32 @@ class NativeDevice:
             self._live[self._slot].append(arr)
         self.launches["scan_" + op] = self.launches.get("scan_" + op, 0) + 1
 
+    def _remember(self, a: np.ndarray) -> tuple:
+        """(weak reference, address, dtype) of a contiguous array, kept so a launch checks and
+        looks up each array once (~5 us), not once per use."""
+        if len(self._addr) > 4096:
+            self._addr.clear()
+        got = self._addr[id(a)] = (weakref.ref(a), _address(a), a.dtype)
+        return got
+
     # -- memory (host memory: copies are views)
     def empty(self, n, dtype):
         a = self.pool.empty(n, dtype)
         if self.poison:
             a.view(np.uint8).fill(0xCD)
+        self._remember(a)
         return a
 
     def zeros(self, n, dtype):
         a = self.pool.empty(n, dtype)
         a.fill(0)
+        self._remember(a)
         return a
 
     def full(self, n, value, dtype):
         a = self.pool.empty(n, dtype)
         a.fill(value)
+        self._remember(a)
         return a
 
     def dummy(self, dtype):
