@@ -6,10 +6,11 @@ A device adapter provides (``ArrayDevice`` documents each method):
     empty / zeros / full / put        device memory (``put``: a one-off upload of a table)
     dummy(dtype)                      a 1-element array for unused pointer arguments
     upload(arrays) / download(key, arr, count) -> pending (``.result()`` -> numpy)
-    stream(slot)                      a context: work and copies of chunk slot 0 or 1
+    stream(slot)                      a context: work and copies of chunk slot 0 .. in_flight-1
     memory_budget() / begin_chunk(nbytes) / release() / synchronize()
     mark() / elapsed_ms(a, b)         timing
     name, block, max_blocks, scan_block, scan_items, oom_errors, xp
+    in_flight (optional, default 2)   chunks the driver keeps queued at once
 
 The CuPy adapter is ``cuda.CupyDevice``. ``ArrayDevice`` runs the same driver on numpy arrays
 with any launch function: the tests pass the CPU kernel emulator (``tests/emulator``), so CI
