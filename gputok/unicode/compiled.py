@@ -23,18 +23,14 @@ from .pattern import fast_text
 __all__ = ["compile_pinned"]
 
 _FORMAT = 1
-_HERE = Path(__file__).resolve().parent
 _SOURCES = ("pattern.py", "installed.py", "emit.py", "catalog.py", "sets.py", "store.py",
             "compiled.py")
 
 
 @functools.lru_cache(maxsize=None)
 def _inputs_digest(family: str) -> str:
-    h = hashlib.sha256(f"{_FORMAT}|{regex.__version__}|{family}".encode())
-    h.update((store._DATA_DIR / f"{family}.ucd").read_bytes())
-    for name in _SOURCES:
-        h.update((_HERE / name).read_bytes())
-    return h.hexdigest()
+    return store.derived_digest(family, f"{_FORMAT}|{regex.__version__}|{family}",
+                                _SOURCES).hexdigest()
 
 
 def cache_path(pattern: str, family: str) -> str:

@@ -8,7 +8,6 @@ so the vectorised scanner gives the oracle's pieces whatever ``regex`` release i
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import threading
 from pathlib import Path
@@ -49,7 +48,6 @@ _lock = threading.Lock()
 
 
 _FORMAT = 1
-_HERE = Path(__file__).resolve().parent
 # the modules the flags are derived with (a change to any of them writes the cache again)
 _SOURCES = ("flags.py", "atoms.py", "pattern.py", "sets.py", "store.py", "catalog.py")
 
@@ -57,10 +55,8 @@ _SOURCES = ("flags.py", "atoms.py", "pattern.py", "sets.py", "store.py", "catalo
 def cache_path(family: str) -> str:
     """Where ``class_flags(family)`` is kept on this machine, keyed by everything it is derived
     from: the family's data file and the source of the modules that read it."""
-    h = hashlib.sha256(f"{_FORMAT}|{family}|{sorted(PROPERTIES.items())}|{FOLD_LETTERS}".encode())
-    h.update((store._DATA_DIR / f"{family}.ucd").read_bytes())
-    for name in _SOURCES:
-        h.update((_HERE / name).read_bytes())
+    h = store.derived_digest(
+        family, f"{_FORMAT}|{family}|{sorted(PROPERTIES.items())}|{FOLD_LETTERS}", _SOURCES)
     return str(Path(cache_dir("pinned")) / f"flags-{family}-{h.hexdigest()[:32]}.npz")
 
 

@@ -15,6 +15,7 @@ complement of a set does (a lone surrogate in a Python str matches ``\\P{L}`` he
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -45,6 +46,17 @@ _files: dict = {}
 # ----------------------------------------------------------------------------------------------
 # file format
 # ----------------------------------------------------------------------------------------------
+
+def derived_digest(family: str, head: str, sources) -> "hashlib._Hash":
+    """A sha256 over ``head``, the family's data file and the named modules of this package: the
+    key of a cache entry derived from them (a change to any of them writes the entry again)."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256(head.encode())
+    h.update((_DATA_DIR / f"{family}.ucd").read_bytes())
+    for name in sources:
+        h.update((here / name).read_bytes())
+    return h
+
 
 def write(path, meta: dict, ranges: dict, raw: dict) -> int:
     """Write one data file; returns its size in bytes. Byte-identical for identical input."""
