@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cache_dir", "write_atomic"]
+__all__ = ["cache_dir", "write_atomic", "write_arrays", "map_arrays"]
 
 
 def cache_dir(*parts: str) -> str:
@@ -39,3 +39,72 @@ def write_atomic(path: str, data: bytes) -> bool:
         except OSError:
             pass
         return False
+
+
+# ---- arrays stored ready to map -----------------------------------------------------------------
+
+_ARR_MAGIC = b"GPTKARR\0"
+_ARR_FORMAT = 1
+_ARR_ALIGN = 64
+
+
+def write_arrays(path: str, arrays: dict, scalars: "dict | None" = None) -> bool:
+    """Store named arrays (any dtype and shape) and JSON-able scalars in one file that
+    ``map_arrays`` maps without reading it: a header (magic, format, JSON index) and each array's
+    bytes, 64-byte aligned. Written atomically (``write_atomic``); False when it cannot be."""
+    import json
+    import struct
+
+    import numpy as np
+
+    index, parts, pos = [], [], 0
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        pad = -pos % _ARR_ALIGN
+        parts.append(b"\0" * pad)
+        pos += pad
+        index.append([name, a.dtype.str, list(a.shape), pos, a.nbytes])
+        parts.append(a.tobytes())
+        pos += a.nbytes
+    head = json.dumps({"arrays": index, "scalars": scalars or {}, "data": pos}).encode()
+    start = 16 + len(head)
+    start += -start % _ARR_ALIGN
+    pre = _ARR_MAGIC + struct.pack("<II", _ARR_FORMAT, len(head)) + head
+    return write_atomic(path, pre + b"\0" * (start - len(pre)) + b"".join(parts))
+
+
+def map_arrays(path: str) -> "tuple[dict, dict] | None":
+    """(arrays, scalars) of a ``write_arrays`` file, the arrays read-only views of one shared
+    mapping (pages are read when first touched and shared by every process mapping the file);
+    None when the file is absent, of another format, or its sizes do not add up (damaged)."""
+    import json
+    import mmap
+    import struct
+
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            pre = f.read(16)
+            if len(pre) != 16 or pre[:8] != _ARR_MAGIC:
+                return None
+            fmt, hlen = struct.unpack("<II", pre[8:])
+            if fmt != _ARR_FORMAT or hlen > 1 << 20:
+                return None
+            head = json.loads(f.read(hlen))
+            start = 16 + hlen
+            start += -start % _ARR_ALIGN
+            size = os.fstat(f.fileno()).st_size
+            if size != start + int(head["data"]):
+                return None
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        arrays = {}
+        for name, dtype, shape, off, nbytes in head["arrays"]:
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if off < 0 or off + nbytes > int(head["data"]) or count * dt.itemsize != nbytes:
+                return None
+            arrays[name] = np.frombuffer(mm, dt, count, start + off).reshape(shape)
+        return arrays, dict(head["scalars"])
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None

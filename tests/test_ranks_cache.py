@@ -110,3 +110,58 @@ def test_named_encodings_from_the_cache_encode_as_tiktoken(cache, name):
     ids, off = enc.encode_batch_arrays(texts * 50, disallowed_special=())  # the batch path
     assert ids.tolist() == [i for t in texts * 50 for i in tk.encode_ordinary(t)]
     assert gputok.get_encoding(name).encode("hello world") == tk.encode("hello world")
+
+
+def test_arrays_stored_ready_to_map_round_trip_and_refuse_damage(cache):
+    """``_cache.write_arrays`` / ``map_arrays``: every dtype and shape comes back equal and
+    read-only; a truncated, padded or foreign file reads as absent (never as wrong arrays)."""
+    import numpy as np
+
+    from gputok._cache import map_arrays, write_arrays
+
+    arrays = {"a": np.arange(1000, dtype=np.uint64), "b": np.frombuffer(b"xyz", np.uint8),
+              "c": np.arange(12, dtype=np.int16).reshape(3, 4), "empty": np.zeros(0, np.uint32)}
+    path = str(cache / "t.bin")
+    assert write_arrays(path, arrays, {"bits": 7})
+    got, scalars = map_arrays(path)
+    assert scalars == {"bits": 7} and set(got) == set(arrays)
+    for k, v in arrays.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape and np.array_equal(got[k], v)
+        assert not got[k].flags.writeable
+        assert got[k].ctypes.data % 64 == 0 or v.nbytes == 0
+    blob = (cache / "t.bin").read_bytes()
+    del got
+    for bad in (blob[:-1], blob + b"\0", blob[:10], b"GPTKARR\0" + b"\xff" * 8, b""):
+        (cache / "t.bin").unlink()
+        (cache / "t.bin").write_bytes(bad)
+        assert map_arrays(path) is None
+    assert map_arrays(str(cache / "absent.bin")) is None
+
+
+def test_device_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache, monkeypatch):
+    """The device tables of a named encoding are built once, then mapped from the cache, equal
+    to a fresh build; a damaged cache file is built again, not used."""
+    import numpy as np
+
+    from gputok.backends import device_tables
+
+    model = registry._cl100k_base().model
+    built = device_tables.host_tables(model)  # builds and writes the cache
+    path = device_tables._cache_path(model)
+    assert path.startswith(str(cache)) and path.endswith(".bin")
+    mapped = device_tables.host_tables(model)
+    assert set(mapped) == set(built)
+    for k, v in built.items():
+        assert np.array_equal(mapped[k], v), k
+    assert not mapped["slots"].flags.writeable
+    del mapped
+    blob = open(path, "rb").read()
+    calls = []
+    real = device_tables.whole_table
+    monkeypatch.setattr(device_tables, "whole_table", lambda *a: calls.append(1) or real(*a))
+    import os
+    os.unlink(path)
+    open(path, "wb").write(blob[: len(blob) // 2])
+    again = device_tables.host_tables(model)
+    assert calls == [1] and np.array_equal(again["slots"], built["slots"])
+    assert device_tables._mapped(path) is not None  # written again, whole

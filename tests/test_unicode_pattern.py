@@ -344,13 +344,14 @@ def test_class_flags_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
     again = flags._build.__wrapped__("hf")
     assert all(np.array_equal(again[k], want[k]) for k in want)
     assert not again["table"].flags.writeable
+    del again  # a mapping of the file: it is overwritten in place below
     # damaged (truncated) or wrong shape: derived again and rewritten
+    from gputok._cache import write_arrays
     for bad in (path.read_bytes()[:100], None):
         if bad is None:
-            import io
-            buf = io.BytesIO()
-            np.savez(buf, table=np.zeros(10, np.uint8))
-            bad = buf.getvalue()
+            write_arrays(str(tmp_path / "other.bin"), {"table": np.zeros(10, np.uint8)})
+            bad = (tmp_path / "other.bin").read_bytes()
+        path.unlink()
         path.write_bytes(bad)
         monkeypatch.setattr(flags, "_derive", lambda fam: want)
         assert np.array_equal(flags._build.__wrapped__("hf")["table"], want["table"])

@@ -20,6 +20,8 @@ pay on prose); below ``_SCAN_MIN`` characters one findall beats the scanner's nu
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,11 +70,18 @@ class Pretokenizer:
         self.spec = spec
         self.pattern = spec.pattern
         self._keep_gaps = bool(self.pattern is not None and spec.steps[0].keep_gaps)
-        self._compiled = [(_unicode.compile_pinned(s.pattern, spec.family), s.keep_gaps)
-                          if isinstance(s, Split) else None for s in spec.steps]
-        if self.pattern is not None:
-            self._findall = self._compiled[0][0].findall
         self._scanner = "unset"
+
+    @functools.cached_property
+    def _compiled(self) -> list:
+        """Each step's compiled pattern (None for PrefixSpace), compiled on first use: a device
+        that cuts pieces itself never needs them (o200k's pattern costs ~25 ms to compile)."""
+        return [(_unicode.compile_pinned(s.pattern, self.spec.family), s.keep_gaps)
+                if isinstance(s, Split) else None for s in self.spec.steps]
+
+    @functools.cached_property
+    def _findall(self):
+        return self._compiled[0][0].findall
 
     @property
     def scanner(self):

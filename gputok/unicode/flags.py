@@ -8,13 +8,12 @@ so the vectorised scanner gives the oracle's pieces whatever ``regex`` release i
 from __future__ import annotations
 
 import functools
-import io
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from .._cache import cache_dir, write_atomic
+from .._cache import cache_dir, map_arrays, write_arrays
 from . import store
 from .atoms import ranges
 
@@ -57,7 +56,7 @@ def cache_path(family: str) -> str:
     from: the family's data file and the source of the modules that read it."""
     h = store.derived_digest(
         family, f"{_FORMAT}|{family}|{sorted(PROPERTIES.items())}|{FOLD_LETTERS}", _SOURCES)
-    return str(Path(cache_dir("pinned")) / f"flags-{family}-{h.hexdigest()[:32]}.npz")
+    return str(Path(cache_dir("pinned")) / f"flags-{family}-{h.hexdigest()[:32]}.bin")
 
 
 def _derive(family: str) -> dict:
@@ -73,11 +72,10 @@ def _derive(family: str) -> dict:
 
 
 def _read(path: str) -> "dict | None":
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            out = {k: z[k] for k in z.files}
-    except Exception:  # OSError, a damaged archive (zipfile.BadZipFile), a bad header
+    got = map_arrays(path)  # mapped read-only: no copy, pages read on first touch
+    if got is None:  # absent, foreign or damaged
         return None
+    out = got[0]
     want = {"table"} | {"fold_" + ch for ch in FOLD_LETTERS}
     t = out.get("table")
     if set(out) != want or t is None or t.dtype != np.uint8 or t.shape != (store.MAX_CP + 1,) \
@@ -94,9 +92,7 @@ def _build(family: str) -> dict:
     out = _read(path)
     if out is None:  # missing, damaged or foreign: derive and write it again
         out = _derive(family)
-        buf = io.BytesIO()
-        np.savez(buf, **out)
-        write_atomic(path, buf.getvalue())
+        write_arrays(path, out)
     for v in out.values():
         v.setflags(write=False)
     return out
