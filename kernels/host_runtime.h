@@ -60,13 +60,15 @@ struct Job {
 class Pool {
  public:
   // Run `job` on `threads` threads (the caller included); returns when all items are done.
+  // A one-thread run is the caller's alone and takes no lock: several callers (the driver's
+  // chunk workers, native.py) run their launches side by side.
   void run(Job& job, int threads) {
-    std::lock_guard<std::mutex> one_at_a_time(launch_mutex_);
     const unsigned helpers = threads > 1 ? (unsigned)threads - 1 : 0u;
     if (helpers == 0 || job.items <= 1) {
       job.work();
       return;
     }
+    std::lock_guard<std::mutex> one_at_a_time(launch_mutex_);
     grow(helpers);
     {
       std::lock_guard<std::mutex> lk(m_);

@@ -279,6 +279,85 @@ def test_encode_batch_arrays_and_long_texts_take_it():
     assert enc.encode_ordinary(text) == tiktoken_oracle("cl100k_base").encode_ordinary(text)
 
 
+class _StreamsOnly(native.NativeDevice):
+    """The native device without chunk workers: the driver's two-stream path (as on CUDA)."""
+
+    chunk_workers = 0
+
+
+def test_chunk_workers_match_the_streams_and_one_thread():
+    """Batches of several chunks run on the chunk workers (each chunk start to end on one
+    worker thread, ``solo`` launches); ids, offsets and counters are those of the two-stream path
+    and of one thread, with empty documents between chunks and a batch of one chunk (which
+    stays on the calling thread)."""
+    import threading
+
+    from gputok.stages import counters
+
+    enc = gputok.get_encoding("cl100k_base")
+    docs = e2e_docs()
+    docs = [d for i, d in enumerate(docs) for d in ((d, "", "") if i % 5 == 0 else (d,))]
+    docs += ["", ""] * 50
+    ran_on = []
+    workers = native.create(threads=2, chunk_bytes=1500)
+    real = workers._whole_chunk
+
+    def spy(*a):
+        ran_on.append(threading.current_thread().name)
+        return real(*a)
+
+    workers._whole_chunk = spy
+    streams = DeviceBackend(_StreamsOnly(2, poison=True), name="native", chunk_bytes=1500,
+                            dedup=True)
+    one = native.create(threads=1, chunk_bytes=1500)
+    got = {}
+    for name, be in (("workers", workers), ("streams", streams), ("one", one)):
+        before = counters["device.chunks"]
+        got[name] = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        got[name + " chunks"] = counters["device.chunks"] - before
+    for name in ("streams", "one"):
+        np.testing.assert_array_equal(got["workers"][0], got[name][0])
+        np.testing.assert_array_equal(got["workers"][1], got[name][1])
+    assert got["workers chunks"] == got["streams chunks"] == got["one chunks"] == len(ran_on)
+    assert len(ran_on) > 10 and all(n.startswith("gputok-chunk") for n in ran_on)
+    assert len(set(ran_on)) == 2  # both workers took chunks
+    assert not workers.fallbacks and not streams.fallbacks
+    tk = tiktoken_oracle("cl100k_base")
+    ids, off = got["workers"]
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+        [tk.encode_ordinary(d) for d in docs]
+    ran_on.clear()  # one chunk: the calling thread, no hand-off
+    ids, off = workers.encode(enc.model, Documents(docs[:3]), frozenset(), frozenset())
+    assert ran_on == [] and ids.tolist() == [t for d in docs[:3] for t in tk.encode_ordinary(d)]
+
+
+def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
+    """A chunk worker's MemoryError reaches the driver, which waits for the other chunks, keeps
+    the finished prefix of the batch and runs the rest with half the budget: ids unchanged."""
+    from gputok.backends import driver
+
+    monkeypatch.setattr(driver, "MIN_CHUNK", 1000)  # half of 6000 is still a device chunk
+    enc = gputok.get_encoding("cl100k_base")
+    docs = e2e_docs() * 4
+    want = native.create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
+                                                             frozenset(), frozenset())
+    be = native.create(threads=2, chunk_bytes=6000)
+    real, calls = be._whole_chunk, []
+
+    def fails_once(plan, hc, dtype):
+        calls.append(hc.n)
+        if len(calls) == 4:
+            raise MemoryError("injected")
+        return real(plan, hc, dtype)
+
+    be._whole_chunk = fails_once
+    ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    np.testing.assert_array_equal(ids, want[0])
+    np.testing.assert_array_equal(off, want[1])
+    # chunks queued before the error was seen ran at full size; the retry at half
+    assert calls[-1] <= 3000 and not be.fallbacks
+
+
 # ---------------------------------------------------------------- 3. the module
 
 def test_arguments_are_checked_before_a_launch():

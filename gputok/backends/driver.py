@@ -14,6 +14,9 @@ uploaded again. That is not a fallback: ``host_normalized`` counts those spans a
 
 Two chunks are in flight, each on its own stream slot with its own staging buffers: while chunk
 k's kernels run, chunk k+1 is prepared on the host and uploaded, and chunk k-1's ids come down.
+A host-memory device with chunk workers (the native CPU: ``chunk_workers``, ``solo``) runs a
+batch of several chunks differently: each chunk goes start to end on one worker thread, as many
+side by side as there are workers, one more prepared ahead (``_run_workers``).
 A document longer than a chunk is first cut at points where the pattern is known to start a
 piece and to look no further back (``hostplan.cut_long_documents``), so one giant line runs as
 ordinary chunks. Out of device memory, a chunk is retried with half the budget (the batch is
@@ -44,6 +47,8 @@ packing, specials, pinned copies) and whether 256 MiB chunks with two streams hi
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -145,6 +150,8 @@ class DeviceBackend(Backend):
         self._plans: dict = {}
         self._class_tables: dict = {}
         self._lock = threading.RLock()
+        self._count_lock = threading.Lock()
+        self._workers = None  # (pid, count, executor) of the chunk workers (``_chunk_pool``)
         self.profile: "list | None" = None  # set to a list to collect per-stage times
         #: spans the device's quick check sent to the host normaliser: {"spans", "bytes"}
         self.host_normalized: collections.Counter = collections.Counter()
@@ -328,7 +335,11 @@ class DeviceBackend(Backend):
 
     def _run(self, model, plan, buf, doc_off, spans, start, budget, parts, allowed) -> None:
         """Chunks from document ``start`` on, two in flight; finished chunks go to ``parts``."""
+        workers = getattr(self.dev, "chunk_workers", 0)
         n_docs = len(doc_off) - 1
+        if workers > 1 and self._chunk_end(doc_off, start, budget) < n_docs:  # several chunks
+            return self._run_workers(model, plan, buf, doc_off, spans, start, budget, parts,
+                                     allowed, workers)
         flight: collections.deque = collections.deque()
         k = 0
         d0 = start
@@ -365,6 +376,63 @@ class DeviceBackend(Backend):
         while flight:
             self._finish(flight.popleft(), parts)
 
+    def _run_workers(self, model, plan, buf, doc_off, spans, start, budget, parts, allowed,
+                     workers: int) -> None:
+        """``_run`` for a host-memory device with chunk workers (``dev.chunk_workers``, the
+        native CPU): each chunk runs start to end on one worker thread (``dev.solo()``: every
+        launch at once, on that thread alone), ``workers`` chunks side by side, one more
+        prepared ahead. No chunk waits for another's fences, as the chunks of one Python thread
+        feeding two streams do. ``parts`` are kept in document order, so an error (out of
+        memory) leaves a prefix of the batch done, as ``_run`` does."""
+        n_docs = len(doc_off) - 1
+        pool = self._chunk_pool(workers)
+        pending: collections.deque = collections.deque()
+        try:
+            d0 = start
+            while d0 < n_docs:
+                d1 = self._chunk_end(doc_off, d0, budget)
+                n = int(doc_off[d1] - doc_off[d0])
+                if n > CHUNK_LIMIT:  # one document too big for uint32 positions
+                    while pending:
+                        parts.append(pending.popleft().result())
+                    self.fallback("chunk", "oversized", f"document {d0} has {n} bytes (over 2 "
+                                  "GiB); it is encoded on the host", once_key=("oversized", d0))
+                    parts.append(self._host_part(model, buf, doc_off, d0, d1, allowed))
+                    d0 = d1
+                    continue
+                hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
+                             () if plan.norm_form else plan.normalizer)
+                if hc.n == 0:  # only empty documents (or only token spans that emit nothing)
+                    pending.append(_Done((d0, np.zeros(0, model.id_dtype),
+                                          np.zeros(d1 - d0, np.int64))))
+                else:
+                    if len(pending) > workers:
+                        parts.append(pending.popleft().result())
+                    pending.append(pool.submit(self._whole_chunk, plan, hc, model.id_dtype))
+                d0 = d1
+            while pending:
+                parts.append(pending.popleft().result())
+        finally:  # on an error: chunks not started are dropped, running ones finish first
+            running = [f for f in pending if not isinstance(f, _Done) and not f.cancel()]
+            concurrent.futures.wait(running)
+
+    def _chunk_pool(self, workers: int):
+        """The chunk workers' threads (one pool per backend and process: a fork()ed child
+        makes its own, its parent's threads do not exist there)."""
+        got = self._workers
+        if got is None or got[0] != os.getpid() or got[1] != workers:
+            got = self._workers = (os.getpid(), workers, concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix="gputok-chunk"))
+        return got[2]
+
+    def _whole_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype) -> tuple:
+        """One chunk start to end on the calling worker thread: (first document, ids, lengths)."""
+        with self.dev.solo():
+            st = self._enqueue(plan, hc, 0, out_dtype)
+            done: list = []
+            self._finish(st, done)
+        return done[0]
+
     def _enqueue(self, plan: ModelPlan, hc: HostChunk, slot: int, out_dtype) -> _InFlight:
         """Upload one chunk, queue its kernels and the download of its document offsets on the
         current stream; nothing here waits for the device."""
@@ -379,7 +447,8 @@ class DeviceBackend(Backend):
         out, out_doc = self._kernels(plan, hc, ins, out_dtype,
                                      marks if self.profile is not None else None)
         doc = self.dev.download("doc", out_doc, hc.n_docs + 1)
-        counters["device.chunks"] += 1
+        with self._count_lock:  # chunk workers run this side by side
+            counters["device.chunks"] += 1
         return _InFlight(hc, slot, out, doc, marks=marks)
 
     def _normalize(self, plan: ModelPlan, hc: HostChunk, ins: list) -> tuple:
@@ -390,9 +459,10 @@ class DeviceBackend(Backend):
         if not len(pos):
             return hc, ins
         new, spans, nbytes = splice_normalized(hc, pos, plan.norm_form)
-        self.host_normalized["spans"] += spans
-        self.host_normalized["bytes"] += nbytes
-        counters["normalize.host_bytes"] += nbytes
+        with self._count_lock:
+            self.host_normalized["spans"] += spans
+            self.host_normalized["bytes"] += nbytes
+            counters["normalize.host_bytes"] += nbytes
         if new is hc:
             return hc, ins
         return new, self.dev.upload(new.inputs)

@@ -5,10 +5,14 @@ compiler (``native_build.py``: the same sources every device gets, plus the host
 ``kernels/dialect_host.h``; built on first use and cached by source digest, compiler and flags).
 ``NativeDevice`` is the adapter the driver sees, the CPU counterpart of ``cuda.CupyDevice``:
 
-* ``launch`` runs a kernel's grid through ctypes (which releases the GIL), blocks handed out
-  dynamically to worker threads; inside the driver's ``stream(slot)`` it is queued on that
-  slot's stream instead, a C++ thread that runs its queue in order (``host_runtime.h``), so the
-  driver's two chunks in flight really run at once, as on a GPU;
+* a batch of several chunks runs on *chunk workers* (``chunk_workers``, one per thread): the
+  driver hands each chunk to a worker thread that runs it start to end, every launch at once on
+  that thread alone (``solo``; ctypes releases the GIL), so the chunks run side by side and no
+  chunk waits for another's fences;
+* otherwise ``launch`` runs a kernel's grid through ctypes, blocks handed out dynamically to
+  helper threads; inside the driver's ``stream(slot)`` it is queued on that slot's stream
+  instead, a C++ thread that runs its queue in order (``host_runtime.h``), as on a GPU (a batch
+  of one chunk of ``STREAM_MIN`` or more takes this path);
 * ``scan`` overrides the block scans of ``encode_scan.cu`` (shared memory and barriers have no
   plain-loop form) with the runtime's two-pass parallel scan;
 * memory is numpy arrays, host<->device copies are views; ``fence()`` waits for the current
@@ -25,9 +29,13 @@ multilingual text (tiktoken 0.14: ~9-15). Of the kernel time, pre-tokenization i
 * dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
   a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
   prose even);
-* streams, not one pool over all cores per launch: on the shared box a launch split over both
-  cores waited at every launch for a worker the OS had paused (1.75x slower than one thread);
-  two independent chunks on two streams are not held up by each other;
+* whole chunks per thread, not one pool over all cores per launch: on the shared box a launch
+  split over both cores waited at every launch for a worker the OS had paused (1.75x slower
+  than one thread). Two streams fed by one Python thread came next: 1.6x one thread on 2
+  cores, because the driver waits at a chunk's fences (entry counts) while the other stream
+  runs dry. Chunk workers, each running its chunk's launches itself, replaced them: +10-58%
+  over the streams (same process, alternating, best of 6; cl100k and o200k, prose, code and
+  multilingual), 2.6-3.6x tiktoken's batch API warm on the 2-core box;
 * 1 MB chunks (``CHUNK_BYTES``): 1-8 MB measured the same speed, and the kernels touch ~30
   bytes of workspace per byte of text, two chunks in flight: 1 MB keeps ``gputok encode`` at
   tiktoken's peak memory (4 MB chunks: 1.5x). Arrays come from ``np.empty`` / ``np.zeros``:
@@ -201,6 +209,17 @@ class _OnStream:
         return self.arr[:self.count]
 
 
+class _ThreadState(threading.local):
+    """A ``NativeDevice``'s per-thread state (chunk workers share the device)."""
+
+    def __init__(self):
+        self.slot: "int | None" = None  # the stream context (driver's ``stream(slot)``)
+        self.inline = False  # the current stream context runs its work at once
+        self.small_chunk = False  # the next stream context is a small chunk's (begin_chunk)
+        self.solo = False  # launches run on this thread alone (``solo``)
+        self.kernels: dict = {}  # kernel name -> (call, params, masks, value slots, argv)
+
+
 class NativeDevice:
     """The kernels on this machine's cores (see the module docstring).
 
@@ -230,13 +249,12 @@ class NativeDevice:
         self.name = f"native CPU ({self.threads} threads)"
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
-        self._slot: "int | None" = None
-        self._inline = False  # the current stream context runs its work at once
-        self._small_chunk = False
+        self._count_lock = threading.Lock()
+        # per calling thread: the stream context, solo mode, each kernel's argument slots
+        self._tls = _ThreadState()
         # id(array) -> (weak reference, address): checks and the address lookup (~5 us) once
         # per array, not once per launch
         self._addr: dict = {}
-        self._kernels: dict = {}
         self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
         self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
         self._pid = os.getpid()
@@ -272,20 +290,41 @@ class NativeDevice:
 
     @contextlib.contextmanager
     def stream(self, slot: int):
-        # one thread, or a small chunk (begin_chunk): its work runs at once on this thread
-        inline = self.threads == 1 or self._small_chunk
-        self._small_chunk = False
-        prev = self._slot, self._inline
-        self._slot, self._inline = int(slot), inline
+        # one thread, a small chunk (begin_chunk) or a solo worker: its work runs at once on
+        # this thread
+        t = self._tls
+        inline = self.threads == 1 or t.small_chunk or t.solo
+        t.small_chunk = False
+        prev = t.slot, t.inline
+        t.slot, t.inline = int(slot), inline
         try:
             yield
         finally:
-            self._slot, self._inline = prev
+            t.slot, t.inline = prev
+
+    @property
+    def chunk_workers(self) -> int:
+        """Chunks the driver may run side by side, each start to end on a thread of its own
+        (``solo``): one per thread when there are several (driver.py: ``_run_workers``)."""
+        return self.threads if self.threads > 1 else 0
+
+    @contextlib.contextmanager
+    def solo(self):
+        """In this thread, every launch and scan runs at once on this thread alone (no stream,
+        no helpers): a chunk worker's whole chunk stays on one core, next to the others'."""
+        t = self._tls
+        prev = t.solo
+        t.solo = True
+        try:
+            yield
+        finally:
+            t.solo = prev
 
     def fence(self) -> None:
         """Wait for the current stream (no-op outside one): results are then readable."""
-        if self._slot is not None and not self._inline:
-            self._sync(self._slot)
+        t = self._tls
+        if t.slot is not None and not t.inline:
+            self._sync(t.slot)
 
     def synchronize(self) -> None:
         for slot in list(self._streams):
@@ -295,7 +334,8 @@ class NativeDevice:
     def _kernel(self, name: str) -> tuple:
         """(call, parameter specs, value slots, argv) of a kernel: the slots and the pointer
         array to them are made once per kernel and device, so a launch only fills values."""
-        got = self._kernels.get(name)
+        kernels = self._tls.kernels
+        got = kernels.get(name)
         if got is None:
             try:
                 call, params = self.lib.kernels[name]
@@ -307,7 +347,7 @@ class NativeDevice:
             argv = (ctypes.c_void_p * max(1, len(params)))(*[base + 8 * k
                                                                for k in range(len(params))])
             masks = [(1 << (8 * dt.itemsize)) - 1 for _, _, dt in params]
-            got = self._kernels[name] = (call, params, masks, vals, argv)
+            got = kernels[name] = (call, params, masks, vals, argv)
         return got
 
     def launch(self, name: str, grid, block, args) -> None:
@@ -333,13 +373,19 @@ class NativeDevice:
         g = int(grid[0]) if len(grid) == 1 else int(np.prod(grid))
         b = int(block[0]) if len(block) == 1 else int(np.prod(block))
         lib = self.lib.lib
-        if self._slot is None or self._inline:
+        t = self._tls
+        if t.solo:
+            lib.gputok_native_launch(call, g, b, argv, 1)
+        elif t.slot is None or t.inline:
             lib.gputok_native_launch(call, g, b, argv, min(self.threads, g))
         else:  # the stream copies the values: the slots are free again on return
-            lib.gputok_native_stream_launch(self._stream(self._slot), call, g, b, vals,
-                                            len(args))
-            self._live[self._slot].append(args)
-        self.launches[name] = self.launches.get(name, 0) + 1
+            lib.gputok_native_stream_launch(self._stream(t.slot), call, g, b, vals, len(args))
+            self._live[t.slot].append(args)
+        self._count(name)
+
+    def _count(self, name: str) -> None:
+        with self._count_lock:  # chunk workers launch side by side
+            self.launches[name] = self.launches.get(name, 0) + 1
 
     def scan(self, arr: np.ndarray, n: int, op: str, exclusive: bool) -> None:
         """In-place prefix scan of ``arr[:n]`` (uint32; "add" modulo 2^32, or "max")."""
@@ -351,13 +397,15 @@ class NativeDevice:
             raise ValueError(f"scan: op must be 'add' or 'max', not {op!r}")
         code, excl = (0 if op == "add" else 1), int(bool(exclusive))
         lib = self.lib.lib
-        if self._slot is None or self._inline:
-            lib.gputok_native_scan_u32(_address(arr), int(n), code, excl, self.threads)
+        t = self._tls
+        if t.slot is None or t.inline or t.solo:
+            lib.gputok_native_scan_u32(_address(arr), int(n), code, excl,
+                                       1 if t.solo else self.threads)
         else:
-            h = self._stream(self._slot)
+            h = self._stream(t.slot)
             lib.gputok_native_stream_scan_u32(h, _address(arr), int(n), code, excl)
-            self._live[self._slot].append(arr)
-        self.launches["scan_" + op] = self.launches.get("scan_" + op, 0) + 1
+            self._live[t.slot].append(arr)
+        self._count("scan_" + op)
 
     def _remember(self, a: np.ndarray) -> tuple:
         """(weak reference, address, dtype) of a contiguous array, kept so a launch checks and
@@ -397,9 +445,10 @@ class NativeDevice:
         return [np.ascontiguousarray(a) for a in arrays]
 
     def download(self, key, arr, count):
-        if self._slot is None:
+        t = self._tls
+        if t.slot is None or t.inline:
             return _Ready(arr[:int(count)])
-        return _OnStream(self, self._slot, arr, int(count))
+        return _OnStream(self, t.slot, arr, int(count))
 
     def memory_budget(self) -> int:
         try:
@@ -409,7 +458,7 @@ class NativeDevice:
 
     def begin_chunk(self, nbytes: int = 0) -> None:
         """A chunk of ``nbytes`` of text is about to be queued (in the next ``stream``)."""
-        self._small_chunk = nbytes < STREAM_MIN
+        self._tls.small_chunk = nbytes < STREAM_MIN
 
     def release(self) -> None:
         self.synchronize()
@@ -417,11 +466,12 @@ class NativeDevice:
 
     # -- timing (marks are timestamps the stream writes when it gets there, like GPU events)
     def mark(self):
-        if self._slot is None or self._inline:
+        t = self._tls
+        if t.slot is None or t.inline:
             return np.array([time.perf_counter()])
         when = np.zeros(1, np.float64)
-        self.lib.lib.gputok_native_stream_time(self._stream(self._slot), _address(when))
-        self._live[self._slot].append(when)
+        self.lib.lib.gputok_native_stream_time(self._stream(t.slot), _address(when))
+        self._live[t.slot].append(when)
         return when
 
     def elapsed_ms(self, a, b) -> float:
