@@ -11,6 +11,9 @@ A device adapter provides (``ArrayDevice`` documents each method):
     mark() / elapsed_ms(a, b)         timing
     name, block, max_blocks, scan_block, scan_items, oom_errors, xp
     in_flight (optional, default 2)   chunks the driver keeps queued at once
+    chunk_workers / solo() (optional) a host-memory device whose chunks each run start to end
+                                      on one worker thread (``solo``: launches at once, on the
+                                      calling thread alone); 0 or absent: streams
 
 The CuPy adapter is ``cuda.CupyDevice``. ``ArrayDevice`` runs the same driver on numpy arrays
 with any launch function: the tests pass the CPU kernel emulator (``tests/emulator``), so CI
