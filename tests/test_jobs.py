@@ -117,3 +117,45 @@ def test_stopping_the_pool_at_once_never_hangs_the_exit(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["closed", str(-signal.SIGKILL)]
+
+
+def test_read_ahead_keeps_order_errors_and_at_most_one_batch_ahead():
+    """``jobs.read_ahead``: the items in order; the reader is never more than one item ahead of
+    the caller (two batches in memory at most); an error while reading reaches the caller at
+    that item; a caller that stops early stops the reader."""
+    import threading
+    import time as _time
+
+    from gputok.jobs import read_ahead
+
+    produced, lock = [], threading.Lock()
+
+    def source(n, fail_at=None):
+        for i in range(n):
+            if i == fail_at:
+                raise ValueError(f"bad line in batch {i}")
+            with lock:
+                produced.append(i)
+            yield i
+
+    got = []
+    for x in read_ahead(source(6)):
+        _time.sleep(0.02)  # the reader has time to run ahead, if it would
+        with lock:
+            assert len(produced) <= x + 2  # this one and at most the next
+        got.append(x)
+    assert got == list(range(6))
+
+    produced.clear()
+    seen = []
+    with pytest.raises(ValueError, match="bad line in batch 3"):
+        for x in read_ahead(source(6, fail_at=3)):
+            seen.append(x)
+    assert seen == [0, 1, 2]
+
+    produced.clear()
+    gen = read_ahead(source(100))
+    assert next(gen) == 0
+    gen.close()  # the caller stops: the reader stops before reading much more
+    _time.sleep(0.1)
+    assert len(produced) <= 3
