@@ -73,10 +73,26 @@ def write_arrays(path: str, arrays: dict, scalars: "dict | None" = None) -> bool
     return write_atomic(path, pre + b"\0" * (start - len(pre)) + b"".join(parts))
 
 
+def _map(fd: int):
+    """A read-only shared mapping of the whole file. Where the OS allows (Linux), its page
+    table is filled at once (``MAP_POPULATE``: ~0.5-4 ms for 12-25 MB in the page cache): else
+    the first touch of each page is a fault in the middle of an encode, and the first short
+    encode after start-up paid those faults (2x its time for a 10 KB text)."""
+    import mmap
+
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate and hasattr(mmap, "MAP_SHARED") and hasattr(mmap, "PROT_READ"):
+        try:
+            return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+        except OSError:
+            pass
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
 def map_arrays(path: str) -> "tuple[dict, dict] | None":
     """(arrays, scalars) of a ``write_arrays`` file, the arrays read-only views of one shared
-    mapping (pages are read when first touched and shared by every process mapping the file);
-    None when the file is absent, of another format, or its sizes do not add up (damaged)."""
+    mapping (``_map``: shared by every process mapping the file, no copy); None when the file
+    is absent, of another format, or its sizes do not add up (damaged)."""
     import json
     import mmap
     import struct
@@ -97,7 +113,7 @@ def map_arrays(path: str) -> "tuple[dict, dict] | None":
             size = os.fstat(f.fileno()).st_size
             if size != start + int(head["data"]):
                 return None
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            mm = _map(f.fileno()) if size else b""
         arrays = {}
         for name, dtype, shape, off, nbytes in head["arrays"]:
             dt = np.dtype(dtype)

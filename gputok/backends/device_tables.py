@@ -145,9 +145,9 @@ def host_tables(model) -> dict:
     ``t_bits``, ``byte_ids``), the whole-token table (``slots``, ``tok_bytes``, ``bits``; absent
     without whole-piece lookup) and the join bits. Built here (~0.5 s for a 200K vocabulary) or,
     for the tiktoken rule, mapped from a cache next to the merge table's: a process that finds
-    it does not load the merge table at all, and reads no table byte until a kernel touches it
-    (an ``.npz`` read cost 30-80 ms for cl100k / o200k, a plain read 15-30 ms; the mapping
-    ~0.1 ms, and the kernels' first touches fault the pages in from the page cache)."""
+    it does not load the merge table at all, and copies no table byte (an ``.npz`` read cost
+    30-80 ms for cl100k / o200k, a plain read 15-30 ms; the mapping, page table filled, 0.5-4
+    ms; the pages are the page cache's, shared by every process)."""
     path = _cache_path(model)
     if path is not None:
         got = _mapped(path)
