@@ -65,6 +65,15 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
                                                                     : enc_hn_);                 \
          i < enc_he_; ++i)
 
+// Inside ENC_GRID_STRIDE, a kernel that has just written elements i .. next-1 itself (and knows
+// their own iterations would do nothing) may skip them: the loop goes on at `next` (at most to
+// its block's end; a later block starts at its own first element as before). On a GPU each
+// element is its own thread and this is a no-op (encode_common.cuh).
+#define ENC_SKIP_TO(i, next) \
+  do {                       \
+    if ((next) > (i) + 1) (i) = (next) - 1; \
+  } while (0)
+
 // Memory-level parallelism is the CPU's latency hiding (a GPU switches warps instead): kernels
 // mark loads they will need soon (encode_common.cuh, enc_pair_prefetch).
 #define ENC_PREFETCH(p) __builtin_prefetch(p)

@@ -17,3 +17,7 @@
   for (enc_i64 i = (enc_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (enc_i64)(n); \
        i += (enc_i64)gridDim.x * blockDim.x)
 #endif
+// (the host dialect's loop may skip elements a kernel wrote itself; a GPU thread has one)
+#ifndef ENC_SKIP_TO
+#define ENC_SKIP_TO(i, next) ((void)(next))
+#endif

@@ -230,17 +230,19 @@ GPUTOK_FN enc_u8 o200k_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
 // the span's first byte); a span start writes every byte of its span, 1 where a match starts
 // (THE O200K MATCHER, match after match until the next span start or the segment's end); any
 // other byte belongs to the span that holds it and writes nothing. So every flag is written by
-// exactly one thread, whatever the order.
-GPUTOK_FN void o200k_spans_at(const O2Text t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+// exactly one thread, whatever the order. Returns the first byte after those it wrote for a
+// span start (the bytes between belong to its span: their own threads write nothing), else
+// i + 1; a sequential loop may go on there (ENC_SKIP_TO), a GPU ignores it.
+GPUTOK_FN enc_i64 o200k_spans_at(const O2Text t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
   const enc_u8 m = t.mark[i];
   if (m & ENC_OUTSIDE) {
     ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
-    return;
+    return i + 1;
   }
   const enc_u8 c = t.cls[i];
-  if (c == ENC_O_CONT) return;
+  if (c == ENC_O_CONT) return i + 1;
   const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[o2_prev(t, i)];
-  if (!o200k_span_start(p, c)) return;
+  if (!o200k_span_start(p, c)) return i + 1;
   enc_i64 pos = i;
   while (true) {
     ent[pos] = 1u;
@@ -248,6 +250,6 @@ GPUTOK_FN void o200k_spans_at(const O2Text t, enc_i64 i, GPUTOK_DEV enc_u32* ent
     for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
     pos = end;
     const enc_u8 k = o2_at(t, pos);
-    if (k == ENC_X || o200k_span_start(t.cls[o2_prev(t, pos)], k)) return;
+    if (k == ENC_X || o200k_span_start(t.cls[o2_prev(t, pos)], k)) return pos;
   }
 }
