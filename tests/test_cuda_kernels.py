@@ -355,6 +355,24 @@ def test_segment_marks():
                  14: S, 20: E}
 
 
+def test_segment_marks_without_spans_match_the_general_form():
+    """The no-span fast path gives the marks the general form gives (empty documents, a
+    document that is only empty ones, one document), checked against a hand-rolled merge."""
+    rng = np.random.default_rng(5)
+    cases = [np.array([0, 0]), np.array([0, 9]), np.array([0, 0, 4, 4, 4, 9, 9])]
+    cases += [np.cumsum(np.r_[0, rng.integers(0, 3, rng.integers(1, 30))]) for _ in range(200)]
+    S, E = hostplan.SEG_START, hostplan.SEG_END
+    for off in cases:
+        want: dict = {}
+        for a, b in zip(off[:-1].tolist(), off[1:].tolist()):
+            if b > a:
+                want[a] = want.get(a, 0) | S
+                want[b] = want.get(b, 0) | E
+        pos, bits = hostplan.segment_marks(off, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        assert pos.dtype == np.uint32 and bits.dtype == np.uint8
+        assert dict(zip(pos.tolist(), bits.tolist())) == want and list(pos) == sorted(want)
+
+
 def test_array_device_wants_numpy_scalars():
     dev = emu_device()
     with pytest.raises(TypeError, match="numpy scalars"):

@@ -74,11 +74,18 @@ def segment_marks(doc_off: np.ndarray, sp_start: np.ndarray, sp_end: np.ndarray
         bits = np.concatenate([np.full(len(lo), SEG_START), np.full(len(hi), SEG_END),
                                np.full(len(inside), OUTSIDE), np.full(len(sp_start),
                                                                       SPECIAL_START)])
-    else:
+    else:  # no spans: the boundaries are doc_off (sorted); no unique / bitwise_or.at needed
+        # (~10 us instead of ~60 for the one-document chunk of a single encode call)
+        first = np.empty(len(doc_off), bool)
+        first[:1] = True
+        first[1:] = doc_off[1:] != doc_off[:-1]
+        upos = doc_off[first]
         nonempty = doc_off[1:] > doc_off[:-1]
-        lo, hi = doc_off[:-1][nonempty], doc_off[1:][nonempty]
-        pos = np.concatenate([lo, hi])
-        bits = np.concatenate([np.full(len(lo), SEG_START), np.full(len(hi), SEG_END)])
+        ubits = np.zeros(len(upos), np.uint8)
+        ubits[np.searchsorted(upos, doc_off[:-1][nonempty])] |= np.uint8(SEG_START)
+        ubits[np.searchsorted(upos, doc_off[1:][nonempty])] |= np.uint8(SEG_END)
+        keep = ubits != 0
+        return upos[keep].astype(np.uint32), ubits[keep]
     upos, inv = np.unique(pos, return_inverse=True)
     ubits = np.zeros(len(upos), np.uint8)
     np.bitwise_or.at(ubits, inv.reshape(-1), bits.astype(np.uint8))
