@@ -331,6 +331,24 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     assert ran_on == [] and ids.tolist() == [t for d in docs[:3] for t in tk.encode_ordinary(d)]
 
 
+def test_long_piece_workspace_only_for_chunks_with_long_pieces():
+    """On host memory the merge stage reads the entry starts: a chunk without a piece of
+    LONG_PIECE bytes allocates no long-piece workspace and launches no encode_merge_long; a
+    chunk with one does, and the ids are tiktoken's either way."""
+    from gputok.stages.merge import LONG_PIECE
+
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    split = enc.model.pretokenizer.split
+    short = [d for d in e2e_docs() if all(len(p.encode()) < LONG_PIECE for p in split(d))]
+    assert len(short) > 20
+    for docs, launched in ((short, False), (short + ["x" + "a" * (2 * LONG_PIECE)], True)):
+        be = native.create(threads=1)
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+            [tk.encode_ordinary(d) for d in docs]
+        assert ("encode_merge_long" in be.dev.launches) == launched
+
+
 def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
     """A chunk worker's MemoryError reaches the driver, which waits for the other chunks, keeps
     the finished prefix of the batch and runs the rest with half the budget: ids unchanged."""

@@ -186,6 +186,13 @@ class DeviceStages:
         prio_ws = dev.empty(n, np.uint32)
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
+        if self.host_memory and not self._has_long(pstart, cap):
+            # no piece of LONG_PIECE bytes or more: no long-piece workspace (16 bytes per byte
+            # of text, which a pool would otherwise keep resident) and no encode_merge_long
+            del prio_ws
+            if self.dedup:
+                self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
+            return owner, count, scratch
         # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys (uint64),
         # and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
         units = n // LONG_PIECE + 2
@@ -198,6 +205,13 @@ class DeviceStages:
         if self.dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
         return owner, count, scratch
+
+    def _has_long(self, pstart, cap: int) -> bool:
+        """Whether an entry of the chunk spans LONG_PIECE bytes or more (host memory: the
+        entry starts are read after the chunk's work so far is done)."""
+        self.dev.fence()
+        starts = pstart[:cap]
+        return cap > 1 and int(np.diff(starts).max()) >= LONG_PIECE
 
     def wordpiece(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_wordpiece.cu: (owner, count, scratch) as ``merge`` returns them; every word's
