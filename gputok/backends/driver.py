@@ -342,25 +342,12 @@ class DeviceBackend(Backend):
                                      allowed, workers)
         flight: collections.deque = collections.deque()
         k = 0
-        d0 = start
-        while d0 < n_docs:
-            d1 = self._chunk_end(doc_off, d0, budget)
-            n = int(doc_off[d1] - doc_off[d0])
-            if n > CHUNK_LIMIT:  # one document too big for uint32 positions
+        for d0, d1, hc in self._chunks(plan, buf, doc_off, spans, start, budget):
+            if hc is None or hc.n == 0:  # oversized, or nothing to encode
                 while flight:
                     self._finish(flight.popleft(), parts)
-                self.fallback("chunk", "oversized", f"document {d0} has {n} bytes (over 2 GiB); "
-                              "it is encoded on the host", once_key=("oversized", d0))
-                parts.append(self._host_part(model, buf, doc_off, d0, d1, allowed))
-                d0 = d1
-                continue
-            hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
-                         () if plan.norm_form else plan.normalizer)
-            if hc.n == 0:  # only empty documents (or only token spans that emit nothing)
-                while flight:
-                    self._finish(flight.popleft(), parts)
-                parts.append((d0, np.zeros(0, model.id_dtype), np.zeros(d1 - d0, np.int64)))
-                d0 = d1
+                parts.append(self._oversized(model, buf, doc_off, d0, d1, allowed)
+                             if hc is None else self._empty_part(model, d0, d1))
                 continue
             depth = getattr(self.dev, "in_flight", 2)
             if len(flight) == depth:
@@ -372,7 +359,6 @@ class DeviceBackend(Backend):
                 flight.append(self._enqueue(plan, hc, slot, model.id_dtype))
             if len(flight) == depth:
                 self._advance(flight[0])  # start the older chunk's ids download
-            d0 = d1
         while flight:
             self._finish(flight.popleft(), parts)
 
@@ -384,37 +370,51 @@ class DeviceBackend(Backend):
         prepared ahead. No chunk waits for another's fences, as the chunks of one Python thread
         feeding two streams do. ``parts`` are kept in document order, so an error (out of
         memory) leaves a prefix of the batch done, as ``_run`` does."""
-        n_docs = len(doc_off) - 1
         pool = self._chunk_pool(workers)
         pending: collections.deque = collections.deque()
         try:
-            d0 = start
-            while d0 < n_docs:
-                d1 = self._chunk_end(doc_off, d0, budget)
-                n = int(doc_off[d1] - doc_off[d0])
-                if n > CHUNK_LIMIT:  # one document too big for uint32 positions
+            for d0, d1, hc in self._chunks(plan, buf, doc_off, spans, start, budget):
+                if hc is None:  # oversized: after the chunks before it, on the host
                     while pending:
                         parts.append(pending.popleft().result())
-                    self.fallback("chunk", "oversized", f"document {d0} has {n} bytes (over 2 "
-                                  "GiB); it is encoded on the host", once_key=("oversized", d0))
-                    parts.append(self._host_part(model, buf, doc_off, d0, d1, allowed))
-                    d0 = d1
-                    continue
-                hc = prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
-                             () if plan.norm_form else plan.normalizer)
-                if hc.n == 0:  # only empty documents (or only token spans that emit nothing)
-                    pending.append(_Done((d0, np.zeros(0, model.id_dtype),
-                                          np.zeros(d1 - d0, np.int64))))
+                    parts.append(self._oversized(model, buf, doc_off, d0, d1, allowed))
+                elif hc.n == 0:
+                    pending.append(_Done(self._empty_part(model, d0, d1)))
                 else:
                     if len(pending) > workers:
                         parts.append(pending.popleft().result())
                     pending.append(pool.submit(self._whole_chunk, plan, hc, model.id_dtype))
-                d0 = d1
             while pending:
                 parts.append(pending.popleft().result())
         finally:  # on an error: chunks not started are dropped, running ones finish first
             running = [f for f in pending if not isinstance(f, _Done) and not f.cancel()]
             concurrent.futures.wait(running)
+
+    def _chunks(self, plan, buf, doc_off, spans, start: int, budget: int):
+        """The batch's chunks from document ``start`` on, in order, each prepared when asked
+        for: (d0, d1, host chunk), or (d0, d1, None) for one document too big for uint32
+        positions (``_oversized``)."""
+        n_docs = len(doc_off) - 1
+        d0 = start
+        while d0 < n_docs:
+            d1 = self._chunk_end(doc_off, d0, budget)
+            if int(doc_off[d1] - doc_off[d0]) > CHUNK_LIMIT:
+                yield d0, d1, None
+            else:
+                yield d0, d1, prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
+                                      () if plan.norm_form else plan.normalizer)
+            d0 = d1
+
+    def _oversized(self, model, buf, doc_off, d0: int, d1: int, allowed) -> tuple:
+        n = int(doc_off[d1] - doc_off[d0])
+        self.fallback("chunk", "oversized", f"document {d0} has {n} bytes (over 2 GiB); it is "
+                      "encoded on the host", once_key=("oversized", d0))
+        return self._host_part(model, buf, doc_off, d0, d1, allowed)
+
+    @staticmethod
+    def _empty_part(model, d0: int, d1: int) -> tuple:
+        """Documents with nothing to encode (empty, or only token spans that emit nothing)."""
+        return d0, np.zeros(0, model.id_dtype), np.zeros(d1 - d0, np.int64)
 
     def _chunk_pool(self, workers: int):
         """The chunk workers' threads (one pool per backend and process: a fork()ed child
