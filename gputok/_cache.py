@@ -94,7 +94,6 @@ def map_arrays(path: str) -> "tuple[dict, dict] | None":
     mapping (``_map``: shared by every process mapping the file, no copy); None when the file
     is absent, of another format, or its sizes do not add up (damaged)."""
     import json
-    import mmap
     import struct
 
     import numpy as np

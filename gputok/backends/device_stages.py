@@ -186,22 +186,19 @@ class DeviceStages:
         prio_ws = dev.empty(n, np.uint32)
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
-        if self.host_memory and not self._has_long(pstart, cap):
-            # no piece of LONG_PIECE bytes or more: no long-piece workspace (16 bytes per byte
-            # of text, which a pool would otherwise keep resident) and no encode_merge_long
-            del prio_ws
-            if self.dedup:
-                self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
-            return owner, count, scratch
-        # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys (uint64),
-        # and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
-        units = n // LONG_PIECE + 2
-        ws = [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
-              dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
-        self.go("encode_merge_long", cap,
-                 [d_buf, pstart, n_entries, owner, *table, a["join"], scratch, prio_ws, *ws,
-                  count, i64(cap)])
-        del ws, prio_ws
+        # on host memory a chunk without a piece of LONG_PIECE bytes or more gets no long-piece
+        # workspace (16 bytes per byte of text, which a pool would keep resident) and no launch
+        if not self.host_memory or self._has_long(pstart, cap):
+            # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys
+            # (uint64), and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
+            units = n // LONG_PIECE + 2
+            ws = [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
+                  dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
+            self.go("encode_merge_long", cap,
+                     [d_buf, pstart, n_entries, owner, *table, a["join"], scratch, prio_ws, *ws,
+                      count, i64(cap)])
+            del ws
+        del prio_ws
         if self.dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
         return owner, count, scratch
@@ -210,8 +207,7 @@ class DeviceStages:
         """Whether an entry of the chunk spans LONG_PIECE bytes or more (host memory: the
         entry starts are read after the chunk's work so far is done)."""
         self.dev.fence()
-        starts = pstart[:cap]
-        return cap > 1 and int(np.diff(starts).max()) >= LONG_PIECE
+        return cap > 1 and int(np.diff(pstart[:cap]).max()) >= LONG_PIECE
 
     def wordpiece(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_wordpiece.cu: (owner, count, scratch) as ``merge`` returns them; every word's

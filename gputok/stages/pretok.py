@@ -21,7 +21,6 @@ pay on prose); below ``_SCAN_MIN`` characters one findall beats the scanner's nu
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 
 import numpy as np

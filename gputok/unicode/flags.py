@@ -72,7 +72,7 @@ def _derive(family: str) -> dict:
 
 
 def _read(path: str) -> "dict | None":
-    got = map_arrays(path)  # mapped read-only: no copy, pages read on first touch
+    got = map_arrays(path)  # mapped read-only, shared with every process: no copy
     if got is None:  # absent, foreign or damaged
         return None
     out = got[0]
