@@ -86,3 +86,20 @@ def test_a_much_bigger_block_is_not_handed_out():
     assert _addr(small) != first and pool.hits == 0
     near = pool.empty((4 << 20) - 100_000, np.uint8)
     assert _addr(near) == first and pool.hits == 1
+
+
+def test_blocks_freed_while_more_is_in_use_are_kept_then_trimmed():
+    """A big chunk's stages free arrays the next stage needs again: while at least as much is
+    in use, freed blocks stay idle past ``cap`` (reused resident, not faulted in afresh); once
+    the work in flight shrinks, the idle blocks beyond ``cap`` are dropped, biggest first."""
+    pool = HostPool(cap=1 << 20)
+    live = [pool.empty(4 << 20, np.uint8) for _ in range(3)]  # 12 MB in use
+    first = _addr(live[0])
+    del live[0]
+    gc.collect()
+    assert pool.idle_bytes == 4 << 20  # over cap, kept: 8 MB are still in use
+    again = pool.empty(4 << 20, np.uint8)
+    assert _addr(again) == first and pool.hits == 1
+    del live, again
+    gc.collect()
+    assert pool.idle_bytes <= 1 << 20  # nothing in use: back under cap

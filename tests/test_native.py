@@ -279,6 +279,80 @@ def test_encode_batch_arrays_and_long_texts_take_it():
     assert enc.encode_ordinary(text) == tiktoken_oracle("cl100k_base").encode_ordinary(text)
 
 
+def test_merge_pieces_is_the_pipeline_for_pieces_cut_on_the_host():
+    """``DeviceBackend.merge_pieces``: the merge and emit stages for pieces the host cut; each
+    piece's ids as the whole pipeline gives them (whole tokens, short pieces, long runs cut by
+    the join map, long heaps), whatever the layout, in order, duplicates included."""
+    from gputok.stages.merge import LONG_PIECE
+
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    pieces = [" hello", "a" * 3000, "\U0001F600" * 500, " " * (LONG_PIECE + 1), "x", "a" * 3000,
+              "=" * 700, "\n\n", "1" * 3, "Ab" * 200]
+    raw = [p.encode() for p in pieces]
+    for layout in LAYOUT_IDS:
+        be = backend(layout, dedup=True)
+        got = be.merge_pieces(enc.model, raw)
+        assert got == [tuple(tk.encode_ordinary(p)) for p in pieces], layout
+    assert be.merge_pieces(enc.model, []) == []
+    assert set(be.dev.launches) >= {"encode_piece_kind", "encode_merge_long", "encode_emit_u32"}
+    assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
+
+
+def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
+    """``Encoding.encode``: a text the pre-tokenizer cuts into a few pieces (runs of one
+    character class) is cut on the host and only its long pieces go to the device's merge
+    stage; prose takes the batch pipeline; a short text merges its long pieces on the device
+    too. The ids are tiktoken's every way."""
+    from gputok import backends
+    from gputok.stages import counters
+
+    be = native.create(threads=2)
+    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    few = ["a" * 20_000, " " * 9000 + "end", "\U0001F600" * 4000, "x " + "7" * 30 + "b" * 5000,
+           "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
+    for text in few:
+        before = dict(counters)
+        chunks = counters["device.chunks"]
+        assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+        assert enc.encode(text) == tk.encode(text)
+        assert counters["merge.long_device"] - before.get("merge.long_device", 0) >= 2
+        assert counters["device.chunks"] - chunks == 2  # merge_pieces, once per call
+    assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
+    prose = " ".join(e2e_docs())[:30_000]
+    assert enc.encode_ordinary(prose) == tk.encode_ordinary(prose)
+    assert be.dev.launches.get("encode_pretok_window", 0) >= 1  # the batch pipeline
+    spec = "a" * 3000 + "<|endoftext|>"  # active specials: the batch pipeline too
+    assert enc.encode(spec, allowed_special="all") == tk.encode(spec, allowed_special="all")
+
+
+def test_split_few_is_split_or_none():
+    enc = gputok.get_encoding("cl100k_base")
+    pre = enc.model.pretokenizer
+    for text in ["", "a" * 50_000, " " * 5000 + "x", "\U0001F600" * 3000 + " ok", "a b c d e f",
+                 "Ab" * 4000]:
+        got = pre.split_few(text, 16)
+        want = pre.split(text)
+        assert got == (want if len(want) <= 16 else None), text[:10]
+    assert pre.split_few(" ".join(["word"] * 40), 16) is None
+    assert pre.split_few("a" * 5000 + " word" * 40, 16) is None  # many pieces after a run
+
+
+def test_a_batch_of_one_big_chunk_runs_on_every_thread():
+    """With chunk workers, a batch of one chunk (a blob with no safe cut point) runs its
+    launches at once on every thread, not on one stream's thread."""
+    import base64
+    import random
+
+    enc = gputok.get_encoding("cl100k_base")
+    blob = base64.b64encode(random.Random(3).randbytes(600_000)).decode()
+    be = native.create(threads=2)
+    ids, off = be.encode(enc.model, Documents([blob]), frozenset(), frozenset())
+    assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(blob)
+    assert not be.dev._streams  # no stream was made
+
+
 class _StreamsOnly(native.NativeDevice):
     """The native device without chunk workers: the driver's two-stream path (as on CUDA)."""
 
@@ -562,6 +636,30 @@ def test_cut_points_are_safe_and_outside_token_spans():
     parts = np.diff(sub)
     assert parts.max() <= 20_000 and (parts[:5] <= 1000).all()
     assert cut_long_documents(buf, off, spans, 10 ** 6) == (off, None)
+
+
+def test_safe_cut_search_matches_its_definition():
+    """find_safe_cut against the plain definition (a regex search), on random bytes rich in
+    letters and spaces and on the long runs where a scan must not be slow or wrong."""
+    import random
+    import re
+
+    from gputok.backends.hostplan import find_safe_cut
+
+    rule = re.compile(rb"[A-Za-z] [A-Za-z]")
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.choice([0, 1, 2, 3, 5, 40, 5000, 9000])
+        buf = bytes(rng.choice(b"ab  Z\xc3\xa9.\n") for _ in range(n))
+        lo, hi = sorted(rng.randint(0, n) for _ in range(2))
+        m = rule.search(buf, lo, hi)
+        assert find_safe_cut(np.frombuffer(buf, np.uint8), lo, hi) == (
+            m.start() + 1 if m else -1), (buf, lo, hi)
+    for run in (b"a" * 3_000_000, b" " * 3_000_000, "\U0001F600".encode() * 700_000):
+        buf = run + b"x y" + run
+        want = len(run) + 1
+        assert find_safe_cut(np.frombuffer(buf, np.uint8), 10, len(buf)) == want
+        assert find_safe_cut(np.frombuffer(buf, np.uint8), want, len(buf)) == -1
 
 
 def test_no_cuts_for_pre_tokenizers_without_known_safe_points():

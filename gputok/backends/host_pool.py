@@ -28,6 +28,7 @@ import numpy as np
 MIN_POOLED = 1 << 16  # bytes; smaller arrays come from malloc's own free lists
 CAP_DEFAULT = 48 << 20  # idle bytes kept: about one chunk's workspace (native.CHUNK_BYTES)
 SLACK = 1.25  # a block serves requests down to 1/SLACK of its size
+KEEP_IN_USE = 1  # while more is in use, idle blocks up to that much (times this) are kept
 
 
 def _rounded(nbytes: int) -> int:
@@ -56,6 +57,7 @@ class HostPool:
         self._idle: list = []  # (size, serial, block), sorted
         self._serial = 0
         self._idle_bytes = 0
+        self._in_use = 0  # bytes of pooled blocks handed out and not back yet
         self.hits = 0
         self.misses = 0
 
@@ -75,6 +77,8 @@ class HostPool:
                 self.misses += 1
         if block is None:
             block = np.empty(_rounded(nbytes), np.uint8)
+        with self._lock:
+            self._in_use += block.nbytes
         h = _Holder()
         h.block, h.pool = block, self
         h.__array_interface__ = {"shape": (int(n),), "typestr": dt.str, "version": 3,
@@ -83,12 +87,19 @@ class HostPool:
 
     def _give_back(self, block) -> None:
         size = block.nbytes
+        dropped = []
         with self._lock:
-            if self._idle_bytes + size > self.cap:
-                return  # dropped: the block is freed with the holder
-            self._serial += 1
-            bisect.insort(self._idle, (size, self._serial, block))
-            self._idle_bytes += size
+            self._in_use -= size
+            limit = max(self.cap, KEEP_IN_USE * self._in_use)
+            if self._idle_bytes + size <= limit:
+                self._serial += 1
+                bisect.insort(self._idle, (size, self._serial, block))
+                self._idle_bytes += size
+            while self._idle_bytes > limit:  # the work in flight shrank: the biggest go first
+                got = self._idle.pop()
+                self._idle_bytes -= got[0]
+                dropped.append(got)
+        del dropped  # (freed outside the lock)
 
     @property
     def idle_bytes(self) -> int:

@@ -39,13 +39,28 @@ class PieceCache(dict):
             del self[p]
 
 
-def ids_of_pieces(model, pieces: list) -> list:
-    """Ids of one document's items (the single-text path): a list of tuples."""
+def ids_of_pieces(model, pieces: list, long_merge=None) -> list:
+    """Ids of one document's items (the single-text path): a list of tuples.
+
+    ``long_merge(pieces)``: the merge stage of a device for the missing pieces of
+    ``LONG_PIECE`` bytes or more (UTF-8 bytes in, a tuple of ids per piece out, or None when
+    it cannot take them), which merge there in compiled code rather than in Python's heap
+    (~2 us per byte)."""
     cache = model.piece_cache
     vals = list(map(cache.get, pieces))
     if None in vals:
         missing = list({p for p, v in zip(pieces, vals) if v is None and p.__class__ is str})
-        got = dict(zip(missing, merge_pieces(model, missing)))
+        got = {}
+        if long_merge is not None:
+            # a str of fewer than LONG_PIECE / 4 characters is shorter than LONG_PIECE bytes
+            long = [(p, b) for p in missing if len(p) * 4 >= LONG_PIECE
+                    for b in (p.encode("utf-8"),) if len(b) >= LONG_PIECE]
+            merged = long_merge([b for _, b in long]) if long else None
+            if merged is not None:  # (None: the device could not take them)
+                got.update(zip([p for p, _ in long], merged))
+                counters["merge.long_device"] += len(long)
+                missing = [p for p in missing if p not in got]
+        got.update(zip(missing, merge_pieces(model, missing)))
         cache.store(missing, [got[p] for p in missing])
         vals = [v if v is not None else _resolve(model, got, p) for p, v in zip(pieces, vals)]
     counters["dedup.pieces"] += len(pieces)

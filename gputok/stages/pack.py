@@ -39,6 +39,14 @@ def fix_surrogates(text: str) -> str:
     return text
 
 
+def utf8_of(text: str) -> bytes:
+    """``fix_surrogates(text).encode("utf-8")``, encoding a valid text once."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return fix_surrogates(text).encode("utf-8")
+
+
 class Documents:
     """A batch of documents with a uniform view: iterate as str, or get packed UTF-8 bytes."""
 
@@ -106,12 +114,14 @@ class Documents:
             for i, b in enumerate(self._bytes_list):
                 self._decode(b, i)
             parts = self._bytes_list
+        elif self._strs is not None:
+            parts = list(map(utf8_of, self._strs))
         else:
             parts = [s.encode("utf-8") for s in self.iter_str()]
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return b"".join(parts), offsets
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), offsets
 
     def _validate_buffer(self) -> None:
         try:

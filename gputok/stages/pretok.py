@@ -21,6 +21,7 @@ pay on prose); below ``_SCAN_MIN`` characters one findall beats the scanner's nu
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from . import counters
 from .. import unicode as _unicode
 
+_FEW_PROBE = 256  # characters (split_few)
 _SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
 
 
@@ -102,6 +104,20 @@ class Pretokenizer:
         if self._keep_gaps and sum(map(len, pieces)) != len(text):
             return self._steps(text)  # isolated split keeps unmatched gaps; they are rare
         return pieces
+
+    def split_few(self, text: str, limit: int) -> "list | None":
+        """``split(text)`` when it has at most ``limit`` pieces, else None: a run of one
+        character class (``"a" * n``, emoji, whitespace) with a few pieces around it. Prose is
+        told apart by the regex on the first ``_FEW_PROBE`` characters (microseconds), before
+        the whole text is cut (the scanner: the pinned regex takes ~80 ns per letter of a
+        letter run). None also where there is no single pattern or it keeps gaps."""
+        if self.pattern is None or self._keep_gaps:
+            return None
+        probe = self._compiled[0][0].finditer(text, 0, _FEW_PROBE)
+        if sum(1 for _ in itertools.islice(probe, limit + 1)) > limit:
+            return None
+        pieces = self.split(text)
+        return pieces if len(pieces) <= limit else None
 
     def split_batch(self, texts: list) -> list:
         if self.pattern is None:
