@@ -294,8 +294,7 @@ def test_merge_pieces_is_the_pipeline_for_pieces_cut_on_the_host():
         got = be.merge_pieces(enc.model, raw)
         assert got == [tuple(tk.encode_ordinary(p)) for p in pieces], layout
     assert be.merge_pieces(enc.model, []) == []
-    assert set(be.dev.launches) >= {"encode_piece_kind", "encode_merge_long", "encode_emit_u32"}
-    assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
+    assert set(be.dev.launches) == {"encode_piece_kind", "encode_merge_short", "encode_merge_long"}
 
 
 def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
@@ -314,11 +313,11 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
            "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
     for text in few:
         before = dict(counters)
-        chunks = counters["device.chunks"]
         assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
         assert enc.encode(text) == tk.encode(text)
         assert counters["merge.long_device"] - before.get("merge.long_device", 0) >= 2
-        assert counters["device.chunks"] - chunks == 2  # merge_pieces, once per call
+        assert counters["device.merge_pieces"] - before.get("device.merge_pieces", 0) >= 2
+        assert counters["device.chunks"] == before.get("device.chunks", 0)
     assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
     prose = " ".join(e2e_docs())[:30_000]
     assert enc.encode_ordinary(prose) == tk.encode_ordinary(prose)

@@ -165,15 +165,19 @@ class DeviceStages:
         n_entries = dev.put(np.array([cap], np.uint32)) if self.host_memory else ent[n + 1:n + 2]
         return pstart, spec, doc_entry, n_entries, cap
 
-    def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
+    def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int, *,
+              dedup: "bool | None" = None, has_long: "bool | None" = None):
         """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
-        scratch at pstart[e] (pstart[owner[e]] for a duplicate)."""
+        scratch at pstart[e] (pstart[owner[e]] for a duplicate). ``dedup``: this call's
+        choice (default the stages'); ``has_long``: whether an entry has LONG_PIECE bytes or
+        more, when the caller knows (else read from ``pstart`` on host memory)."""
         dev = self.dev
         a, s = tables.arrays, tables.scalars
+        dedup = self.dedup if dedup is None else dedup
         owner = dev.empty(cap, np.uint32)
         count = dev.zeros(cap + 1, np.uint32)  # one spare zero: the scan's total lands there
         scratch = dev.empty(n, np.uint32)
-        if self.dedup:
+        if dedup:
             dbits = max(4, int(2 * cap - 1).bit_length())
             slots = dev.full(1 << dbits, EMPTY64, np.uint64)
         else:
@@ -188,7 +192,9 @@ class DeviceStages:
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
         # on host memory a chunk without a piece of LONG_PIECE bytes or more gets no long-piece
         # workspace (16 bytes per byte of text, which a pool would keep resident) and no launch
-        if not self.host_memory or self._has_long(pstart, cap):
+        if has_long is None:
+            has_long = not self.host_memory or self._has_long(pstart, cap)
+        if has_long:
             # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys
             # (uint64), and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
             units = n // LONG_PIECE + 2
@@ -199,7 +205,7 @@ class DeviceStages:
                       count, i64(cap)])
             del ws
         del prio_ws
-        if self.dedup:
+        if dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
         return owner, count, scratch
 

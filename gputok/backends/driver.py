@@ -61,6 +61,7 @@ from .device_tables import upload_tables
 from .hostplan import GAP, NORMAL, HostChunk, cut_long_documents, prepare, splice_normalized
 from ..stages import counters
 from ..stages.emit import assemble
+from ..stages.merge import LONG_PIECE
 from ..stages.pack import Documents
 from ..unicode import FORMS
 from ..stages.split import check_buffer, token_spans
@@ -195,42 +196,50 @@ class DeviceBackend(Backend):
         ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype)
         return (ids, off) if keep is None else (ids, off[keep])
 
-    def merge_pieces(self, model, pieces: list) -> list:
-        """The merge and emit stages alone, for pieces the host cut (UTF-8 ``bytes``): each
+    def merge_pieces(self, model, pieces: list) -> "list | None":
+        """The merge stage alone, for pieces the host cut (UTF-8 ``bytes``): each
         piece's ids as a tuple, as the whole pipeline gives them (a whole token first, then the
         sequential rule; a long piece cut where no merge crosses, its long runs in O(L log L)).
 
-        ``Encoding.encode`` sends a text's long pieces here (``dedup.ids_of_pieces``): the
-        host regex cuts a text of a few pieces in microseconds, where the pre-tokenization
-        kernels and a chunk's set-up cost ~0.3 ms a call. Returns None where the pieces cannot
-        run as one chunk (over 2 GiB, or out of device memory): the caller merges them itself."""
+        ``Encoding.encode`` sends a text's long pieces here (``dedup.ids_of_pieces``): the host
+        regex cuts a text of a few pieces in microseconds, and the merge kernels (2-3 launches,
+        the ids read from the merge's own scratch) cost far less than the pre-tokenization
+        kernels and a chunk's set-up (~0.3 ms a call). None where the pieces cannot run as one
+        chunk (over 2 GiB, out of device memory) or the model has no merge kernels here: the
+        caller merges them itself."""
         k = len(pieces)
+        if not k:
+            return []
         lens = np.fromiter(map(len, pieces), np.int64, k)
         starts = np.zeros(k + 1, np.int64)
         np.cumsum(lens, out=starts[1:])
-        if not k or starts[k] > CHUNK_LIMIT or self._host_family(model) is not None:
-            return None if k else []
+        n = int(starts[k])
+        if n > CHUNK_LIMIT or self._host_family(model) is not None or model.kind == "wordpiece":
+            return None
         spec = np.full(k + 1, NORMAL, np.uint32)
         spec[k] = GAP  # the sentinel entry
         data = np.frombuffer(b"".join(pieces), np.uint8)
-        hc = HostChunk(0, k, len(data), "split",
-                       [data, starts.astype(np.uint32), spec, np.arange(k + 1, dtype=np.uint32),
-                        np.array([k + 1], np.uint32)], k, n_entries=k + 1)
-        done: list = []
+        dev = self.dev
         with self._lock:
             try:
                 plan = self._plan(model)
-                self.dev.begin_chunk(hc.n)
-                with self.dev.stream(0):  # each piece a document: its ids are one part
-                    st = self._enqueue(plan, hc, 0, model.id_dtype)
-                self._finish(st, done)
-            except self.dev.oom_errors:
-                self.dev.release()
+                dev.begin_chunk(n)
+                with dev.stream(0):
+                    d_buf, d_start, d_spec, d_n = dev.upload(
+                        [data, starts.astype(np.uint32), spec, np.array([k + 1], np.uint32)])
+                    _, count, scratch = self.stages.merge(
+                        plan.tables, n, d_buf, d_start, d_spec, d_n, k + 1, dedup=False,
+                        has_long=bool((lens >= LONG_PIECE).any()))
+                    got_count = dev.download("count", count, k)
+                    got_ids = dev.download("scratch", scratch, n)
+                    counts, ids = got_count.result(), got_ids.result()
+            except dev.oom_errors:
+                dev.release()
                 return None
-        _, ids, counts = done[0]
-        ends = np.cumsum(counts).tolist()
-        flat = ids.tolist()
-        return [tuple(flat[a:b]) for a, b in zip([0] + ends[:-1], ends)]
+        with self._count_lock:
+            counters["device.merge_pieces"] += k
+        # no dedup: each piece's ids are at its own start (a whole token: one id there)
+        return [tuple(ids[a:a + c].tolist()) for a, c in zip(starts.tolist(), counts.tolist())]
 
     def time_kernels(self, model, texts, repeat: int = 3) -> dict:
         """Kernel-only timing of one chunk (the first ``chunk_bytes`` of ``texts``, no tokens):
