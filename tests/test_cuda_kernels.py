@@ -490,6 +490,29 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
         kernels._cupy_module.cache_clear()
 
 
+def test_merge_pieces_on_the_emulator_and_the_cupy_layer(monkeypatch):
+    """``DeviceBackend.merge_pieces`` (a text's long pieces, cut on the host) is device-neutral:
+    the same ids through the emulator's launch layer and the CuPy adapter (pinned downloads)."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    pieces = [" hello", "a" * 700, "\U0001F600" * 80, " " * 300, "x", "=" * 400, "\t" * 260]
+    want = [tuple(tk.encode_ordinary(p)) for p in pieces]
+    raw = [p.encode() for p in pieces]
+    be = DeviceBackend(emu_device("shuffle", 5))
+    assert be.merge_pieces(enc.model, raw) == want
+    assert "encode_merge_long" in be.dev.launches and "encode_emit_u32" not in be.dev.launches
+    log: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
+    monkeypatch.setattr(cuda, "_no_driver", lambda: False)
+    kernels._cupy_module.cache_clear()
+    try:
+        dev = cuda.CupyDevice()
+        dev.block, dev.max_blocks = 64, 2
+        assert DeviceBackend(dev).merge_pieces(enc.model, raw) == want
+        assert "encode_merge_long" in log
+    finally:
+        kernels._cupy_module.cache_clear()
+
+
 # ---------------------------------------------------------------- 3. what runs where
 
 def _with_strip_tokens(tmp_path, key: str, lstrip: str, rstrip: str):
