@@ -293,8 +293,8 @@ class HostChunk:
     n_entries: int = 0  # host-cut modes
     n_spans: int = 0
     n_marks: int = 0
-    # device mode: (chunk bytes, document offsets, token span starts, ends, ids) in chunk
-    # coordinates, for ``splice_normalized``
+    # device mode: (chunk bytes or a view of them, document offsets, token span starts, ends,
+    # ids) in chunk coordinates, for ``splice_normalized``
     raw: "tuple | None" = None
 
 
@@ -324,6 +324,8 @@ def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
     nd = d1 - d0
     if n == 0:
         return HostChunk(d0, d1, 0, mode, [], nd)
+    if mode == "device" and not normalizer:  # a view: the kernels read the batch's buffer
+        return _device_chunk(d0, d1, memoryview(buf)[b0:b1], off, ss, se, sid)
     chunk = buf[b0:b1]
     if normalizer and mode != "split":
         chunk, off, ss, se = normalize_chunk(normalizer, chunk, off, ss, se)
@@ -404,6 +406,7 @@ def splice_normalized(hc: HostChunk, pos: np.ndarray, form: str) -> tuple[HostCh
     host (``normal_spans``) and spliced back; token spans are never normalised. Returns (the
     rebuilt chunk, or ``hc`` when nothing changed; spans normalised; their bytes)."""
     chunk, off, ss, se, sid = hc.raw
+    chunk = bytes(chunk)  # (a view of the batch's buffer)
     pos = np.asarray(pos, np.int64)
     if len(ss):
         i = np.searchsorted(ss, pos, "right") - 1
