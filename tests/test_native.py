@@ -297,6 +297,31 @@ def test_merge_pieces_is_the_pipeline_for_pieces_cut_on_the_host():
     assert set(be.dev.launches) == {"encode_piece_kind", "encode_merge_short", "encode_merge_long"}
 
 
+def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token():
+    """A piece longer than every token cannot be one: when all are, ``merge_pieces`` launches
+    ``encode_piece_kind`` without the whole-token table (no hash of a long piece); a piece as
+    long as the longest token still finds it."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    longest = max(enc.model.ranks, key=len)
+    seen = []
+    be = backend("1-thread")
+    real = be.dev.launch
+
+    def spy(name, grid, block, args):
+        if name == "encode_piece_kind":
+            seen.append(int(args[6]))  # w_bits
+        return real(name, grid, block, args)
+
+    be.dev.launch = spy
+    ranks = enc.model.ranks
+    for pieces, whole in (([b"a" * 4000, b" " * 900], False), ([longest, b"a" * 4000], True)):
+        got = be.merge_pieces(enc.model, pieces)
+        assert got == [(ranks[p],) if p in ranks else tuple(tk.encode_ordinary(p.decode()))
+                       for p in pieces]
+        assert (seen[-1] != 0) == whole
+    assert len(got[0]) == 1 and len(longest) >= 64
+
+
 def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     """``Encoding.encode``: a text the pre-tokenizer cuts into a few pieces (runs of one
     character class) is cut on the host and only its long pieces go to the device's merge

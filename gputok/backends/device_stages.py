@@ -166,11 +166,14 @@ class DeviceStages:
         return pstart, spec, doc_entry, n_entries, cap
 
     def merge(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int, *,
-              dedup: "bool | None" = None, has_long: "bool | None" = None):
+              dedup: "bool | None" = None, has_long: "bool | None" = None,
+              whole: bool = True):
         """encode_merge.cu: (owner, count, scratch); entry e's ids are count[e] values in
         scratch at pstart[e] (pstart[owner[e]] for a duplicate). ``dedup``: this call's
         choice (default the stages'); ``has_long``: whether an entry has LONG_PIECE bytes or
-        more, when the caller knows (else read from ``pstart`` on host memory)."""
+        more, when the caller knows (else read from ``pstart`` on host memory); ``whole``:
+        False when the caller knows no piece can be a token (all longer than the longest):
+        no whole-token lookup, so a long piece is not hashed for nothing."""
         dev = self.dev
         a, s = tables.arrays, tables.scalars
         dedup = self.dedup if dedup is None else dedup
@@ -183,7 +186,8 @@ class DeviceStages:
         else:
             dbits, slots = 0, dev.dummy(np.uint64)
         self.go("encode_piece_kind", cap,
-                 [d_buf, pstart, spec, n_entries, a["w_slots"], a["w_tok_bytes"], s["w_bits"],
+                 [d_buf, pstart, spec, n_entries, a["w_slots"], a["w_tok_bytes"],
+                  s["w_bits"] if whole else u32(0),
                   slots, u32(dbits), owner, count, scratch, i64(cap)])
         del slots
         table = [a["t_slots"], s["t_bits"], a["byte_ids"]]

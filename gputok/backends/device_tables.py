@@ -191,6 +191,7 @@ def upload_tables(dev, model, scanner, class_cache: dict, norm_form: "str | None
     if "slots" in host:
         a["w_slots"], a["w_tok_bytes"] = dev.put(host["slots"]), dev.put(host["tok_bytes"])
         s["w_bits"] = u32(host["bits"])
+        s["w_max_len"] = int(host["slots"][3::4].max())  # (host only: no longer piece is a token)
     else:
         a["w_slots"], a["w_tok_bytes"] = dev.dummy(np.uint32), dev.dummy(np.uint8)
         s["w_bits"] = u32(0)

@@ -227,9 +227,11 @@ class DeviceBackend(Backend):
                 with dev.stream(0):
                     d_buf, d_start, d_spec, d_n = dev.upload(
                         [data, starts.astype(np.uint32), spec, np.array([k + 1], np.uint32)])
+                    longest = plan.tables.scalars.get("w_max_len", 0)
                     _, count, scratch = self.stages.merge(
                         plan.tables, n, d_buf, d_start, d_spec, d_n, k + 1, dedup=False,
-                        has_long=bool((lens >= LONG_PIECE).any()))
+                        has_long=bool((lens >= LONG_PIECE).any()),
+                        whole=bool((lens <= longest).any()))
                     got_count = dev.download("count", count, k)
                     got_ids = dev.download("scratch", scratch, n)
                     counts, ids = got_count.result(), got_ids.result()
