@@ -42,10 +42,10 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
     n = len(text)
     merge = getattr(get_backend("auto"), "merge_pieces", None) if n >= _FEW_MIN else None
     if merge is not None:
-        long_merge = functools.partial(merge, model)
+        device_merge = functools.partial(merge, model)
         if n < _DEVICE_PATH_MIN:
-            return encode_text(model, text, allowed, long_merge)
-        got = encode_few(model, text, allowed, long_merge, _FEW_PIECES)
+            return encode_text(model, text, allowed, device_merge)
+        got = encode_few(model, text, allowed, device_merge, _FEW_PIECES)
         if got is not None:
             return got
     if _takes_batch_path(text):

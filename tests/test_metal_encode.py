@@ -212,6 +212,16 @@ def test_metal_backend_matches_tiktoken_in_every_thread_order(order, seed):
     assert be.fallbacks == {}
 
 
+def test_merge_pieces_on_the_metal_backend():
+    """``DeviceBackend.merge_pieces`` (a text's long pieces and a cold cache's misses, cut on
+    the host) through the Metal adapter: the merge shaders alone, tiktoken's ids."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    pieces = [" hello", "a" * 600, "\U0001F600" * 70, " " * 300, "x", " unbelievably", "\t" * 260]
+    be = metal_backend("shuffle", 3)
+    got = be.merge_pieces(enc.model, [p.encode() for p in pieces])
+    assert got == [tuple(tk.encode_ordinary(p)) for p in pieces]
+
+
 def test_metal_backend_special_tokens():
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     specials = sorted(enc.special_tokens_set)

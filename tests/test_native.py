@@ -340,7 +340,7 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
         before = dict(counters)
         assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
         assert enc.encode(text) == tk.encode(text)
-        assert counters["merge.long_device"] - before.get("merge.long_device", 0) >= 2
+        assert counters["merge.device_pieces"] - before.get("merge.device_pieces", 0) >= 2
         assert counters["device.merge_pieces"] - before.get("device.merge_pieces", 0) >= 2
         assert counters["device.chunks"] == before.get("device.chunks", 0)
     assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
@@ -349,6 +349,31 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     assert be.dev.launches.get("encode_pretok_window", 0) >= 1  # the batch pipeline
     spec = "a" * 3000 + "<|endoftext|>"  # active specials: the batch pipeline too
     assert enc.encode(spec, allowed_special="all") == tk.encode(spec, allowed_special="all")
+
+
+def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeypatch):
+    """``Encoding.encode`` of a text under the batch path's threshold: with a cold piece cache
+    and ``DEVICE_MISSES`` misses or more, every miss merges in one ``merge_pieces`` call; a few
+    misses merge in Python; either way the ids are tiktoken's and the cache is filled."""
+    from gputok import backends
+    from gputok.stages import counters, dedup
+
+    be = native.create(threads=2)
+    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    text = " ".join(e2e_docs())[:1500]
+    enc.model.piece_cache.clear()
+    before = counters["merge.device_pieces"]
+    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    sent = counters["merge.device_pieces"] - before
+    assert sent >= dedup.DEVICE_MISSES and be.dev.launches.get("encode_merge_short", 0) == 1
+    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)  # now from the cache
+    assert counters["merge.device_pieces"] - before == sent
+    few = "zqxw vbnm"  # two misses: merged in Python
+    enc.model.piece_cache.clear()
+    assert enc.encode_ordinary(few * 10) == tk.encode_ordinary(few * 10)
+    assert counters["merge.device_pieces"] - before == sent
 
 
 def test_split_few_is_split_or_none():

@@ -50,9 +50,9 @@ class NumpyBackend(Backend):
         return fam.finish(ids, offsets) if fam is not None else (ids, offsets)
 
 
-def encode_text(model, text: str, allowed: frozenset, long_merge=None) -> list[int]:
-    """One text (already checked for disallowed tokens) to ids. ``long_merge``: a device's
-    merge stage for the long pieces (``dedup.ids_of_pieces``)."""
+def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list[int]:
+    """One text (already checked for disallowed tokens) to ids. ``device_merge``: a device's
+    merge stage for the long pieces and many misses (``dedup.ids_of_pieces``)."""
     text = fix_surrogates(text)
     active = model.active_tokens(allowed)
     fam = model.family
@@ -63,7 +63,7 @@ def encode_text(model, text: str, allowed: frozenset, long_merge=None) -> list[i
     if not active:
         if steps:
             text = normalize.normalize_text(steps, text)
-        return dedup.flat_ids(dedup.ids_of_pieces(model, pre.split(text), long_merge))
+        return dedup.flat_ids(dedup.ids_of_pieces(model, pre.split(text), device_merge))
     items: list = []
     for part, is_tok in split_text(text, active, model.lstrip, model.rstrip):
         if is_tok:
@@ -72,21 +72,21 @@ def encode_text(model, text: str, allowed: frozenset, long_merge=None) -> list[i
             if steps:
                 part = normalize.normalize_text(steps, part)
             items.extend(pre.split(part))
-    return dedup.flat_ids(dedup.ids_of_pieces(model, items, long_merge))
+    return dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge))
 
 
-def encode_few(model, text: str, allowed: frozenset, long_merge, limit: int
+def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int
                ) -> "list[int] | None":
     """``encode_text`` for a text the pre-tokenizer cuts into at most ``limit`` pieces (a run
     of one character class: ``"a" * n``, emoji, whitespace, with a few pieces around it), its
-    long pieces merged by ``long_merge``; None for any other text, found after ``limit + 1``
+    long pieces merged by ``device_merge``; None for any other text, found after ``limit + 1``
     pieces, or when the model has a family, a normaliser or active special tokens."""
     if model.family is not None or model.normalizer or model.active_tokens(allowed):
         return None
     pieces = model.pretokenizer.split_few(fix_surrogates(text), limit)
     if pieces is None:
         return None
-    return dedup.flat_ids(dedup.ids_of_pieces(model, pieces, long_merge))
+    return dedup.flat_ids(dedup.ids_of_pieces(model, pieces, device_merge))
 
 
 def _family_text(model, fam, text: str, active: frozenset) -> list[int]:

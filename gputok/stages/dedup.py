@@ -21,6 +21,8 @@ from itertools import chain
 from . import counters
 from .merge import LONG_PIECE, merge_pieces
 
+DEVICE_MISSES = 12  # misses of one text from which all go to a device's merge stage
+
 
 class PieceCache(dict):
     """piece (str) -> ids (tuple), bounded by ``limit`` entries (cleared when full)."""
@@ -39,29 +41,33 @@ class PieceCache(dict):
             del self[p]
 
 
-def ids_of_pieces(model, pieces: list, long_merge=None) -> list:
+def ids_of_pieces(model, pieces: list, device_merge=None) -> list:
     """Ids of one document's items (the single-text path): a list of tuples.
 
-    ``long_merge(pieces)``: the merge stage of a device for the missing pieces of
-    ``LONG_PIECE`` bytes or more (UTF-8 bytes in, a tuple of ids per piece out, or None when
-    it cannot take them), which merge there in compiled code rather than in Python's heap
-    (~2 us per byte)."""
+    ``device_merge(pieces)``: the merge stage of a device (UTF-8 bytes in, a tuple of ids per
+    piece out, or None when it cannot take them). The missing pieces of ``LONG_PIECE`` bytes or
+    more always go there (Python's heap costs ~2 us per byte), and every miss when there are
+    ``DEVICE_MISSES`` or more (a cold cache: Python merges cost 12-140 us a piece, the device
+    ~0.2 ms a call plus 2-6 us a piece)."""
     cache = model.piece_cache
     vals = list(map(cache.get, pieces))
     if None in vals:
         missing = list({p for p, v in zip(pieces, vals) if v is None and p.__class__ is str})
         got = {}
-        if long_merge is not None:
-            # a str of fewer than LONG_PIECE / 4 characters is shorter than LONG_PIECE bytes
-            long = [(p, b) for p in missing if len(p) * 4 >= LONG_PIECE
-                    for b in (p.encode("utf-8"),) if len(b) >= LONG_PIECE]
-            merged = long_merge([b for _, b in long]) if long else None
+        if device_merge is not None:
+            if len(missing) >= DEVICE_MISSES:
+                send = [(p, p.encode("utf-8")) for p in missing]
+            else:  # a str of fewer than LONG_PIECE / 4 characters is shorter than LONG_PIECE bytes
+                send = [(p, b) for p in missing if len(p) * 4 >= LONG_PIECE
+                        for b in (p.encode("utf-8"),) if len(b) >= LONG_PIECE]
+            merged = device_merge([b for _, b in send]) if send else None
             if merged is not None:  # (None: the device could not take them)
-                got.update(zip([p for p, _ in long], merged))
-                counters["merge.long_device"] += len(long)
-                missing = [p for p in missing if p not in got]
+                got.update(zip([p for p, _ in send], merged))
+                counters["merge.device_pieces"] += len(send)
+                missing = [p for p in missing if p not in got] if len(got) < len(missing) else []
         got.update(zip(missing, merge_pieces(model, missing)))
-        cache.store(missing, [got[p] for p in missing])
+        fresh = list(got)
+        cache.store(fresh, [got[p] for p in fresh])
         vals = [v if v is not None else _resolve(model, got, p) for p, v in zip(pieces, vals)]
     counters["dedup.pieces"] += len(pieces)
     return vals
