@@ -13,9 +13,13 @@ the holder's ``__del__`` returns the block to the pool. Nothing is recycled whil
 
 A request takes the smallest idle block that fits and is at most 1.25x too big (a chunk's
 arrays change size a little from chunk to chunk; a bigger block would keep pages an earlier use
-touched resident for nothing). At most ``cap`` bytes of idle blocks are kept, about one chunk's
-workspace, so peak memory stays that of fresh arrays plus one chunk; ``trim()`` drops them all.
-Thread safe: holders may die on any thread.
+touched resident for nothing). Idle blocks are kept up to ``cap`` bytes (about one chunk's
+workspace), or up to the bytes still in use when that is more: the stages of one big chunk (a
+10 MB blob with no safe cut point needs ~300 MB) then reuse each other's freed arrays resident
+instead of faulting in fresh ones (emoji 10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05
+s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed, biggest
+first. So peak memory stays that of fresh arrays plus about one chunk; ``trim()`` drops them
+all. Thread safe: holders may die on any thread.
 """
 
 from __future__ import annotations

@@ -41,9 +41,10 @@ multilingual text (tiktoken 0.14: ~9-15). Of the kernel time, pre-tokenization i
   tiktoken's peak memory (4 MB chunks: 1.5x). Arrays come from ``np.empty`` / ``np.zeros``:
   workspace a chunk never touches (the long-piece arrays when it has no long piece, ids past
   the last) never becomes resident;
-* a launch costs ~20 us of Python (argument checks; value slots and pointers are made once per
+* a launch costs ~5 us of Python (argument checks; value slots and pointers are made once per
   kernel) plus a hand-off to the stream's thread; chunks under ``STREAM_MIN`` run on the calling
-  thread;
+  thread, and so does a batch of one chunk when there are chunk workers (``begin_chunk``: each
+  launch on every thread);
 * workspace from a pool (``host_pool.py``): fresh ``np.empty`` arrays of a few MB are new
   mappings, and the first touch of every page is a fault; arrays whose last view died go back to
   the pool and the next chunk reuses them resident (+9-10% on cl100k prose and o200k code, best
