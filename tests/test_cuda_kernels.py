@@ -359,7 +359,8 @@ def test_segment_marks_without_spans_match_the_general_form():
     """The no-span fast path gives the marks the general form gives (empty documents, a
     document that is only empty ones, one document), checked against a hand-rolled merge."""
     rng = np.random.default_rng(5)
-    cases = [np.array([0, 0]), np.array([0, 9]), np.array([0, 0, 4, 4, 4, 9, 9])]
+    cases = [np.array([0, 0]), np.array([0, 9]), np.array([5, 12]), np.array([3, 3]),
+             np.array([0, 0, 4, 4, 4, 9, 9])]
     cases += [np.cumsum(np.r_[0, rng.integers(0, 3, rng.integers(1, 30))]) for _ in range(200)]
     S, E = hostplan.SEG_START, hostplan.SEG_END
     for off in cases:

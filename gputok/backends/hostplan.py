@@ -62,6 +62,12 @@ def segment_marks(doc_off: np.ndarray, sp_start: np.ndarray, sp_end: np.ndarray
     its first is SPECIAL_START (a span becomes one entry: a token's id, or no ids).
     """
     doc_off = np.asarray(doc_off, np.int64)
+    if len(doc_off) == 2 and not len(sp_start):  # one document, no spans (a single encode)
+        n = int(doc_off[1] - doc_off[0])
+        if n == 0:
+            return np.zeros(0, np.uint32), np.zeros(0, np.uint8)
+        return (np.array([doc_off[0], doc_off[1]], np.uint32),
+                np.array([SEG_START, SEG_END], np.uint8))
     if len(sp_start):
         b = np.unique(np.concatenate([doc_off, sp_start, sp_end]))
         lo, hi = b[:-1], b[1:]
@@ -245,6 +251,8 @@ def cut_long_documents(buf: bytes, doc_off: np.ndarray, spans, limit: int):
     needs ~30 bytes of workspace per byte. Returns ``(sub_off, keep)``: the offsets of the
     parts, and where each of ``doc_off`` is in them (None and ``doc_off`` when nothing is cut).
     A document with no safe point stays whole."""
+    if len(doc_off) == 2 and int(doc_off[1] - doc_off[0]) <= limit:  # (a single encode)
+        return doc_off, None
     lens = np.diff(doc_off)
     long = np.flatnonzero(lens > limit)
     if not len(long):
