@@ -364,7 +364,7 @@ class NativeDevice:
             if ptr:
                 got = addr.get(id(a))
                 # (a dead array's id may be reused; a known array may meet another parameter)
-                if got is None or got[0]() is not a or got[2] != dt or (
+                if got is None or got[0]() is not a or (got[2] is not dt and got[2] != dt) or (
                         writable and not a.flags.writeable):
                     _check_array(name, k, a, writable, dt)
                     got = self._remember(a)
