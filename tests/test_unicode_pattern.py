@@ -357,3 +357,54 @@ def test_class_flags_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
         assert np.array_equal(flags._build.__wrapped__("hf")["table"], want["table"])
         assert flags._read(str(path)) is not None
     assert flags.cache_path("tiktoken") != str(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# the ASCII form: the same pieces on text that is all ASCII
+# ----------------------------------------------------------------------------------------------
+
+def _ascii_texts(seed: int = 11, n: int = 1500) -> list:
+    """ASCII probes: every character in the templates, the ASCII parts of TEXTS, random strings
+    dense in the characters the patterns tell apart, and a slice of the ASCII corpora."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ("aAbBsStTdDmMlLvVrReEkKxXzZ019' \t\n\r\x0b\x0c\x1c\x1f\x00\x7f.,;:!?-_/\\\"()[]"
+                "{}<>@#$%^&*+=|~`")
+    out = [t.format(c=chr(c)) for c in range(128) for t in TEMPLATES]
+    out += [t for t in TEXTS if t.isascii()]
+    out += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(n)]
+    out += ["'s'S'll'LL're're'VE 've 'd'm 't", "a\n  ", "a \n\n  b", "1234567 89 0", "\r\n\r\n x"]
+    text = " ".join(d for kind in ("code", "prose") for d in testdata.corpus(kind, 0.2)
+                    if d.isascii())
+    out += [text[i:i + 300] for i in range(0, min(len(text), 150_000), 300)]
+    return out
+
+
+@pytest.mark.parametrize("family", gu.FAMILIES)
+def test_ascii_form_matches_the_pinned_pattern_on_ascii_text(family):
+    """``compile_ascii`` (every class cut to its ASCII members, on Python's ``re``) splits
+    ASCII text exactly as ``compile_pinned`` does: every construct of the engine tables and
+    the real pre-tokenizer patterns of the family."""
+    texts = _ascii_texts()
+    assert all(t.isascii() for t in texts) and len(texts) > 2000
+    real = ([CL100K_PATTERN, O200K_PATTERN, GPT2_PATTERN, KIMI_K2] if family == "tiktoken"
+            else [hf_pattern("qwen2"), hf_pattern("llama3")])
+    for pattern in BOTH + ONLY[family] + real:
+        fast, pinned = gu.compile_ascii(pattern, family), gu.compile_pinned(pattern, family)
+        for t in texts:
+            assert fast.findall(t) == pinned.findall(t), (pattern, t)
+
+
+def test_pretokenizer_takes_the_ascii_form_for_ascii_text():
+    """``Pretokenizer.split`` uses the ASCII form for an ASCII text and the pinned pattern for
+    any other (the pinned one is not even compiled while every text is ASCII)."""
+    import gputok
+
+    pre = gputok.get_encoding("o200k_base").model.pretokenizer
+    pre.__dict__.pop("_compiled", None)
+    text = "Hello world's 123 test\n\n  x"
+    assert pre.split(text) == ["Hello", " world's", " ", "123", " test", "\n\n", " ", " x"]
+    assert pre.split_few("a" * 5000, 4) == ["a" * 5000]
+    assert "_compiled" not in pre.__dict__
+    assert pre.split("héllo wörld") == ["héllo", " wörld"] and "_compiled" in pre.__dict__

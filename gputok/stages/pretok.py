@@ -84,6 +84,17 @@ class Pretokenizer:
     def _findall(self):
         return self._compiled[0][0].findall
 
+    @functools.cached_property
+    def _ascii(self):
+        """The one pattern for ASCII text (``compile_ascii``: the pinned pattern with its classes
+        cut to ASCII, on Python's ``re``): a 200-character English text in ~8 us instead of
+        ~35 with the pinned big classes, and no pinned compile at all for ASCII-only use."""
+        return _unicode.compile_ascii(self.pattern, self.spec.family)
+
+    def _regex_for(self, text: str):
+        """The compiled one-step pattern for ``text`` (ASCII: the ASCII form)."""
+        return self._ascii if text.isascii() else self._compiled[0][0]
+
     @property
     def scanner(self):
         """The vectorised scanner for this spec's pattern, or None (built lazily: ~0.1 s)."""
@@ -98,7 +109,7 @@ class Pretokenizer:
         if self.pattern is None:
             return self._steps(text)
         if len(text) < _SCAN_MIN or self.scanner is None:
-            pieces = self._findall(text)
+            pieces = self._regex_for(text).findall(text)
         else:
             pieces = self.scanner.split(text)
         if self._keep_gaps and sum(map(len, pieces)) != len(text):
@@ -113,7 +124,7 @@ class Pretokenizer:
         letter run). None also where there is no single pattern or it keeps gaps."""
         if self.pattern is None or self._keep_gaps:
             return None
-        probe = self._compiled[0][0].finditer(text, 0, _FEW_PROBE)
+        probe = self._regex_for(text).finditer(text, 0, _FEW_PROBE)
         if sum(1 for _ in itertools.islice(probe, limit + 1)) > limit:
             return None
         pieces = self.split(text)
@@ -126,7 +137,7 @@ class Pretokenizer:
         sc = self.scanner
         if sc is None:
             counters["pretok.regex"] += len(texts)
-            out = [self._findall(t) for t in texts]
+            out = [self._regex_for(t).findall(t) for t in texts]
         else:
             counters["pretok.scanner"] += len(texts)
             out = sc.split_batch(texts)

@@ -28,7 +28,7 @@ Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 # public API
 from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
 from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
-from .compiled import compile_pinned
+from .compiled import compile_ascii, compile_pinned
 from .pattern import pin_pattern
 from .atoms import member_table, ranges
 from .sets import FAMILIES, unicode_version
@@ -36,6 +36,6 @@ from .sets import FAMILIES, unicode_version
 __all__ = [
     "FAMILIES", "unicode_version", "ranges", "member_table",
     "F_L", "F_N", "F_S", "F_NL", "F_UP", "F_LO", "F_M", "PROPERTIES", "FOLD_LETTERS",
-    "class_flags", "pin_pattern", "compile_pinned",
+    "class_flags", "pin_pattern", "compile_pinned", "compile_ascii",
     "FORMS", "normalize", "normalize_spans", "nfc_unsafe", "unsafe_table", "lowercase",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re as _re
 import json
 from pathlib import Path
 
@@ -18,9 +19,9 @@ import regex
 
 from .._cache import cache_dir, write_atomic
 from . import store
-from .pattern import fast_text
+from .pattern import ascii_text, fast_text
 
-__all__ = ["compile_pinned"]
+__all__ = ["compile_pinned", "compile_ascii"]
 
 _FORMAT = 1
 _SOURCES = ("pattern.py", "installed.py", "emit.py", "catalog.py", "sets.py", "store.py",
@@ -72,3 +73,20 @@ def compile_pinned(pattern: str, family: str) -> "regex.Pattern[str]":
             "sha256": hashlib.sha256(got[0].encode()).hexdigest()}).encode())
     text, v1 = got
     return regex.compile(text, regex.V1 if v1 else regex.V0)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_ascii(pattern: str, family: str):
+    """The pinned pattern for text that is all ASCII (``pattern.ascii_text``: every class cut to
+    its ASCII members), compiled with Python's ``re`` (2x faster than ``regex`` on it), or with
+    ``regex`` where ``re`` lacks a construct (possessive quantifiers before Python 3.11).
+    ``findall`` on an ASCII text gives exactly what ``compile_pinned(...).findall`` gives.
+
+    >>> compile_ascii(r"\\p{L}+|\\p{N}", "tiktoken").findall("ab1")
+    ['ab', '1']
+    """
+    text = ascii_text(pattern, family)
+    try:
+        return _re.compile(text)
+    except _re.error:
+        return regex.compile(text)
