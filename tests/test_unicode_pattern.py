@@ -408,3 +408,41 @@ def test_pretokenizer_takes_the_ascii_form_for_ascii_text():
     assert pre.split_few("a" * 5000, 4) == ["a" * 5000]
     assert "_compiled" not in pre.__dict__
     assert pre.split("héllo wörld") == ["héllo", " wörld"] and "_compiled" in pre.__dict__
+
+
+def _mixed_texts(seed: int = 5) -> list:
+    """Short texts that are mostly ASCII with non-ASCII characters here and there, around
+    safe cuts and inside words, contractions, digit runs and whitespace."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["a", "b", "Ab", "the", "it's", "I'LL", "x1", "123456", "  ", "\n", "\r\n", ".", "'s",
+             "café", "naïve", "—", "’s", "“q”", "é", "\u00a0", "\u2028", "日本", "😀", "\u0301",
+             "ǅ", "ß", "Ω", "\t", "--", "...", "K", "ſ", "\u3000", "x\u0301y"]
+    out = []
+    for _ in range(3000):
+        k = rng.randint(1, 40)
+        out.append("".join(rng.choice(words) + rng.choice(["", " ", " ", "  ", "\n"])
+                           for _ in range(k)))
+    text = " ".join(testdata.corpus("prose", 0.2))
+    out += [text[i:i + 700] for i in range(0, min(len(text), 300_000), 700)]
+    return [t for t in out if not t.isascii()]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base", "llama3", "qwen2"])
+def test_mixed_text_splits_as_the_pinned_pattern(name):
+    """A short text with some non-ASCII characters: ASCII stretches between safe cuts on the
+    ASCII form, the rest on the pinned pattern; the pieces are the pinned pattern's."""
+    import gputok
+
+    if name in ("llama3", "qwen2"):
+        enc = gputok.load(testdata.vocab_path(f"{name}_tokenizer_json"))
+    else:
+        enc = gputok.get_encoding(name)
+    pre = enc.model.pretokenizer
+    assert pre._safe_cuts == (name not in ("llama3", "qwen2"))  # HF splits keep their gaps
+    pinned = pre._compiled[0][0].findall
+    texts = _mixed_texts()
+    assert len(texts) > 2500
+    for t in texts:
+        assert pre._findall_short(t) == pinned(t), t

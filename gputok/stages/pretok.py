@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,27 @@ from . import counters
 from .. import unicode as _unicode
 
 _FEW_PROBE = 256  # characters (split_few)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_SAFE_CUT = re.compile(r"[A-Za-z] [A-Za-z]")  # a safe cut at the space (Pretokenizer._safe_cuts)
+_CUT_LOOKBACK = 64  # spaces tried backwards for a safe cut before a non-ASCII character
+
+
+def _cut_before(text: str, lo: int, hi: int) -> int:
+    """The last safe cut ``p`` with ``lo < p`` and ``text[p + 1]`` before ``hi``, or ``lo``."""
+    p = hi - 1
+    for _ in range(_CUT_LOOKBACK):
+        if p <= lo + 1:
+            return lo
+        p = text.rfind(" ", lo + 1, p)
+        if p < 0:
+            return lo
+        if _ascii_letter(text[p - 1]) and _ascii_letter(text[p + 1]):
+            return p
+    return lo
+
+
+def _ascii_letter(c: str) -> bool:
+    return c.isascii() and c.isalpha()
 _SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
 
 
@@ -95,6 +117,43 @@ class Pretokenizer:
         """The compiled one-step pattern for ``text`` (ASCII: the ASCII form)."""
         return self._ascii if text.isascii() else self._compiled[0][0]
 
+    @functools.cached_property
+    def _safe_cuts(self) -> bool:
+        """Whether ``text[:p]`` and ``text[p:]`` split apart as they do together wherever an
+        ASCII letter, a space and an ASCII letter meet at ``p`` (the space): true of every
+        pattern with a scanner (``hostplan.find_safe_cut`` states why)."""
+        from .scan import SUPPORTED_PATTERNS, _usual_spelling
+
+        return not self._keep_gaps and (self.pattern in SUPPORTED_PATTERNS
+                                         or _usual_spelling(self.pattern) in SUPPORTED_PATTERNS)
+
+    def _findall_short(self, text: str) -> list:
+        """The regex pieces of a short text: the ASCII form on ASCII text; on a text with some
+        non-ASCII characters (English with a few accents or quotes), where cuts are safe, the
+        ASCII form on the ASCII stretches between safe cuts and the pinned pattern only
+        around the others (the pinned classes cost ~180 ns a character, the ASCII form ~12)."""
+        if text.isascii():
+            return self._ascii.findall(text)
+        pinned = self._compiled[0][0].findall
+        if not self._safe_cuts:
+            return pinned(text)
+        fast = self._ascii.findall
+        out: list = []
+        pos, n = 0, len(text)
+        while pos < n:
+            m = _NON_ASCII.search(text, pos)
+            if m is None:
+                out += fast(text[pos:])
+                break
+            a = _cut_before(text, pos, m.start())
+            if a > pos:
+                out += fast(text[pos:a])
+            b = _SAFE_CUT.search(text, m.end())
+            b = b.start() + 1 if b is not None else n
+            out += pinned(text[a:b])
+            pos = b
+        return out
+
     @property
     def scanner(self):
         """The vectorised scanner for this spec's pattern, or None (built lazily: ~0.1 s)."""
@@ -109,7 +168,7 @@ class Pretokenizer:
         if self.pattern is None:
             return self._steps(text)
         if len(text) < _SCAN_MIN or self.scanner is None:
-            pieces = self._regex_for(text).findall(text)
+            pieces = self._findall_short(text)
         else:
             pieces = self.scanner.split(text)
         if self._keep_gaps and sum(map(len, pieces)) != len(text):
