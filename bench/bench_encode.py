@@ -20,6 +20,9 @@ Runners (peers that are not installed are listed as such):
   riptoken per doc / batch   (pip install riptoken; its batch uses every core)
   HF tokenizers batch   encode_batch_fast on gputok's tokenizer.json export of the encoding
 
+``--doc-chars N`` cuts each corpus into documents of N characters (the per-document API on
+short texts: ``--doc-chars 200 --runners "gputok per doc" "tiktoken per doc"``).
+
 ``--e2e`` adds ``gputok encode`` end to end (a JSONL corpus -> .npy shards) against a minimal
 tiktoken script doing the same (read, encode in batches, write), with peak RSS (``bench_e2e.py``).
 
@@ -167,6 +170,9 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
     from gputok.export import save_hf_json
 
     docs = _common.corpus(kind, args.mb)
+    if args.doc_chars:  # the same text cut into short documents (chat messages, sentences)
+        text = " ".join(docs)
+        docs = [text[i:i + args.doc_chars] for i in range(0, len(text), args.doc_chars)]
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
     docs_file = tmp / f"{kind}.jsonl"
     with open(docs_file, "w", encoding="utf-8") as f:
@@ -245,6 +251,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3,
                    help="fresh processes per runner, taken in turns (medians are reported)")
     p.add_argument("--runners", nargs="+", default=RUNNERS, choices=RUNNERS)
+    p.add_argument("--doc-chars", type=int, default=0,
+                   help="cut each corpus into documents of this many characters (default: "
+                        "the corpus' own documents, 4-14 KB)")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--e2e", action="store_true", help="also time `gputok encode` end to end")
     p.add_argument("--json", help="also write the results here")
