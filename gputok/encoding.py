@@ -30,17 +30,15 @@ _FEW_PIECES = 16
 _FEW_MIN = LONG_PIECE // 4  # characters: a shorter text has no piece of LONG_PIECE bytes
 
 
-def _takes_batch_path(text: str) -> bool:
-    n = len(text)
-    return n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and get_backend("auto").name != "numpy")
-
-
 def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
     """One text on the default backend: its long pieces merge on the device when there is one
     (a text under ``_DEVICE_PATH_MIN`` characters, or one of ``_FEW_PIECES`` pieces at most);
     None: the text takes the batch pipeline."""
     n = len(text)
-    merge = getattr(get_backend("auto"), "merge_pieces", None) if n >= _FEW_MIN else None
+    if n < _FEW_MIN:
+        return encode_text(model, text, allowed)
+    backend = get_backend("auto")
+    merge = getattr(backend, "merge_pieces", None)
     if merge is not None:
         device_merge = functools.partial(merge, model)
         if n < _DEVICE_PATH_MIN:
@@ -48,9 +46,10 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
         got = encode_few(model, text, allowed, device_merge, _FEW_PIECES)
         if got is not None:
             return got
-    if _takes_batch_path(text):
+    if n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and backend.name != "numpy"):
         return None
     return encode_text(model, text, allowed)
+
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"

@@ -212,13 +212,8 @@ def entries_from_words(words_bytes_batch, data: bytes, doc_off, sp_start, sp_end
             np.concatenate(specs).astype(np.uint32), doc_entry.astype(np.uint32))
 
 
-# A byte position where every pattern family with a scanner (GPT-2, cl100k, Llama 3, Qwen2,
-# o200k) starts a new piece, and where the text before it tokenizes exactly as it does with the
-# rest present: an ASCII letter, then a space, then an ASCII letter (the cut is at the space).
-# The letter run (or the contraction) before the space ends at the space whatever follows; the
-# next piece is " x..."; no rule of those patterns looks past a letter run, so a document cut
-# there encodes to the concatenation of its parts' ids. Normalisers are per character there (a
-# space composes with nothing) and a cut is never inside a token span.
+# Documents are cut at THE SAFE CUT (``stages/pretok.py``: an ASCII letter, a space, an ASCII
+# letter; the cut at the space), found here in UTF-8 bytes; a cut is never inside a token span.
 _CUT_WINDOW = 1 << 12  # bytes looked at first; doubled up to _CUT_WINDOW_MAX while none is found
 _CUT_WINDOW_MAX = 1 << 20
 
@@ -306,7 +301,8 @@ class HostChunk:
     raw: "tuple | None" = None
 
 
-def _device_chunk(d0: int, d1: int, chunk: bytes, off, ss, se, sid) -> HostChunk:
+def _device_chunk(d0: int, d1: int, chunk: "bytes | memoryview", off, ss, se, sid
+                  ) -> HostChunk:
     data = np.frombuffer(chunk, np.uint8)
     mpos, mbits = segment_marks(off, ss, se)
     inputs = [data, off.astype(np.uint32), mpos, mbits, ss.astype(np.uint32), sid]

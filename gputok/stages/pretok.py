@@ -32,8 +32,16 @@ from .. import unicode as _unicode
 
 _FEW_PROBE = 256  # characters (split_few)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_SAFE_CUT = re.compile(r"[A-Za-z] [A-Za-z]")  # a safe cut at the space (Pretokenizer._safe_cuts)
 _CUT_LOOKBACK = 64  # spaces tried backwards for a safe cut before a non-ASCII character
+# THE SAFE CUT: a position where every pattern family with a scanner (GPT-2, cl100k, Llama 3,
+# Qwen2, o200k) starts a new piece, and where the text before it tokenizes exactly as it does
+# with the rest present: an ASCII letter, then a space, then an ASCII letter (the cut is at the
+# space). The letter run (or the contraction) before the space ends at the space whatever
+# follows; the next piece is " x..."; no rule of those patterns looks past a letter run, so a
+# text cut there splits into the concatenation of its parts' pieces. Normalisers are per
+# character there (a space composes with nothing). ``hostplan.find_safe_cut`` finds the same
+# cuts in UTF-8 bytes.
+_SAFE_CUT = re.compile(r"[A-Za-z] [A-Za-z]")
 
 
 def _cut_before(text: str, lo: int, hi: int) -> int:
@@ -52,6 +60,8 @@ def _cut_before(text: str, lo: int, hi: int) -> int:
 
 def _ascii_letter(c: str) -> bool:
     return c.isascii() and c.isalpha()
+
+
 _SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
 
 
@@ -103,10 +113,6 @@ class Pretokenizer:
                 if isinstance(s, Split) else None for s in self.spec.steps]
 
     @functools.cached_property
-    def _findall(self):
-        return self._compiled[0][0].findall
-
-    @functools.cached_property
     def _ascii(self):
         """The one pattern for ASCII text (``compile_ascii``: the pinned pattern with its classes
         cut to ASCII, on Python's ``re``): a 200-character English text in ~8 us instead of
@@ -119,13 +125,10 @@ class Pretokenizer:
 
     @functools.cached_property
     def _safe_cuts(self) -> bool:
-        """Whether ``text[:p]`` and ``text[p:]`` split apart as they do together wherever an
-        ASCII letter, a space and an ASCII letter meet at ``p`` (the space): true of every
-        pattern with a scanner (``hostplan.find_safe_cut`` states why)."""
-        from .scan import SUPPORTED_PATTERNS, _usual_spelling
+        """Whether THE SAFE CUT holds for this pattern: for every pattern with a scanner."""
+        from .scan import is_supported
 
-        return not self._keep_gaps and (self.pattern in SUPPORTED_PATTERNS
-                                         or _usual_spelling(self.pattern) in SUPPORTED_PATTERNS)
+        return not self._keep_gaps and is_supported(self.pattern)
 
     def _findall_short(self, text: str) -> list:
         """The regex pieces of a short text: the ASCII form on ASCII text; on a text with some

@@ -85,7 +85,7 @@ from .. import unicode as _unicode
 from .scan_cuts import PAD, Cuts
 from .scan_rules import FAMILIES, SUPPORTED_PATTERNS, X
 
-__all__ = ["Scanner", "scanner_for_pattern", "SUPPORTED_PATTERNS"]
+__all__ = ["Scanner", "scanner_for_pattern", "is_supported", "SUPPORTED_PATTERNS"]
 
 _lock = threading.RLock()
 
@@ -314,6 +314,12 @@ def _usual_spelling(pattern: str) -> str:
     for rx, usual in _SAME_MATCHES:
         pattern = rx.sub(usual, pattern)
     return pattern
+
+
+def is_supported(pattern: str) -> bool:
+    """Whether ``pattern`` is one of ``SUPPORTED_PATTERNS`` (up to the spellings of
+    ``_SAME_MATCHES``), without building its scanner."""
+    return pattern in SUPPORTED_PATTERNS or _usual_spelling(pattern) in SUPPORTED_PATTERNS
 
 
 def scanner_for_pattern(pattern: str, unicode_family: str = "tiktoken") -> "Scanner | None":
