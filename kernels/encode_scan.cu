@@ -1,13 +1,13 @@
-// encode_scan.cu: prefix scans (sum and max) over uint32 arrays, reduce-then-scan.
+// encode_scan.cu: prefix sums over uint32 arrays (modulo 2^32), reduce-then-scan.
 //
-// Used by the encode pipeline (gputok/backends/driver.py) for: entry indices (exclusive sum of the
-// piece-start flags), output offsets (exclusive sum of the token counts), character indices, and
-// run starts (inclusive max of "position + 1 where a run begins").
+// Used by the encode pipeline (gputok/backends/device_stages.py) for: entry indices (exclusive
+// sum of the piece-start flags), output offsets (exclusive sum of the token counts), and the
+// normaliser's flagged positions.
 //
 // A tile is ENC_SCAN_BLOCK threads x ENC_SCAN_ITEMS elements. For n elements in T tiles:
-//   encode_scan_reduce_<op>(in, n, tile_out)      one block per tile: tile_out[b] = op over tile b
+//   encode_scan_reduce_add(in, n, tile_out)       one block per tile: tile_out[b] = sum of tile b
 //   (the host scans tile_out recursively, exclusively: the carry into each tile)
-//   encode_scan_apply_<op>(in, out, n, carry, use_carry, exclusive)
+//   encode_scan_apply_add(in, out, n, carry, use_carry, exclusive)
 //                                                 one block per tile: the tile's scan, combined
 //                                                 with carry[b]; out may be in (in place).
 // n <= one tile needs only the apply kernel with use_carry = 0. Each block reads its whole tile
@@ -22,16 +22,6 @@
 #endif
 #define ENC_SCAN_TILE (ENC_SCAN_BLOCK * ENC_SCAN_ITEMS)
 
-#define ENC_OP_ADD 0
-#define ENC_OP_MAX 1
-
-template <int OP>
-__device__ __forceinline__ enc_u32 enc_scan_op(enc_u32 a, enc_u32 b) {
-  return OP == ENC_OP_ADD ? a + b : (a > b ? a : b);
-}
-
-// identity of both ops is 0 (max over unsigned values)
-template <int OP>
 __device__ __forceinline__ void enc_scan_reduce(const enc_u32* __restrict__ in, enc_i64 n,
                                                 enc_u32* __restrict__ tile_out) {
   __shared__ enc_u32 s_acc[ENC_SCAN_BLOCK];
@@ -39,19 +29,18 @@ __device__ __forceinline__ void enc_scan_reduce(const enc_u32* __restrict__ in, 
   enc_u32 acc = 0;
   for (int k = 0; k < ENC_SCAN_ITEMS; ++k) {
     const enc_i64 idx = base + (enc_i64)k * ENC_SCAN_BLOCK + threadIdx.x;  // coalesced
-    if (idx < n) acc = enc_scan_op<OP>(acc, in[idx]);
+    if (idx < n) acc += in[idx];
   }
   s_acc[threadIdx.x] = acc;
   __syncthreads();
   for (unsigned stride = ENC_SCAN_BLOCK / 2; stride > 0; stride >>= 1) {
     if (threadIdx.x < stride)
-      s_acc[threadIdx.x] = enc_scan_op<OP>(s_acc[threadIdx.x], s_acc[threadIdx.x + stride]);
+      s_acc[threadIdx.x] += s_acc[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) tile_out[blockIdx.x] = s_acc[0];
 }
 
-template <int OP>
 __device__ __forceinline__ void enc_scan_apply(const enc_u32* in, enc_u32* out, enc_i64 n,
                                                const enc_u32* carry, int use_carry,
                                                int exclusive) {
@@ -69,7 +58,7 @@ __device__ __forceinline__ void enc_scan_apply(const enc_u32* in, enc_u32* out, 
   enc_u32 run = 0;
   for (int k = 0; k < ENC_SCAN_ITEMS; ++k) {
     v[k] = s_tile[t * ENC_SCAN_ITEMS + k];
-    run = enc_scan_op<OP>(run, v[k]);
+    run += v[k];
   }
   s_sum[t] = run;
   __syncthreads();
@@ -77,13 +66,13 @@ __device__ __forceinline__ void enc_scan_apply(const enc_u32* in, enc_u32* out, 
   for (unsigned off = 1; off < ENC_SCAN_BLOCK; off <<= 1) {
     const enc_u32 add = t >= off ? s_sum[t - off] : 0u;
     __syncthreads();
-    s_sum[t] = enc_scan_op<OP>(s_sum[t], add);
+    s_sum[t] += add;
     __syncthreads();
   }
   enc_u32 prefix = t > 0 ? s_sum[t - 1] : 0u;
-  if (use_carry) prefix = enc_scan_op<OP>(carry[blockIdx.x], prefix);
+  if (use_carry) prefix += carry[blockIdx.x];
   for (int k = 0; k < ENC_SCAN_ITEMS; ++k) {
-    const enc_u32 incl = enc_scan_op<OP>(prefix, v[k]);
+    const enc_u32 incl = prefix + v[k];
     s_tile[t * ENC_SCAN_ITEMS + k] = exclusive ? prefix : incl;
     prefix = incl;
   }
@@ -96,22 +85,11 @@ __device__ __forceinline__ void enc_scan_apply(const enc_u32* in, enc_u32* out, 
 
 extern "C" __global__ void encode_scan_reduce_add(const enc_u32* __restrict__ in, enc_i64 n,
                                                   enc_u32* __restrict__ tile_out) {
-  enc_scan_reduce<ENC_OP_ADD>(in, n, tile_out);
-}
-
-extern "C" __global__ void encode_scan_reduce_max(const enc_u32* __restrict__ in, enc_i64 n,
-                                                  enc_u32* __restrict__ tile_out) {
-  enc_scan_reduce<ENC_OP_MAX>(in, n, tile_out);
+  enc_scan_reduce(in, n, tile_out);
 }
 
 extern "C" __global__ void encode_scan_apply_add(const enc_u32* in, enc_u32* out, enc_i64 n,
                                                  const enc_u32* carry, int use_carry,
                                                  int exclusive) {
-  enc_scan_apply<ENC_OP_ADD>(in, out, n, carry, use_carry, exclusive);
-}
-
-extern "C" __global__ void encode_scan_apply_max(const enc_u32* in, enc_u32* out, enc_i64 n,
-                                                 const enc_u32* carry, int use_carry,
-                                                 int exclusive) {
-  enc_scan_apply<ENC_OP_MAX>(in, out, n, carry, use_carry, exclusive);
+  enc_scan_apply(in, out, n, carry, use_carry, exclusive);
 }

@@ -160,9 +160,9 @@ void launch(Pool& p, void (*call)(void**), unsigned grid, unsigned block, void**
 struct Scan {
   unsigned* a;
   long long n;
-  int op, exclusive;
+  int exclusive;
   unsigned parts;
-  unsigned* totals;  // per part: its reduction, then the carry into it
+  unsigned* totals;  // per part: its sum, then the carry into it
 };
 
 inline long long part_lo(const Scan& s, unsigned p) { return s.n * (long long)p / s.parts; }
@@ -172,11 +172,7 @@ void scan_reduce(const void* ctx, unsigned p) {
   unsigned acc = 0;
   const unsigned* a = s.a;
   const long long hi = part_lo(s, p + 1);
-  if (s.op == 0) {
-    for (long long i = part_lo(s, p); i < hi; ++i) acc += a[i];
-  } else {
-    for (long long i = part_lo(s, p); i < hi; ++i) acc = a[i] > acc ? a[i] : acc;
-  }
+  for (long long i = part_lo(s, p); i < hi; ++i) acc += a[i];
   s.totals[p] = acc;
 }
 
@@ -186,33 +182,25 @@ void scan_apply(const void* ctx, unsigned p) {
   unsigned* a = s.a;
   const long long hi = part_lo(s, p + 1);
   long long i = part_lo(s, p);
-  if (s.op == 0 && s.exclusive) {
+  if (s.exclusive) {
     for (; i < hi; ++i) {
       const unsigned v = a[i];
       a[i] = acc;
       acc += v;
     }
-  } else if (s.op == 0) {
-    for (; i < hi; ++i) a[i] = acc += a[i];
-  } else if (s.exclusive) {
-    for (; i < hi; ++i) {
-      const unsigned v = a[i];
-      a[i] = acc;
-      acc = v > acc ? v : acc;
-    }
   } else {
-    for (; i < hi; ++i) a[i] = acc = a[i] > acc ? a[i] : acc;
+    for (; i < hi; ++i) a[i] = acc += a[i];
   }
 }
 
-void scan(Pool& p, unsigned* a, long long n, int op, int exclusive, int threads) {
+void scan(Pool& p, unsigned* a, long long n, int exclusive, int threads) {
   if (n <= 0) return;
   // below ~256K elements one thread is faster than waking the others; above, a few parts per
   // thread so that a worker the OS runs late leaves its parts to the others
   long long parts = n < (1 << 18) || threads < 2 ? 1 : n >> 16;
   if (parts > 4LL * threads) parts = 4LL * threads;
   std::vector<unsigned> totals((size_t)parts);
-  Scan s{a, n, op, exclusive, (unsigned)parts, totals.data()};
+  Scan s{a, n, exclusive, (unsigned)parts, totals.data()};
   if (parts > 1) {
     Job reduce;
     reduce.run = scan_reduce;
@@ -224,7 +212,7 @@ void scan(Pool& p, unsigned* a, long long n, int op, int exclusive, int threads)
   for (long long k = 0; k < parts; ++k) {
     const unsigned t = totals[k];
     totals[k] = carry;
-    carry = op == 0 ? carry + t : (t > carry ? t : carry);
+    carry += t;
   }
   Job apply;
   apply.run = scan_apply;
@@ -243,7 +231,7 @@ struct Op {
   unsigned long long vals[kMaxArgs];  // argument values, copied at enqueue (args[k] = &vals[k])
   unsigned* a;  // scan
   long long n;
-  int op, exclusive;
+  int exclusive;
   double* when;  // timestamp: seconds on the steady clock, written when the op runs
 };
 
@@ -287,7 +275,7 @@ class Stream {
       for (int k = 0; k < kMaxArgs; ++k) args[k] = &op.vals[k];
       launch(pool_, op.call, op.grid, op.block, args, threads_);
     } else if (op.kind == Op::kScan) {
-      scan(pool_, op.a, op.n, op.op, op.exclusive, threads_);
+      scan(pool_, op.a, op.n, op.exclusive, threads_);
     } else {
       *op.when = std::chrono::duration<double>(
                      std::chrono::steady_clock::now().time_since_epoch())
@@ -315,9 +303,9 @@ ENC_HOST_EXPORT int gputok_native_launch(void (*call)(void**), unsigned grid, un
   return 0;
 }
 
-ENC_HOST_EXPORT int gputok_native_scan_u32(unsigned* a, long long n, int op, int exclusive,
+ENC_HOST_EXPORT int gputok_native_scan_u32(unsigned* a, long long n, int exclusive,
                                            int threads) {
-  enc_host::scan(enc_host::pool(), a, n, op, exclusive, threads);
+  enc_host::scan(enc_host::pool(), a, n, exclusive, threads);
   return 0;
 }
 
@@ -341,13 +329,12 @@ ENC_HOST_EXPORT int gputok_native_stream_launch(void* stream, void (*call)(void*
   return 0;
 }
 
-ENC_HOST_EXPORT int gputok_native_stream_scan_u32(void* stream, unsigned* a, long long n, int op,
+ENC_HOST_EXPORT int gputok_native_stream_scan_u32(void* stream, unsigned* a, long long n,
                                                   int exclusive) {
   enc_host::Op o{};
   o.kind = enc_host::Op::kScan;
   o.a = a;
   o.n = n;
-  o.op = op;
   o.exclusive = exclusive;
   static_cast<enc_host::Stream*>(stream)->push(o);
   return 0;

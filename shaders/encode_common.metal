@@ -8,8 +8,6 @@
 // * a stage that completes an array another stage began takes the old array as an input
 //   (`scratch_in`, `count_in`) and every entry's thread writes its whole output: what it
 //   computes, or what it carries over unchanged (enc_carry_ids below);
-// * the pre-tokenizer's sparse corrections (THE FIX RULE) go to a fresh correction array that
-//   gputok/backends/metal.py applies to the flags with one MLX `where`;
 // * scans, gathers and scatters of whole arrays are MLX operations (mx.cumsum, take, indexed
 //   assignment), not shaders;
 // * the CUDA dedup (a 64-bit compare-and-swap per piece) has no Metal form: Metal has 32-bit

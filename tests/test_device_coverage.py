@@ -108,7 +108,7 @@ def test_device_o200k_pretok_matches_regex(order, seed):
     buf, off = pack(docs)
     pstart, spec, doc_entry = got = device_entries(be, enc, buf, off)
     assert_pieces_like_regex(docs, buf, off, got, O200K, 'device_coverage')
-    assert be.dev.launches["encode_o200k_spans"] == 1 and "encode_pretok_window" not in \
+    assert be.dev.launches["encode_o200k_spans"] == 1 and "encode_pretok_spans" not in \
         be.dev.launches
 
 

@@ -49,7 +49,7 @@ def test_metal_o200k_pretok_matches_regex_and_the_cuda_kernels(order, seed):
     pstart, spec, doc_entry = got = metal_entries(be, enc, buf, off)
     assert_pieces_like_regex(docs, buf, off, got, O200K, 'metal_coverage')
     assert be.dev.launches["encode_o200k_spans"] == 1
-    assert "encode_pretok_window" not in be.dev.launches
+    assert "encode_pretok_spans" not in be.dev.launches
     cuda = device_entries(DeviceBackend(emu_device(order, seed)), enc, buf, off)
     for a, b in zip((pstart, spec, doc_entry), cuda):
         np.testing.assert_array_equal(a, b)

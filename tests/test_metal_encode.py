@@ -285,7 +285,7 @@ def test_a_family_without_metal_shaders_is_cut_on_the_host_and_counted():
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(3)] == \
         [tk.encode_ordinary(d) for d in docs]
     assert be.fallbacks == {("pretok", "scanner"): 1}
-    assert "encode_pretok_window" not in be.dev.launches
+    assert "encode_pretok_spans" not in be.dev.launches
 
 
 def test_out_of_memory_from_mlx_splits_the_batch_then_falls_back(monkeypatch):

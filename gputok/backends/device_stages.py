@@ -5,9 +5,9 @@ hands it the model's uploaded ``tables`` and a chunk's arrays. The stages, in or
 
     nfc      encode_nfc.cu: the normaliser's quick check (flags, count, flagged positions);
              the driver normalises the rare flagged spans on the host
-    pretok   encode_pretok.cu: UTF-8 decode + the scanner's class table, its window rule and
-             sparse corrections, in byte coordinates -> one flag per entry start; o200k:
-             encode_o200k.cu, span starts + one sequential matcher per span
+    pretok   encode_pretok.cu: UTF-8 decode + the scanner's class table, span starts + one
+             sequential matcher of the pattern per span, in byte coordinates -> one flag per
+             entry start (o200k: encode_o200k.cu, the same with its own rules)
     entries  encode_scan.cu (exclusive scan of the flags) + compaction -> piece starts, token
              spans and a sentinel as one entry list, plus each document's first entry
     wordpiece  encode_wordpiece.cu (WordPiece models, instead of merge): greedy longest match
@@ -57,26 +57,26 @@ class DeviceStages:
     def go(self, name: str, count: int, args: list) -> None:
         self.dev.launch(name, self.grid(count), (self.dev.block,), args)
 
-    def scan(self, arr, n: int, op: str, exclusive: bool) -> None:
-        """In-place prefix scan of ``arr[:n]`` (op "add" or "max"), reduce-then-scan. A device
+    def scan(self, arr, n: int, exclusive: bool) -> None:
+        """In-place prefix sum of ``arr[:n]`` (modulo 2^32), reduce-then-scan. A device
         with its own ``scan`` runs that instead (the native CPU device: block scans need
         shared memory and barriers, which a plain loop over a block's threads does not have)."""
         dev = self.dev
         own = getattr(dev, "scan", None)
         if own is not None:
-            own(arr, n, op, exclusive)
+            own(arr, n, exclusive)
             return
         tile = dev.scan_block * dev.scan_items
         blk = (dev.scan_block,)
         if n <= tile:
-            dev.launch(f"encode_scan_apply_{op}", (1,), blk,
+            dev.launch("encode_scan_apply_add", (1,), blk,
                        [arr, arr, i64(n), dev.dummy(np.uint32), i32(0), i32(exclusive)])
             return
         tiles = -(-n // tile)
         sums = dev.empty(tiles, np.uint32)
-        dev.launch(f"encode_scan_reduce_{op}", (tiles,), blk, [arr, i64(n), sums])
-        self.scan(sums, tiles, op, True)
-        dev.launch(f"encode_scan_apply_{op}", (tiles,), blk,
+        dev.launch("encode_scan_reduce_add", (tiles,), blk, [arr, i64(n), sums])
+        self.scan(sums, tiles, True)
+        dev.launch("encode_scan_apply_add", (tiles,), blk,
                    [arr, arr, i64(n), sums, i32(1), i32(exclusive)])
 
     # The stages below take and return device arrays; the tests drive them one by one.
@@ -98,25 +98,10 @@ class DeviceStages:
                     [d_buf, i64(n), mark, cls, a["letters"], s["n_letters"], ent])
             return ent
         self.go("encode_pretok_classify", n + 1, [d_buf, i64(n), mark, a["cls_table"], cls])
-        if s["runs"]:
-            runv = dev.empty(n, np.uint32)
-            cidx = dev.empty(n, np.uint32)
-            self.go("encode_pretok_runs", n, [i64(n), mark, cls, runv, cidx])
-            self.scan(runv, n, "max", False)  # run start + 1
-            if s["digit_group"] > 1:
-                self.scan(cidx, n, "add", True)  # character index
-            ws_next = dev.empty(m, np.uint8)
-        else:
-            runv = cidx = dev.dummy(np.uint32)
-            ws_next = dev.dummy(np.uint8)
         ent = dev.empty(m, np.uint32)
-        self.go("encode_pretok_window", n + 2,
-                 [d_buf, i64(n), mark, cls, a["pair"], s["pair_bits"], s["next_lo"],
-                  s["next_n"], s["prev2_lo"], s["prev2_n"], runv, i32(s["runs"]), ws_next, ent])
-        self.go("encode_pretok_fix", n,
-                 [d_buf, i64(n), mark, cls, a["pair"], s["pair_bits"], a["letters"],
-                  s["n_letters"], runv, cidx, ws_next, s["gpt2"], s["digit_group"],
-                  s["end_whole"], ent])
+        self.go("encode_pretok_spans", n + 2,
+                [d_buf, i64(n), mark, cls, a["letters"], s["n_letters"], s["gpt2"],
+                 s["digit_group"], s["end_whole"], ent])
         return ent
 
     def nfc_check(self, tables, n: int, d_buf):
@@ -125,7 +110,7 @@ class DeviceStages:
         dev = self.dev
         flag = dev.empty(n + 1, np.uint32)
         self.go("encode_nfc_flags", n + 1, [d_buf, i64(n), tables.arrays["nfc_bits"], flag])
-        self.scan(flag, n + 1, "add", True)
+        self.scan(flag, n + 1, True)
         if self.host_memory:
             dev.fence()
             count = int(flag[n])
@@ -146,7 +131,7 @@ class DeviceStages:
         capacity). ``ent`` is scanned in place."""
         dev = self.dev
         m = n + 2
-        self.scan(ent, m, "add", True)  # entry index of every flagged byte
+        self.scan(ent, m, True)  # entry index of every flagged byte
         if self.host_memory:
             dev.fence()  # the entry count is read on the host: wait for this chunk's stream
             cap = int(ent[n + 1])
@@ -237,7 +222,7 @@ class DeviceStages:
         """encode_scan.cu + encode_emit.cu: (ids (n slots, the first total used), document
         offsets (int64, n_docs + 1)). ``count`` is scanned in place into output offsets."""
         dev = self.dev
-        self.scan(count, cap + 1, "add", True)
+        self.scan(count, cap + 1, True)
         out = dev.empty(n, out_dtype)  # (on the host, pages past the last id are never touched)
         kern = "encode_emit_u16" if np.dtype(out_dtype).itemsize == 2 else "encode_emit_u32"
         self.go(kern, cap, [n_entries, pstart, owner, count, scratch, out, i64(cap)])

@@ -211,13 +211,8 @@ def upload_tables(dev, model, scanner, class_cache: dict, norm_form: "str | None
         letters = np.asarray(sc._letters, np.uint8)
         a["letters"] = dev.put(letters)
         if sc._kind == "o200k":  # encode_o200k.cu: classes and contraction letters only
-            s.update(o200k=True, n_letters=u32(len(letters)), runs=False)
+            s.update(o200k=True, n_letters=u32(len(letters)))
             return a, s
-        a["pair"] = dev.put(np.frombuffer(fam.pair, np.uint8))
-        nlo, nn = fam.next_range
-        plo, pn = fam.prev2_range if fam.prev2_range is not None else (0, 0)
-        s.update(pair_bits=i32(fam.bits), next_lo=i32(nlo), next_n=i32(nn), prev2_lo=i32(plo),
-                 prev2_n=i32(pn), n_letters=u32(len(letters)), gpt2=i32(sc._kind == "gpt2"),
-                 digit_group=i32(sc.digit_group), end_whole=i32(bool(sc.end_whole)),
-                 runs=sc._kind == "cl")
+        s.update(n_letters=u32(len(letters)), gpt2=i32(sc._kind == "gpt2"),
+                 digit_group=i32(sc.digit_group), end_whole=i32(bool(sc.end_whole)))
     return a, s

@@ -40,8 +40,6 @@ def kernel_constants() -> dict:
         "ENC_O_U": r.OU, "ENC_O_D": r.OD, "ENC_O_B": r.OB, "ENC_O_M": r.OM, "ENC_O_N": r.ON,
         "ENC_O_P": r.OP, "ENC_O_A": r.OA, "ENC_O_SL": r.OSL, "ENC_O_SP": r.OSP, "ENC_O_S": r.OS,
         "ENC_O_E": r.OE, "ENC_O_CONT": ENC_O_CONT,
-        "ENC_B_PAIR": r.B_PAIR, "ENC_B_NEXT": r.B_NEXT, "ENC_B_PREV2": r.B_PREV2,
-        "ENC_B_SPECIAL": r.B_SPECIAL,
         "ENC_SEG_START": hp.SEG_START, "ENC_SEG_END": hp.SEG_END, "ENC_OUTSIDE": hp.OUTSIDE,
         "ENC_SPECIAL_START": hp.SPECIAL_START,
         "ENC_NORMAL": hp.NORMAL, "ENC_GAP": split.NO_IDS, "ENC_DONE": ENC_DONE,

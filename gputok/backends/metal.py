@@ -13,13 +13,12 @@ Two facts of MLX shape the adapter (``shaders/encode_common.metal`` has the shad
 * **Outputs are fresh buffers on every call**; no input is updated in place. A device array is
   a ``MetalArray`` handle whose ``mx.array`` a launch replaces, so the driver's "in place" holds.
   A shader that completes an array an earlier one began takes the old one as an input and
-  carries what it does not change (``scratch_in`` / ``count_in``); the pre-tokenizer's sparse
-  corrections come back as a correction array applied with one ``mx.where``.
+  carries what it does not change (``scratch_in`` / ``count_in``).
 * **32-bit atomics only**: the CUDA dedup (a 64-bit compare-and-swap per piece) has no Metal
   form, so ``dedup=True`` is refused with the reason (dedup is off by default everywhere).
 
 Steps that are whole-array operations run as MLX operations on the device, not as shaders:
-the prefix scans (``mx.cumsum`` / ``mx.cummax``), the mark scatter, the special-token scatter,
+the prefix sums (``mx.cumsum``), the mark scatter, the special-token scatter,
 the per-document gathers. MLX evaluates lazily; ``launch`` queues each step with
 ``mx.async_eval`` so the GPU works while the host prepares the next chunk.
 
@@ -48,8 +47,8 @@ from .metal_arrays import (PAD, MetalArray, MetalOutOfMemory, _mx_dtype,  # noqa
                            _oom_as_memory_error, _Pending)
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
-SHADERS = ("encode_pretok_classify", "encode_pretok_runs", "encode_pretok_window",
-           "encode_pretok_fix", "encode_o200k_classify", "encode_o200k_spans", "encode_nfc_flags",
+SHADERS = ("encode_pretok_classify", "encode_pretok_spans", "encode_o200k_classify",
+           "encode_o200k_spans", "encode_nfc_flags",
            "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
            "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
            "encode_emit_u32")  # shaders/<name>.metal
@@ -222,23 +221,15 @@ class MetalDevice:
 
     # ---- scans (MLX operations) --------------------------------------------------------------
 
-    def scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
-        """In-place prefix scan of ``arr[:n]`` (op "add" or "max") with MLX's own scans."""
+    def scan(self, arr: MetalArray, n: int, exclusive: bool) -> None:
+        """In-place prefix sum of ``arr[:n]`` with MLX's own scan."""
         with _oom_as_memory_error():
-            self._scan(arr, n, op, exclusive)
+            self._scan(arr, n, exclusive)
 
-    def _scan(self, arr: MetalArray, n: int, op: str, exclusive: bool) -> None:
+    def _scan(self, arr: MetalArray, n: int, exclusive: bool) -> None:
         mx = self.mx
         x = arr.a
-        head = x[:n]
-        if op == "add":
-            s = mx.cumsum(head, inclusive=not exclusive)
-        elif op == "max":
-            s = mx.cummax(head)
-            if exclusive:
-                s = mx.concatenate([mx.zeros((1,), dtype=s.dtype), s[:-1]])
-        else:
-            raise ValueError(f"scan op must be 'add' or 'max', got {op!r}")
+        s = mx.cumsum(x[:n], inclusive=not exclusive)
         arr.a = mx.concatenate([s.astype(x.dtype), x[n:]]) if n < x.shape[0] else s
         self._queue(arr.a)
 
@@ -294,30 +285,11 @@ class MetalDevice:
         (cls.a,) = self._run("encode_pretok_classify", g, b, [buf, mark, cls_table, n],
                              [cls.size])
 
-    def _k_encode_pretok_runs(self, g, b, args) -> None:
-        n, mark, cls, runv, ischar = args
-        runv.a, ischar.a = self._run("encode_pretok_runs", g, b, [mark, cls, n],
-                                     [runv.size, ischar.size])
-
-    def _k_encode_pretok_window(self, g, b, args) -> None:
-        (buf, n, mark, cls, pair, pair_bits, next_lo, next_n, prev2_lo, prev2_n, runv, track_ws,
-         ws_next, ent) = args
-        ent.a, ws_next.a = self._run(
-            "encode_pretok_window", g, b,
-            [buf, mark, cls, pair, runv, n, pair_bits, next_lo, next_n, prev2_lo, prev2_n,
-             track_ws], [ent.size, ws_next.size])
-
-    def _k_encode_pretok_fix(self, g, b, args) -> None:
-        (buf, n, mark, cls, pair, pair_bits, letters, n_letters, runv, cidx, ws_next, gpt2,
-         digit_group, end_whole, ent) = args
-        (fix,) = self._run("encode_pretok_fix", g, b,
-                           [buf, mark, cls, pair, letters, runv, cidx, ws_next, n, pair_bits,
-                            n_letters, gpt2, digit_group, end_whole], [ent.size], init_value=0)
-        mx = self.mx
-        x = ent.a
-        one, zero = mx.array(1, x.dtype), mx.array(0, x.dtype)
-        ent.a = mx.where(fix == 2, one, mx.where(fix == 1, zero, x))
-        self._queue(ent.a)
+    def _k_encode_pretok_spans(self, g, b, args) -> None:
+        buf, n, mark, cls, letters, n_letters, gpt2, digit_group, end_whole, ent = args
+        (ent.a,) = self._run("encode_pretok_spans", g, b,
+                             [buf, mark, cls, letters, n, n_letters, gpt2, digit_group,
+                              end_whole], [ent.size])
 
     def _k_encode_o200k_classify(self, g, b, args) -> None:
         buf, n, mark, cls_table, cls = args

@@ -127,11 +127,11 @@ class _Library:
             raise native_build.NativeBuildError(f"{path}: runtime ABI mismatch")
         vp, u, ll, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_longlong, ctypes.c_int
         lib.gputok_native_launch.argtypes = [vp, u, u, vp, i]
-        lib.gputok_native_scan_u32.argtypes = [vp, ll, i, i, i]
+        lib.gputok_native_scan_u32.argtypes = [vp, ll, i, i]
         lib.gputok_native_stream_new.argtypes = [i]
         lib.gputok_native_stream_new.restype = vp
         lib.gputok_native_stream_launch.argtypes = [vp, vp, u, u, vp, i]
-        lib.gputok_native_stream_scan_u32.argtypes = [vp, vp, ll, i, i]
+        lib.gputok_native_stream_scan_u32.argtypes = [vp, vp, ll, i]
         lib.gputok_native_stream_time.argtypes = [vp, vp]
         lib.gputok_native_stream_sync.argtypes = [vp]
         self.max_args = lib.gputok_native_max_args()
@@ -391,25 +391,23 @@ class NativeDevice:
         with self._count_lock:  # chunk workers launch side by side
             self.launches[name] = self.launches.get(name, 0) + 1
 
-    def scan(self, arr: np.ndarray, n: int, op: str, exclusive: bool) -> None:
-        """In-place prefix scan of ``arr[:n]`` (uint32; "add" modulo 2^32, or "max")."""
+    def scan(self, arr: np.ndarray, n: int, exclusive: bool) -> None:
+        """In-place prefix sum of ``arr[:n]`` (uint32, modulo 2^32)."""
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint32 \
                 or not arr.flags.c_contiguous or not arr.flags.writeable or len(arr) < n:
             raise TypeError(f"scan: a writable contiguous uint32 array of at least {n} elements, "
                             f"got {_describe(arr)}")
-        if op not in ("add", "max"):
-            raise ValueError(f"scan: op must be 'add' or 'max', not {op!r}")
-        code, excl = (0 if op == "add" else 1), int(bool(exclusive))
+        excl = int(bool(exclusive))
         lib = self.lib.lib
         t = self._tls
         if t.slot is None or t.inline or t.solo:
-            lib.gputok_native_scan_u32(_address(arr), int(n), code, excl,
+            lib.gputok_native_scan_u32(_address(arr), int(n), excl,
                                        1 if t.solo else self.threads)
         else:
             h = self._stream(t.slot)
-            lib.gputok_native_stream_scan_u32(h, _address(arr), int(n), code, excl)
+            lib.gputok_native_stream_scan_u32(h, _address(arr), int(n), excl)
             self._live[t.slot].append(arr)
-        self._count("scan_" + op)
+        self._count("scan_add")
 
     def _remember(self, a: np.ndarray) -> tuple:
         """(weak reference, address, dtype) of a contiguous array, kept so a launch checks and

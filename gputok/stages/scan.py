@@ -6,8 +6,8 @@
 handles a whole batch in one vectorized pass; ``boundaries(cps, doc_offsets)`` is the array form
 that a GPU kernel reproduces.
 
-Method (the specification a kernel ports)
------------------------------------------
+Method
+------
 1. Classify every code point with one table lookup, ``k = CLASS[cp]``: a handful of classes per
    pattern family (letter, digit, apostrophe, space, CR/LF, ...), derived from the flag table of
    ``gputok.unicode.class_flags`` (the oracle's pinned Unicode data; ``scan_rules.py``). Documents are laid end to end with
@@ -31,8 +31,9 @@ Method (the specification a kernel ports)
    CR/LF after a letter or digit, document ends), are re-scanned with the reference regex from
    the first of them (``_rescan``), so the result stays exact. Everything else in o200k (case
    splits, contraction suffixes, ``[\\r\\n/]*``) is vectorized. The device kernels do not port
-   this step: they cut o200k at finer positions that start a piece in every parse and run one
-   sequential matcher of the pattern per span (``scan_o200k.py``, ``kernels/encode_o200k.cu``).
+   this method: for every pattern they cut the text at positions that start a piece in every
+   parse and run one sequential matcher of the pattern per span (``scan_cl.py`` and
+   ``kernels/encode_pretok.cu``, ``scan_o200k.py`` and ``kernels/encode_o200k.cu``).
 5. Pieces: insert a separator character absent from the text before every piece start, decode
    once and ``str.split`` (C speed; creating the piece strings is the floor of any method).
 

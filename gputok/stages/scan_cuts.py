@@ -1,9 +1,11 @@
 """The scanner's core: from classes to piece starts (window rule + sparse corrections).
 
-``Cuts`` is the part of ``Scanner`` that a kernel ports (``kernels/encode_pretok.cu``; o200k's
-kernels take another route, ``scan_o200k.py``): given
-the classes ``k`` of every position (documents laid end to end with separators of class X), the
-code points ``c`` and the documents' extents, it returns where pieces start. See ``scan.py``'s
+``Cuts`` is the part of ``Scanner`` that numpy runs: given the classes ``k`` of every position
+(documents laid end to end with separators of class X), the code points ``c`` and the documents'
+extents, it returns where pieces start. The device kernels take another route, one sequential
+matcher per span between positions that start a piece in every parse (``scan_cl.py``,
+``scan_o200k.py``): a window rule whose corrections need run starts and character indices costs
+a device several kernels and scans where numpy pays a few array passes. See ``scan.py``'s
 docstring for the method and its performance notes.
 """
 

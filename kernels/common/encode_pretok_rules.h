@@ -3,11 +3,9 @@
 #pragma once
 
 // ---------------------------------------------------------------- the pre-tokenizer
-// gputok/stages/scan.py's method in byte coordinates (kernels/encode_pretok.cu explains the
+// gputok/stages/scan_cl.py's method in byte coordinates (kernels/encode_pretok.cu explains the
 // launches): a character's class sits on its first byte (continuation bytes hold ENC_CONT) and
 // the host's per-byte marks say where segments start and end.
-
-GPUTOK_FN enc_u8 enc_run_class(enc_u8 c) { return c == ENC_S ? (enc_u8)ENC_SP : c; }
 
 // first byte of the character before the one starting at i (i is not a segment start)
 GPUTOK_FN enc_i64 enc_prev_char(const GPUTOK_DEV enc_u8* cls, enc_i64 i) {
@@ -16,22 +14,10 @@ GPUTOK_FN enc_i64 enc_prev_char(const GPUTOK_DEV enc_u8* cls, enc_i64 i) {
   return j;
 }
 
-// class of the character before the one at i (ENC_X at a segment start)
-GPUTOK_FN enc_u8 enc_class_before(const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
-                                  enc_i64 i) {
-  return (mark[i] & ENC_SEG_START) ? (enc_u8)ENC_X : cls[enc_prev_char(cls, i)];
-}
-
 // first byte after the character at i (at most n)
 GPUTOK_FN enc_i64 enc_next_char(const GPUTOK_DEV enc_u8* buf, enc_i64 i, enc_i64 n) {
   const enc_i64 q = i + enc_utf8_len(buf[i]);
   return q < n ? q : n;
-}
-
-// class of the character at q, ENC_X when a segment ends there
-GPUTOK_FN enc_u8 enc_class_at(const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
-                              enc_i64 q) {
-  return (mark[q] & ENC_SEG_END) ? (enc_u8)ENC_X : cls[q];
 }
 
 // contraction letters by code point (scan.py's Scanner._letters): 1 = s|d|m|t, 2 = l,
@@ -52,140 +38,146 @@ GPUTOK_FN enc_u8 enc_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
   return cls_table[enc_decode(buf, i, n)];
 }
 
-// runv[i] = i + 1 where a run of one class starts (whitespace SP|S counts as one class), else 0;
-// *ischar = 1 at character starts
-GPUTOK_FN enc_u32 enc_runs_at(const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
-                              enc_i64 i, GPUTOK_THREAD enc_u32* ischar) {
-  const enc_u8 c = cls[i];
-  *ischar = c != ENC_CONT;
-  bool start = false;
-  if (c != ENC_CONT && c != ENC_X) {
-    start = (mark[i] & ENC_SEG_START) ||
-            enc_run_class(cls[enc_prev_char(cls, i)]) != enc_run_class(c);
-  }
-  return start ? (enc_u32)(i + 1) : 0u;
+// ---------------------------------------------------------------- spans and the matcher
+// The cl100k / Llama 3 / Qwen2 / GPT-2 rules of gputok/stages/scan_cl.py (cl_span_start,
+// cl_match, contraction_end: the Python reference the tests hold these to; read its docstring).
+
+GPUTOK_FN bool enc_is_ws(enc_u8 c) { return c == ENC_SP || c == ENC_S || c == ENC_E; }
+GPUTOK_FN bool enc_is_q(enc_u8 c) { return c == ENC_P || c == ENC_A; }
+
+// THE CL SPAN RULE: a piece starts at a character of class c after one of class p in every
+// parse (p == ENC_X: a segment start).
+GPUTOK_FN bool enc_cl_span_start(enc_u8 p, enc_u8 c, int gpt2) {
+  if (p == ENC_X) return c != ENC_X;
+  if (c == ENC_SP || c == ENC_S) return !enc_is_ws(p);
+  if (c == ENC_E) return p == ENC_L || p == ENC_N;
+  if (c == ENC_L) return gpt2 ? (p == ENC_N || p == ENC_P || p == ENC_S) : (p == ENC_N || p == ENC_E);
+  if (c == ENC_N) return p != ENC_N && !(gpt2 && p == ENC_SP);
+  if (enc_is_q(c)) return p == ENC_L || p == ENC_N || p == ENC_S || p == ENC_E;
+  return false;
 }
 
-// The scanner family's tables: pair[(k_prev << pair_bits) | k] holds the window bits (and
-// ENC_B_SPECIAL), NEXT / PREV2 test the class after / two before against a range.
-struct EncPretokRule {
-  const GPUTOK_DEV enc_u8* pair;
-  int pair_bits, next_lo, next_n, prev2_lo, prev2_n;
-  const GPUTOK_DEV enc_u8* letters;
+// A read-only view of one chunk and the pattern's parameters.
+struct EncClText {
+  const GPUTOK_DEV enc_u8* buf;
+  const GPUTOK_DEV enc_u8* mark;
+  const GPUTOK_DEV enc_u8* cls;
+  const GPUTOK_DEV enc_u8* letters;  // by code point: 1 = s|d|m|t, 2 = l, 4 = v|r, 8 = e
   enc_u32 n_letters;
-  int gpt2, digit_group, end_whole;
+  enc_i64 n;
+  enc_i64 start;    // the current match's first byte (-1: none)
+  int gpt2;         // GPT-2: CR/LF are S, " " is the only prefix, no [\r\n]* after punctuation
+  int digit_group;  // 3: \p{N}{1,3}; 1: \p{N}; 0: \p{N}+
+  int end_whole;    // \s++$: a whitespace run reaching the segment's end is one piece
 };
 
-// What the window rule says at byte i in [0, n + 2): ent (1 where a piece starts) and, at the
-// last character of a whitespace run, the class after the run for the run's first byte
-// (ws_at < 0: none).
-struct EncWindow {
-  enc_u32 ent;
-  enc_i64 ws_at;
-  enc_u8 ws;
-};
-
-// THE WINDOW RULE: PAIR[k[i-1], k[i]] & (B_PAIR | NEXT(k[i+1]) | PREV2(k[i-2])), segment
-// starts, special-token starts, and the sentinel at n (ent[n + 1] = 0 ends the scan).
-GPUTOK_FN EncWindow enc_window_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
-                                  const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
-                                  GPUTOK_THREAD const EncPretokRule& r,
-                                  const GPUTOK_DEV enc_u32* runstart, int track_ws, enc_i64 i) {
-  EncWindow w;
-  w.ent = 0;
-  w.ws_at = -1;
-  w.ws = 0;
-  if (i >= n) {
-    w.ent = i == n;
-    return w;
-  }
-  const enc_u8 m = mark[i];
-  const enc_u8 c = cls[i];
-  if (m & ENC_SPECIAL_START) {
-    w.ent = 1;
-    return w;
-  }
-  if (c == ENC_CONT || c == ENC_X) return w;
-  const enc_u8 kn = enc_class_at(mark, cls, enc_next_char(buf, i, n));
-  if (m & ENC_SEG_START) {
-    w.ent = 1;
-  } else {
-    const enc_i64 j = enc_prev_char(cls, i);
-    const enc_u8 kp = cls[j];
-    const enc_u8 kpp = enc_class_before(mark, cls, j);
-    const enc_u8 rule = r.pair[(kp << r.pair_bits) | c];
-    enc_u8 x = ENC_B_PAIR;
-    if ((unsigned)(kn - r.next_lo) < (unsigned)r.next_n) x |= ENC_B_NEXT;
-    if ((unsigned)(kpp - r.prev2_lo) < (unsigned)r.prev2_n) x |= ENC_B_PREV2;
-    w.ent = (x & rule) != 0;
-  }
-  // the last character of a whitespace run tells the run's first what follows the run
-  if (track_ws && enc_run_class(c) == ENC_SP && enc_run_class(kn) != ENC_SP) {
-    w.ws_at = (enc_i64)runstart[i] - 1;
-    w.ws = kn;
-  }
-  return w;
+// class of the character at q, ENC_X where its segment has ended (q <= n; cls[n] = ENC_X).
+// The match's own first byte may carry the previous segment's end mark: it is in the segment.
+GPUTOK_FN enc_u8 enc_cl_at(const EncClText t, enc_i64 q) {
+  return ((t.mark[q] & ENC_SEG_END) && q != t.start) ? (enc_u8)ENC_X : t.cls[q];
 }
 
-// The sparse corrections at byte i where PAIR has B_SPECIAL: ent[clear_at] = 0 and
-// ent[set_at] = 1 (negative: none). They read only what earlier launches wrote, so thread order
-// cannot matter; each dialect stores them its own way (CUDA: into ent; Metal, whose outputs are
-// fresh: into a correction array the driver applies).
-struct EncFix {
-  enc_i64 clear_at;
-  enc_i64 set_at;
-};
+// first byte after the character at q (at most n)
+GPUTOK_FN enc_i64 enc_cl_next(const EncClText t, enc_i64 q) { return enc_next_char(t.buf, q, t.n); }
 
-// THE FIX RULE: contractions, digit groups, whitespace after CR/LF.
-GPUTOK_FN EncFix enc_fix_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
-                            const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
-                            GPUTOK_THREAD const EncPretokRule& r,
-                            const GPUTOK_DEV enc_u32* runstart, const GPUTOK_DEV enc_u32* cidx,
-                            const GPUTOK_DEV enc_u8* ws_next, enc_i64 i) {
-  EncFix f;
-  f.clear_at = -1;
-  f.set_at = -1;
-  const enc_u8 c = cls[i];
-  if (c == ENC_CONT || c == ENC_X) return f;
-  const enc_u8 kp = enc_class_before(mark, cls, i);
-  if (!(r.pair[(kp << r.pair_bits) | c] & ENC_B_SPECIAL)) return f;
-  if (c == ENC_A) {
-    // an apostrophe that starts a piece, followed by a contraction suffix
-    const enc_i64 q1 = enc_next_char(buf, i, n);
-    if (enc_class_at(mark, cls, q1) != ENC_L) return f;
-    const enc_i64 q2 = enc_next_char(buf, q1, n);
-    const enc_u8 t1 = enc_letter_bits(r.letters, r.n_letters, enc_decode(buf, q1, n));
-    const enc_u8 t2 = (mark[q2] & ENC_SEG_END)
-                          ? (enc_u8)0
-                          : enc_letter_bits(r.letters, r.n_letters, enc_decode(buf, q2, n));
-    enc_i64 end;
-    if (t1 & 1) {
-      end = q2;
-    } else if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) {
-      end = enc_next_char(buf, q2, n);
-    } else {
-      return f;
-    }
-    if (r.gpt2) f.clear_at = q1;  // the letters after the contraction start a new piece
-    if (!(mark[end] & ENC_SEG_END)) f.set_at = end;
-  } else if (c == ENC_N) {
-    // a digit after a digit: cut every digit_group from the digit run's start
-    if (r.digit_group > 1) {
-      const enc_u32 off = cidx[i] - cidx[runstart[i] - 1];
-      if (off % (enc_u32)r.digit_group == 0) f.set_at = i;
-    }
-  } else if (!r.gpt2 && (c == ENC_SP || c == ENC_S)) {
-    // whitespace right after a CR/LF run (kp == E): cut here if punctuation took the CR/LF
-    // run, or if the whitespace run from here has no further CR/LF (cl100k: unless it
-    // reaches the end of the text)
-    const enc_i64 es = (enc_i64)runstart[enc_prev_char(cls, i)] - 1;  // the CR/LF run start
-    const enc_u8 before = enc_class_before(mark, cls, es);
-    bool cut = before == ENC_P || before == ENC_A;
-    if (!cut) {
-      const enc_u8 after = ws_next[i];
-      cut = after != ENC_E && !(r.end_whole && after == ENC_X);
-    }
-    if (cut) f.set_at = i;
+// the first byte after the run of characters of class a or b from q
+GPUTOK_FN enc_i64 enc_cl_run(const EncClText t, enc_i64 q, enc_u8 a, enc_u8 b) {
+  enc_u8 k = enc_cl_at(t, q);
+  while (k == a || k == b) {
+    q = enc_cl_next(t, q);
+    k = enc_cl_at(t, q);
   }
-  return f;
+  return q;
+}
+
+// The contraction at i ("'" then s|d|m|t, or ll|ve|re, in the letters' case rule): the
+// position after it, or i when there is none.
+GPUTOK_FN enc_i64 enc_cl_contraction(const EncClText t, enc_i64 i) {
+  const enc_i64 q1 = enc_cl_next(t, i);
+  if (enc_cl_at(t, q1) == ENC_X) return i;
+  const enc_u8 t1 = enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q1, t.n));
+  const enc_i64 q2 = enc_cl_next(t, q1);
+  if (t1 & 1) return q2;
+  const enc_u8 t2 = enc_cl_at(t, q2) == ENC_X
+                        ? (enc_u8)0
+                        : enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q2, t.n));
+  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return enc_cl_next(t, q2);
+  return i;
+}
+
+// THE CL MATCHER: the end of the match that starts at i (a true piece start): the pattern's
+// alternatives in order, leftmost-first (scan_cl.py, cl_match).
+GPUTOK_FN enc_i64 enc_cl_match(EncClText t, enc_i64 i) {
+  t.start = i;
+  const enc_u8 c = enc_cl_at(t, i);
+  // 1. a contraction
+  if (c == ENC_A) {
+    const enc_i64 e = enc_cl_contraction(t, i);
+    if (e != i) return e;
+  }
+  // 2. a word: the letter run, after one prefix character
+  if (c == ENC_L) return enc_cl_run(t, enc_cl_next(t, i), ENC_L, ENC_L);
+  const enc_i64 after = enc_cl_next(t, i);
+  const enc_u8 ka = enc_cl_at(t, after);
+  if (ka == ENC_L && (t.gpt2 ? c == ENC_SP : (c != ENC_E && c != ENC_N)))
+    return enc_cl_run(t, enc_cl_next(t, after), ENC_L, ENC_L);
+  // 3. digits
+  const enc_i64 d = (t.gpt2 && c == ENC_SP && ka == ENC_N) ? after : i;
+  if (enc_cl_at(t, d) == ENC_N) {
+    if (t.digit_group == 0) return enc_cl_run(t, d, ENC_N, ENC_N);
+    enc_i64 j = enc_cl_next(t, d);
+    for (int k = 1; k < t.digit_group && enc_cl_at(t, j) == ENC_N; ++k) j = enc_cl_next(t, j);
+    return j;
+  }
+  // 4. punctuation: one optional " ", the run, then (cl) CR/LF
+  const enc_i64 s = (c == ENC_SP && enc_is_q(ka)) ? after : i;
+  if (enc_is_q(enc_cl_at(t, s))) {
+    const enc_i64 j = enc_cl_run(t, s, ENC_P, ENC_A);
+    return t.gpt2 ? j : enc_cl_run(t, j, ENC_E, ENC_E);
+  }
+  // 5. whitespace: \s++$ (end_whole), \s*[\r\n]+ (up to the run's last CR/LF), \s+(?!\S), \s
+  enc_i64 j = i;
+  enc_i64 last_nl = -1;
+  enc_i64 last = i;  // the run's last char
+  int chars = 0;
+  enc_u8 k = c;
+  while (enc_is_ws(k)) {
+    if (k == ENC_E) last_nl = j;
+    last = j;
+    ++chars;
+    j = enc_cl_next(t, j);
+    k = enc_cl_at(t, j);
+  }
+  if (t.end_whole && k == ENC_X) return j;
+  if (last_nl >= 0) return enc_cl_next(t, last_nl);
+  if (k == ENC_X || chars < 2) return j;
+  return last;
+}
+
+// The entry flags the thread of byte i (< n) owns: a token span's byte writes its own flag (1 at
+// the span's first byte); a span start writes every byte of its span, 1 where a match starts
+// (THE CL MATCHER, match after match until the next span start or the segment's end); any other
+// byte belongs to the span that holds it and writes nothing. So every flag is written by exactly
+// one thread, whatever the order. Returns the first byte after those it wrote for a span start
+// (the bytes between belong to its span: their own threads write nothing), else i + 1; a
+// sequential loop may go on there (ENC_SKIP_TO), a GPU ignores it.
+GPUTOK_FN enc_i64 enc_cl_spans_at(const EncClText t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+  const enc_u8 m = t.mark[i];
+  if (m & ENC_OUTSIDE) {
+    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
+    return i + 1;
+  }
+  const enc_u8 c = t.cls[i];
+  if (c == ENC_CONT) return i + 1;
+  const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[enc_prev_char(t.cls, i)];
+  if (!enc_cl_span_start(p, c, t.gpt2)) return i + 1;
+  enc_i64 pos = i;
+  while (true) {
+    ent[pos] = 1u;
+    const enc_i64 end = enc_cl_match(t, pos);
+    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
+    pos = end;
+    const enc_u8 k = enc_cl_at(t, pos);
+    if (k == ENC_X || enc_cl_span_start(t.cls[enc_prev_char(t.cls, pos)], k, t.gpt2)) return pos;
+  }
 }

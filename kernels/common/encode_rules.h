@@ -5,8 +5,8 @@
 // is only the loop over its elements and the stores; what each element computes lives here:
 //
 //   here                  types, constants, UTF-8 (enc_decode), enc_bytes_hash (THE BYTES HASH)
-//   encode_pretok_rules.h enc_classify_at, enc_runs_at, enc_window_at (THE WINDOW RULE),
-//                         enc_fix_at (THE FIX RULE)
+//   encode_pretok_rules.h enc_classify_at, enc_cl_span_start (THE CL SPAN RULE), enc_cl_match
+//                         (THE CL MATCHER), enc_cl_spans_at
 //   encode_merge_rules.h  enc_pair_lookup (THE PAIR PROBE), enc_piece_kind_of (specials, the
 //                         sentinel, whole-token lookup), enc_merge_small, enc_merge_heap,
 //                         enc_merge_long_piece (THE COMPARATOR), enc_emit_ids
@@ -61,17 +61,6 @@ typedef gputok_i64 enc_i64;
 #endif
 #ifndef ENC_CONT
 #define ENC_CONT 8
-#endif
-
-// window-rule bits (scan_rules.py's B_PAIR / B_NEXT / B_PREV2)
-#ifndef ENC_B_PAIR
-#define ENC_B_PAIR 1
-#endif
-#ifndef ENC_B_NEXT
-#define ENC_B_NEXT 2
-#endif
-#ifndef ENC_B_PREV2
-#define ENC_B_PREV2 4
 #endif
 
 // per-byte marks written by the host's segment plan (documents split at special tokens)
@@ -133,11 +122,6 @@ typedef gputok_i64 enc_i64;
 #ifndef ENC_MIX2
 #define ENC_MIX2 0xC4CEB9FE1A85EC53ul
 #endif
-// scan.py's pair-table bit beyond the window bits above
-#ifndef ENC_B_SPECIAL
-#define ENC_B_SPECIAL 16
-#endif
-
 #define ENC_U64_MAX GPUTOK_U64(0xFFFFFFFFFFFFFFFF)
 
 // A hint that memory is about to be read (the CPU device's memory-level parallelism); a no-op on
