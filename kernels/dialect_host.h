@@ -79,6 +79,7 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
 #define ENC_PREFETCH(p) __builtin_prefetch(p)
 #ifndef ENC_HOST_NO_AHEAD
 #define ENC_HOST_PREFETCH_AHEAD 16  // entries (encode_merge.cu: encode_piece_kind's table lookups)
+#define ENC_HOST_MERGE_LANES 8  // pieces merged in turn (encode_merge.cu: encode_merge_short)
 #endif
 
 // atomicCAS on 64-bit words (CUDA's unsigned long long overload): sequentially consistent, as

@@ -117,45 +117,94 @@ GPUTOK_FN EncKind enc_piece_kind_of(const GPUTOK_DEV enc_u8* buf, enc_u32 s, enc
 // ---------------------------------------------------------------- short merges
 // The sequential rule on one run of ids, in place: merge the adjacent pair of lowest priority,
 // leftmost on ties (THE COMPARATOR: strict <), until no pair merges; pr[0 .. len - 1) caches the
-// pairs' priorities. Returns how many ids are left (at the front of ids). O(len^2): for short
-// runs (encode_merge_short's pieces, encode_merge_long's segments).
-GPUTOK_FN enc_u32 enc_merge_small(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
-                                  GPUTOK_DEV enc_u32* pr, enc_u32 len) {
-  enc_u32 m;
-  for (enc_u32 k = 0; k + 1 < len; ++k) pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &m);
-  while (len > 1) {
-    enc_u32 best = ENC_NO_MERGE, at = 0;
-    for (enc_u32 k = 0; k + 1 < len; ++k) {
-      if (pr[k] < best) {
-        best = pr[k];
-        at = k;
-      }
-    }
-    if (best == ENC_NO_MERGE) break;
-    enc_u32 merged;
-    enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
-    ids[at] = merged;
-    // both new pairs' slots are fetched before either probe waits on memory
-    if (at > 0) enc_pair_prefetch(t, ids[at - 1], merged);
-    if (at + 2 < len) enc_pair_prefetch(t, merged, ids[at + 2]);
-    for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
-    for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
-    --len;
-    if (at + 1 < len) pr[at] = enc_pair_lookup(t, ids[at], ids[at + 1], &m);
-    if (at > 0) pr[at - 1] = enc_pair_lookup(t, ids[at - 1], ids[at], &m);
-  }
-  return len;
+// pairs' priorities. O(len^2): for short runs (encode_merge_short's pieces, encode_merge_long's
+// segments). Written as steps so that a CPU can interleave several runs: each step first looks
+// up the priorities the previous one left pending (the pairs its merge made, whose table slots
+// it prefetched), so a device that hides latency by switching threads runs the steps in a loop
+// (enc_merge_small) and the native CPU device switches between runs instead (encode_merge.cu,
+// ENC_HOST_MERGE_LANES).
+struct EncMergeRun {
+  GPUTOK_DEV enc_u32* ids;
+  GPUTOK_DEV enc_u32* pr;
+  enc_u32 len;     // ids left
+  enc_u32 lo, hi;  // pr[lo .. hi) pending: looked up at the next step
+};
+
+GPUTOK_FN void enc_merge_begin(GPUTOK_THREAD const EncMergeTable& t,
+                               GPUTOK_THREAD EncMergeRun& r, GPUTOK_DEV enc_u32* ids,
+                               GPUTOK_DEV enc_u32* pr, enc_u32 len) {
+  r.ids = ids;
+  r.pr = pr;
+  r.len = len;
+  r.lo = 0;
+  r.hi = len > 0 ? len - 1 : 0;
+  for (enc_u32 k = 0; k + 1 < len; ++k) enc_pair_prefetch(t, ids[k], ids[k + 1]);
 }
 
-// One piece shorter than ENC_LONG_PIECE: its bytes' ids into ids[0..len), merged there; returns
-// the id count.
+// One merge (after the pending lookups); false when no pair merges: r.len ids are final.
+GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
+                              GPUTOK_THREAD EncMergeRun& r) {
+  GPUTOK_DEV enc_u32* ids = r.ids;
+  GPUTOK_DEV enc_u32* pr = r.pr;
+  enc_u32 m;
+  for (enc_u32 k = r.lo; k < r.hi; ++k) pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &m);
+  enc_u32 len = r.len;
+  enc_u32 best = ENC_NO_MERGE, at = 0;
+  for (enc_u32 k = 0; k + 1 < len; ++k) {
+    if (pr[k] < best) {
+      best = pr[k];
+      at = k;
+    }
+  }
+  if (best == ENC_NO_MERGE) {
+    r.lo = r.hi = 0;
+    return false;
+  }
+  enc_u32 merged;
+  enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
+  ids[at] = merged;
+  for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
+  for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
+  --len;
+  r.len = len;
+  // the pairs the merge made: (at - 1, at) and (at, at + 1), where they exist; both slots are
+  // fetched before either probe waits on memory
+  r.lo = at > 0 ? at - 1 : at;
+  r.hi = at + 1 < len ? at + 1 : len - 1;
+  for (enc_u32 k = r.lo; k < r.hi; ++k) enc_pair_prefetch(t, ids[k], ids[k + 1]);
+  return true;
+}
+
+// The whole rule on one run; returns how many ids are left (at the front of ids).
+GPUTOK_FN enc_u32 enc_merge_small(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
+                                  GPUTOK_DEV enc_u32* pr, enc_u32 len) {
+  EncMergeRun r;
+  enc_merge_begin(t, r, ids, pr, len);
+  while (enc_merge_step(t, r)) {
+  }
+  return r.len;
+}
+
+// One piece shorter than ENC_LONG_PIECE: its bytes' ids into ids[0..len), the run begun there
+// (enc_merge_begin); enc_merge_short_piece merges it at once and returns the id count.
+GPUTOK_FN void enc_merge_short_begin(GPUTOK_THREAD const EncMergeTable& t,
+                                     GPUTOK_THREAD EncMergeRun& r, const GPUTOK_DEV enc_u8* b,
+                                     const GPUTOK_DEV enc_u32* byte_ids, GPUTOK_DEV enc_u32* ids,
+                                     GPUTOK_DEV enc_u32* pr, enc_u32 len) {
+  for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
+  enc_merge_begin(t, r, ids, pr, len);
+}
+
 GPUTOK_FN enc_u32 enc_merge_short_piece(GPUTOK_THREAD const EncMergeTable& t,
                                         const GPUTOK_DEV enc_u8* b,
                                         const GPUTOK_DEV enc_u32* byte_ids,
                                         GPUTOK_DEV enc_u32* ids, GPUTOK_DEV enc_u32* pr,
                                         enc_u32 len) {
-  for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
-  return enc_merge_small(t, ids, pr, len);
+  EncMergeRun r;
+  enc_merge_short_begin(t, r, b, byte_ids, ids, pr, len);
+  while (enc_merge_step(t, r)) {
+  }
+  return r.len;
 }
 
 // ---------------------------------------------------------------- long pieces
