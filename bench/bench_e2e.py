@@ -141,6 +141,7 @@ def main():
     p.add_argument("--mb", type=float, default=4.0)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
+    _common.compile_bytecode()
     print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
           f"command: python {' '.join(sys.argv)}")
     with tempfile.TemporaryDirectory() as d:

@@ -267,6 +267,7 @@ def main():
         return
     if REFERENCE not in args.runners:
         args.runners = [REFERENCE] + args.runners
+    _common.compile_bytecode()
     print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
           f"command: python {' '.join(sys.argv)}\nload average: {os.getloadavg()}")
     for mod, why in NOT_COMPARABLE.items():

@@ -112,6 +112,7 @@ def main():
         print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
                                args.repeat, args.backend)))
         return
+    _common.compile_bytecode()
     print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
           f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
           f"gputok backend: {args.backend}")

@@ -48,6 +48,7 @@ def main():
     p.add_argument("--encoding", default="o200k_base")
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args()
+    _common.compile_bytecode()
     print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d')}\n"
           f"command: {' '.join(sys.argv)}")
     print(f"{'library':<10}{'numpy':>8}{'import':>8}{'get':>8}{'encode':>8}"

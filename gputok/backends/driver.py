@@ -473,6 +473,17 @@ class DeviceBackend(Backend):
                 workers, thread_name_prefix="gputok-chunk"))
         return got[2]
 
+    def start_workers(self) -> None:
+        """Start the chunk workers' threads now (a device with ``chunk_workers``), not at the
+        first batch: a thread's start waits until the OS runs it, a few ms on a busy machine
+        when the first chunk already keeps the other cores busy."""
+        workers = getattr(self.dev, "chunk_workers", 0)
+        if workers > 1:
+            pool = self._chunk_pool(workers)
+            meet = threading.Barrier(workers)  # every task waits for the others: one thread each
+            for _ in range(workers):
+                pool.submit(meet.wait)
+
     def _whole_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype) -> tuple:
         """One chunk start to end on the calling worker thread: (first document, ids, lengths)."""
         with self.dev.solo():

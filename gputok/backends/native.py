@@ -109,7 +109,9 @@ def create(threads: "int | None" = None, **options) -> DeviceBackend:
     """
     options.setdefault("chunk_bytes", CHUNK_BYTES)
     options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
-    return DeviceBackend(NativeDevice(threads), name="native", **options)
+    be = DeviceBackend(NativeDevice(threads), name="native", **options)
+    be.start_workers()
+    return be
 
 
 class _KernelEntry(ctypes.Structure):
