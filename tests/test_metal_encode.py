@@ -264,6 +264,7 @@ def test_available_names_the_gpu_and_info_prints_it(monkeypatch, capsys):
     info = {"device_name": "Apple M3 Max", "memory_size": 36 << 30}
     monkeypatch.setattr(mx.metal, "is_available", lambda: True)
     monkeypatch.setattr(mx, "device_info", lambda: info, raising=False)
+    monkeypatch.setattr(metal.sys, "platform", "darwin")
     ok, why = metal.available()
     assert ok and why.endswith("Metal GPU: Apple M3 Max, 36 GiB unified memory")
     from gputok import cli

@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+import time
 import warnings
 
 import numpy as np
@@ -406,9 +407,10 @@ class _StreamsOnly(native.NativeDevice):
 
 def test_chunk_workers_match_the_streams_and_one_thread():
     """Batches of several chunks run on the chunk workers (each chunk start to end on one
-    worker thread, ``solo`` launches); ids, offsets and counters are those of the two-stream path
-    and of one thread, with empty documents between chunks and a batch of one chunk (which
-    stays on the calling thread)."""
+    worker thread, ``solo`` launches; the batch cut into a multiple of their number of chunks of
+    about one size); ids and offsets are those of the two-stream path and of one thread, with
+    empty documents between chunks and a batch of one chunk (which stays on the calling
+    thread)."""
     import threading
 
     from gputok.stages import counters
@@ -423,6 +425,7 @@ def test_chunk_workers_match_the_streams_and_one_thread():
 
     def spy(*a):
         ran_on.append(threading.current_thread().name)
+        time.sleep(0.002)  # chunks this small end before the other worker wakes up otherwise
         return real(*a)
 
     workers._whole_chunk = spy
@@ -437,7 +440,7 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     for name in ("streams", "one"):
         np.testing.assert_array_equal(got["workers"][0], got[name][0])
         np.testing.assert_array_equal(got["workers"][1], got[name][1])
-    assert got["workers chunks"] == got["streams chunks"] == got["one chunks"] == len(ran_on)
+    assert got["streams chunks"] == got["one chunks"] and got["workers chunks"] == len(ran_on)
     assert len(ran_on) > 10 and all(n.startswith("gputok-chunk") for n in ran_on)
     assert len(set(ran_on)) == 2  # both workers took chunks
     assert not workers.fallbacks and not streams.fallbacks
@@ -448,6 +451,21 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     ran_on.clear()  # one chunk: the calling thread, no hand-off
     ids, off = workers.encode(enc.model, Documents(docs[:3]), frozenset(), frozenset())
     assert ran_on == [] and ids.tolist() == [t for d in docs[:3] for t in tk.encode_ordinary(d)]
+
+
+def test_chunk_workers_cut_the_batch_evenly():
+    """The workers' chunks: a multiple of their number, each at the document boundary nearest
+    an equal split, none over the budget by more than a quarter (else the greedy cut)."""
+    even = DeviceBackend._even_ends
+    off = np.cumsum([0] + [100] * 402)  # 40,200 bytes, budget 10,000: 5 greedy chunks
+    ends = even(off, 0, 10_000, 2)
+    sizes = np.diff(off[np.concatenate([[0], ends])])
+    assert len(ends) == 6 and ends[-1] == 402 and sizes.max() - sizes.min() <= 100
+    assert sizes.max() <= 10_000 * 5 // 4
+    assert even(off, 100, 10_000, 2).tolist() == [175, 251, 326, 402]  # from document 100 on
+    assert even(off, 0, 10_000, 3).tolist() == [67, 134, 201, 268, 335, 402]
+    assert even(np.array([0, 50_000, 50_100]), 0, 10_000, 2) is None  # a document too big
+    assert even(off, 400, 10_000, 2).tolist() == [401, 402]
 
 
 def test_long_piece_workspace_only_for_chunks_with_long_pieces():
