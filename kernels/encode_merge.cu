@@ -43,6 +43,8 @@
 // slots with a 64-bit compare-and-swap (CUDA and the CPU only: Metal has none).
 #include "encode_common.cuh"
 
+#define ENC_DEDUP_PROBES 32  // dedup table slots a piece looks at before it merges itself
+
 #ifdef ENC_HOST_PREFETCH_AHEAD
 // The native CPU device only (dialect_host.h defines ENC_HOST_PREFETCH_AHEAD): a CPU hides a
 // table miss only by asking for the line early. Each short piece is hashed once, AHEAD entries
@@ -90,25 +92,49 @@ __forceinline__ bool enc_host_ahead(EncHostAhead& a, const enc_u8* buf, const en
 // encode_merge_short on a CPU: a merge's next step waits on two table probes (the pairs it
 // made), each a cache miss on a table of several MB, and a CPU thread has no other warp to run
 // meanwhile. So it keeps ENC_HOST_MERGE_LANES pieces in flight and steps them in turn
-// (enc_merge_step): one piece's new pairs are in cache by the time its turn comes back.
+// (enc_merge_step): one piece's new pairs are in cache by the time its turn comes back. Each
+// lane merges in its own small arrays (a piece is shorter than ENC_LONG_PIECE), which stay in
+// L1, and copies the final ids to scratch: prio_ws is never touched (~4 bytes of workspace per
+// byte of text that a chunk no longer pages in).
 struct EncHostLanes {
+  enc_u32 ids[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
+  enc_u32 pr[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
   EncMergeRun run[ENC_HOST_MERGE_LANES];
+  enc_u32* out[ENC_HOST_MERGE_LANES];  // where the piece's ids go (scratch at its start)
   enc_i64 entry[ENC_HOST_MERGE_LANES];
-  int n;  // lanes in use: [0, n)
+  int busy[ENC_HOST_MERGE_LANES];  // busy[0 .. n): the lanes in use
+  int n;
 };
 
-// Every lane one step; a finished lane writes its id count and the last lane takes its place.
+__forceinline__ void enc_host_lanes_init(EncHostLanes& l) {
+  for (int k = 0; k < ENC_HOST_MERGE_LANES; ++k) l.busy[k] = k;
+  l.n = 0;
+}
+
+// A piece into a free lane (there is one: the caller steps the lanes while all are busy).
+__forceinline__ void enc_host_lanes_add(EncHostLanes& l, const EncMergeTable& t,
+                                        const enc_u8* b, const enc_u32* byte_ids,
+                                        enc_u32* out, enc_u32 len, enc_i64 e) {
+  const int k = l.busy[l.n++];
+  enc_merge_short_begin(t, l.run[k], b, byte_ids, l.ids[k], l.pr[k], len);
+  l.out[k] = out;
+  l.entry[k] = e;
+}
+
+// Every lane in use one step; a finished lane writes its ids and count, and is free again.
 __forceinline__ void enc_host_lanes_step(EncHostLanes& l, const EncMergeTable& t,
                                          enc_u32* count) {
-  for (int k = 0; k < l.n;) {
+  for (int j = 0; j < l.n;) {
+    const int k = l.busy[j];
     if (enc_merge_step(t, l.run[k])) {
-      ++k;
+      ++j;
       continue;
     }
-    count[l.entry[k]] = l.run[k].len;
-    --l.n;
-    l.run[k] = l.run[l.n];
-    l.entry[k] = l.entry[l.n];
+    const enc_u32 c = l.run[k].len;
+    for (enc_u32 q = 0; q < c; ++q) l.out[k][q] = l.ids[k][q];
+    count[l.entry[k]] = c;
+    l.busy[j] = l.busy[--l.n];
+    l.busy[l.n] = k;
   }
 }
 #endif
@@ -149,11 +175,13 @@ extern "C" __global__ void encode_piece_kind(
     enc_u32 own = (enc_u32)e;
     if (dedup_bits != 0 && len < ENC_LONG_PIECE) {
       // insert-or-find: a slot holds tag << 32 | entry, claimed once with a CAS, so the entry
-      // index is never read before it is written; equal tags are confirmed by the bytes
+      // index is never read before it is written; equal tags are confirmed by the bytes. After
+      // ENC_DEDUP_PROBES slots the piece merges itself (dedup only saves work, so a crowded
+      // table, a chunk of almost only distinct misses, costs no more than that)
       const enc_u64 mine = ((enc_u64)(enc_u32)h << 32) | (enc_u64)e;
       const enc_u64 mask = (1ull << dedup_bits) - 1ull;
       enc_u64 slot = h >> (64 - dedup_bits);
-      while (true) {
+      for (int probe = 0; probe < ENC_DEDUP_PROBES; ++probe) {
         enc_u64 cur = dedup_slots[slot];
         if (cur == ENC_EMPTY_KEY) {
           cur = atomicCAS(&dedup_slots[slot], ENC_EMPTY_KEY, mine);
@@ -184,7 +212,7 @@ extern "C" __global__ void encode_merge_short(
   const enc_i64 n_ent = (enc_i64)*n_entries;
 #ifdef ENC_HOST_MERGE_LANES
   EncHostLanes lanes;
-  lanes.n = 0;
+  enc_host_lanes_init(lanes);
 #endif
   ENC_GRID_STRIDE(e, cap) {
     if (e >= n_ent) break;
@@ -193,9 +221,7 @@ extern "C" __global__ void encode_merge_short(
     const enc_u32 len = pstart[e + 1] - s;
     if (len >= ENC_LONG_PIECE) continue;
 #ifdef ENC_HOST_MERGE_LANES
-    enc_merge_short_begin(t, lanes.run[lanes.n], buf + s, byte_ids, scratch + s, prio_ws + s,
-                          len);
-    lanes.entry[lanes.n++] = e;
+    enc_host_lanes_add(lanes, t, buf + s, byte_ids, scratch + s, len, e);
     while (lanes.n == ENC_HOST_MERGE_LANES) enc_host_lanes_step(lanes, t, count);
 #else
     count[e] = enc_merge_short_piece(t, buf + s, byte_ids, scratch + s, prio_ws + s, len);

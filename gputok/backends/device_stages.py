@@ -42,6 +42,11 @@ class Tables:
 class DeviceStages:
     """The encode stages on ``dev``; ``dedup`` merges each distinct piece of a chunk once."""
 
+    #: dedup table slots per entry (a power of two at least this many in all): only the pieces
+    #: that are not tokens go in (10-50% of the entries); a piece that finds no slot in
+    #: ENC_DEDUP_PROBES (encode_merge.cu) merges itself, so any size is correct
+    dedup_slots_per_entry = 1.0
+
     def __init__(self, dev, *, dedup: bool = False):
         self.dev = dev
         self.dedup = dedup
@@ -163,10 +168,10 @@ class DeviceStages:
         a, s = tables.arrays, tables.scalars
         dedup = self.dedup if dedup is None else dedup
         owner = dev.empty(cap, np.uint32)
-        count = dev.zeros(cap + 1, np.uint32)  # one spare zero: the scan's total lands there
+        count = self._counts(cap)
         scratch = dev.empty(n, np.uint32)
         if dedup:
-            dbits = max(4, int(2 * cap - 1).bit_length())
+            dbits = max(4, int(max(cap * self.dedup_slots_per_entry, 2) - 1).bit_length())
             slots = dev.full(1 << dbits, EMPTY64, np.uint64)
         else:
             dbits, slots = 0, dev.dummy(np.uint64)
@@ -198,11 +203,25 @@ class DeviceStages:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
         return owner, count, scratch
 
+    def _counts(self, cap: int):
+        """count[0 .. cap]: every entry's id count is written by the merge stage; the spare
+        slot (where the scan's total lands) starts at 0, and so does every slot past the real
+        entry count when ``cap`` is only a bound (a device whose entry count stays on it)."""
+        if not self.host_memory:
+            return self.dev.zeros(cap + 1, np.uint32)
+        count = self.dev.empty(cap + 1, np.uint32)  # on host memory cap is the entry count
+        count[cap] = 0
+        return count
+
     def _has_long(self, pstart, cap: int) -> bool:
         """Whether an entry of the chunk spans LONG_PIECE bytes or more (host memory: the
         entry starts are read after the chunk's work so far is done)."""
         self.dev.fence()
-        return cap > 1 and int(np.diff(pstart[:cap]).max()) >= LONG_PIECE
+        if cap < 2:
+            return False
+        gaps = self.dev.empty(cap - 1, np.uint32)  # workspace from the device's pool
+        np.subtract(pstart[1:cap], pstart[:cap - 1], out=gaps)
+        return int(gaps.max()) >= LONG_PIECE
 
     def wordpiece(self, tables, n: int, d_buf, pstart, spec, n_entries, cap: int):
         """encode_wordpiece.cu: (owner, count, scratch) as ``merge`` returns them; every word's
