@@ -21,11 +21,12 @@ compiler (``native_build.py``: the same sources every device gets, plus the host
 Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
 
-Performance notes (2-core shared VM whose second core is mostly taken by other work; cl100k;
-bench/results/encode-native-*.md has the runs): ~25-30 MB/s per core on prose and code, ~18 on
-multilingual text (tiktoken 0.14: ~9-15). Of the kernel time, pre-tokenization is about half
-(window 25%, runs 15%), the whole-token lookup 15-20%, merging the misses 15-45%
-(multilingual); every hash probe is a cache miss on 8-16 MB tables. Decisions:
+Performance notes (2-core shared VM whose second core is mostly taken by other work;
+bench/results/encode-native-*.md has the runs): ~35-40 MB/s per core on prose and code, ~25 on
+multilingual text (tiktoken 0.14: ~8-15). Kernel time per byte on one core (cl100k prose,
+ns): whole-token lookup 7, span matcher 5.6, short merges 4.4, entry compaction 2.1, classes
+1.1, scans 0.7, emit 0.7; multilingual text spends most in the short merges (o200k: 16). Every
+hash probe is a cache miss on 8-24 MB tables. Decisions:
 * dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
   a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
   prose even);
