@@ -297,6 +297,9 @@ def _skip(f, offset: int, src: Source) -> None:
         left -= got
 
 
+RAMP_FIRST = 1 << 20  # bytes of text in the first batch (read_batches)
+
+
 def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = "strict",
                  batch_bytes: int = 8 << 20, start=None) -> Iterator[Batch]:
     """Batches of about ``batch_bytes`` of text, in order, from position ``start`` on.
@@ -312,6 +315,10 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
     size = 0
     done = [0] * len(sources)  # on-disk bytes already reported, per source
     progress = 0
+    # the first batches are smaller (1, 2, 4 MB, ... up to batch_bytes): the encoder starts
+    # while the reader parses the next one, instead of waiting for a whole first batch (8 MB
+    # of JSONL: ~50 ms of parsing before any encoding)
+    limit = min(batch_bytes, RAMP_FIRST)
     for i, src in enumerate(sources):
         if start and i < start[0]:
             progress += src.size
@@ -329,9 +336,10 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                     pend_size += col.nbytes
                     progress += disk - done[i]
                     done[i] = disk
-                    if pend_size >= batch_bytes:
+                    if pend_size >= limit:
                         yield Batch(_concat(pending), pend_ends, pend_size, progress)
                         pending, pend_ends, pend_size, progress = [], [], 0, 0
+                        limit = min(batch_bytes, 2 * limit)
                 if pending:
                     yield Batch(_concat(pending), pend_ends, pend_size, progress)
                     progress = 0
@@ -345,9 +353,10 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                 ends.append(end)
                 # UTF-8 size without encoding: isascii() is a flag check on CPython strings
                 size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-                if size >= batch_bytes:
+                if size >= limit:
                     yield Batch(texts, ends, size, progress)
                     texts, ends, size, progress = [], [], 0, 0
+                    limit = min(batch_bytes, 2 * limit)
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise CorpusError(f"{src.path}: truncated or corrupt {src.compression or ''} data "
                               f"({type(e).__name__}: {e}); the documents before it are kept"
