@@ -44,12 +44,5 @@ extern "C" __global__ void encode_o200k_spans(const enc_u8* __restrict__ buf, en
   t.n_letters = n_letters;
   t.n = n;
   t.start = -1;
-  ENC_GRID_STRIDE(i, n + 2) {
-    if (i >= n) {
-      ent[i] = i == n;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
-    } else {
-      const enc_i64 next = o200k_spans_at(t, i, ent);
-      ENC_SKIP_TO(i, next);  // a CPU loop skips the span's bytes (their threads do nothing)
-    }
-  }
+  enc_span_kernel(t, n, ent);
 }

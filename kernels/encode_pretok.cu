@@ -64,14 +64,7 @@ extern "C" __global__ void encode_pretok_spans(const enc_u8* __restrict__ buf, e
   t.gpt2 = gpt2;
   t.digit_group = digit_group;
   t.end_whole = end_whole;
-  ENC_GRID_STRIDE(i, n + 2) {
-    if (i >= n) {
-      ent[i] = i == n;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
-    } else {
-      const enc_i64 next = enc_cl_spans_at(t, i, ent);
-      ENC_SKIP_TO(i, next);  // a CPU loop skips the span's bytes (their threads do nothing)
-    }
-  }
+  enc_span_kernel(t, n, ent);
 }
 
 extern "C" __global__ void encode_entries_compact(const enc_u32* __restrict__ scan, enc_i64 n,

@@ -17,6 +17,6 @@ for (long i = thread_position_in_grid.x; i < n + 2; i += threads_per_grid.x) {
   if (i >= n) {
     ent[i] = i == n ? 1u : 0u;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
   } else {
-    o200k_spans_at(t, i, ent);
+    enc_spans_at(t, i, ent);
   }
 }

@@ -3,10 +3,10 @@
 // gpuemu: header=encode_common.metal
 // encode_pretok_spans (kernels/encode_pretok.cu): ent[i] = 1 where an entry starts, for i in
 // [0, n + 2). The thread of a span start runs THE CL MATCHER over its span and writes every
-// byte of it (enc_cl_spans_at); a byte outside segments writes its own flag; the sentinel slots
-// are written by their own threads. So every flag is written exactly once, in any thread order,
-// and the output needs no init_value (the emulator fills it with 0xCD: a byte nobody wrote
-// shows).
+// byte of it (enc_spans_at: THE SPAN WALK); a byte outside segments writes its own flag; the
+// sentinel slots are written by their own threads. So every flag is written exactly once, in
+// any thread order, and the output needs no init_value (the emulator fills it with 0xCD: a
+// byte nobody wrote shows).
 EncClText t;
 t.buf = buf;
 t.mark = mark;
@@ -22,6 +22,6 @@ for (long i = thread_position_in_grid.x; i < n + 2; i += threads_per_grid.x) {
   if (i >= n) {
     ent[i] = i == n ? 1u : 0u;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan
   } else {
-    enc_cl_spans_at(t, i, ent);
+    enc_spans_at(t, i, ent);
   }
 }

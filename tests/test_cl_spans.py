@@ -29,8 +29,8 @@ from gputok.stages.scan_rules import X
 # characters that exercise every rule: letters of several scripts and cases, the long s and the
 # Kelvin sign (case folding), marks, digits of several scripts, every blank and CR/LF, "'" and
 # its look-alike, punctuation, emoji; contraction letters in both cases, and runs
-ALPHABET = list("aAzZéßǅʰ中日\u0301012٣²'’ \t\n\r\x0b\x0c\x85\u00a0\u2028\u3000.,!?-_/\\\"#😀"
-                "\u017fsStTlLvVeErRdDmMkK\u212a") + [
+ALPHABET = list("aAzZéßǅʰ中日\u0301012٣²'’ \t\n\r\x0b\x0c\x85\u00a0\u2028\u3000"
+                ".,!?-_/\\\"#😀\u017fsStTlLvVeErRdDmMkK\u212a") + [
     "'s", "'ll", "'VE", "'Re", "'d", "'t", "'M", "'x", "\r\n", "  ", "123", "4567", "\n\n  ",
     " \n", "\n ", "   ", "x's's", "!'s", " 'll", "'\n", " 12", "!\r\n", "\t\n"]
 
@@ -125,7 +125,7 @@ if ((long)i < n) {
   t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
   t.gpt2 = par[0]; t.digit_group = par[1]; t.end_whole = par[2];
   out[i] = cls[i] == ENC_CONT ? -1 : enc_cl_match(t, (long)i);
-  enc_cl_spans_at(t, (long)i, ent);
+  enc_spans_at(t, (long)i, ent);
 }
 """
 

@@ -288,7 +288,7 @@ if ((long)i < n) {
   t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
   out[i] = cls[i] == ENC_O_CONT ? -1 : o200k_match(t, (long)i);
   unsafe[i] = nfc_unsafe_at(buf, n, bits, (long)i) ? 1u : 0u;
-  o200k_spans_at(t, (long)i, ent);
+  enc_spans_at(t, (long)i, ent);
 }
 """
 
@@ -325,6 +325,6 @@ def test_common_headers_run_in_the_metal_dialect(tmp_path):
     want = [int(ends[o200k_match(k, cps.tolist() + [0] * 3, sc._letters, c)])
             for c in range(len(cps))]
     assert out[first].tolist() == want
-    starts = encode_o200k_spans(k, cps.tolist() + [0] * 3, sc._letters)  # o200k_spans_at
+    starts = encode_o200k_spans(k, cps.tolist() + [0] * 3, sc._letters)  # enc_spans_at
     np.testing.assert_array_equal(np.flatnonzero(ent), first[starts])
     np.testing.assert_array_equal(np.flatnonzero(unsafe), first[nfc_unsafe(cps)])

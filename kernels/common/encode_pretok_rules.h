@@ -38,6 +38,43 @@ GPUTOK_FN enc_u8 enc_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
   return cls_table[enc_decode(buf, i, n)];
 }
 
+// ---------------------------------------------------------------- THE SPAN WALK
+// Both span matchers (the cl rules below, o200k_rules.h) cut a chunk at positions where a piece
+// starts in every parse and run the pattern from each such position to the next. A text type T
+// (EncClText, O2Text) provides, as overloads found by argument-dependent lookup: enc_span_cont
+// (its continuation-byte class), enc_span_prev (the first byte of the character before q),
+// enc_span_at (the class at q, ENC_X past the segment's end), enc_span_start (the span rule) and
+// enc_span_match (the matcher: the end of the match from a true piece start).
+//
+// The entry flags the thread of byte i (< n) owns: a token span's byte writes its own flag (1 at
+// the span's first byte); a span start writes every byte of its span, 1 where a match starts
+// (match after match until the next span start or the segment's end); any other byte belongs to
+// the span that holds it and writes nothing. So every flag is written by exactly one thread,
+// whatever the order. Returns the first byte after those it wrote for a span start (the bytes
+// between belong to its span: their own threads write nothing), else i + 1; a sequential loop
+// may go on there (ENC_SKIP_TO), a GPU ignores it.
+template <class T>
+GPUTOK_FN enc_i64 enc_spans_at(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+  const enc_u8 m = t.mark[i];
+  if (m & ENC_OUTSIDE) {
+    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
+    return i + 1;
+  }
+  const enc_u8 c = t.cls[i];
+  if (c == enc_span_cont(t)) return i + 1;
+  const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[enc_span_prev(t, i)];
+  if (!enc_span_start(t, p, c)) return i + 1;
+  enc_i64 pos = i;
+  while (true) {
+    ent[pos] = 1u;
+    const enc_i64 end = enc_span_match(t, pos);
+    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
+    pos = end;
+    const enc_u8 k = enc_span_at(t, pos);
+    if (k == ENC_X || enc_span_start(t, t.cls[enc_span_prev(t, pos)], k)) return pos;
+  }
+}
+
 // ---------------------------------------------------------------- spans and the matcher
 // The cl100k / Llama 3 / Qwen2 / GPT-2 rules of gputok/stages/scan_cl.py (cl_span_start,
 // cl_match, contraction_end: the Python reference the tests hold these to; read its docstring).
@@ -51,7 +88,8 @@ GPUTOK_FN bool enc_cl_span_start(enc_u8 p, enc_u8 c, int gpt2) {
   if (p == ENC_X) return c != ENC_X;
   if (c == ENC_SP || c == ENC_S) return !enc_is_ws(p);
   if (c == ENC_E) return p == ENC_L || p == ENC_N;
-  if (c == ENC_L) return gpt2 ? (p == ENC_N || p == ENC_P || p == ENC_S) : (p == ENC_N || p == ENC_E);
+  if (c == ENC_L)
+    return gpt2 ? (p == ENC_N || p == ENC_P || p == ENC_S) : (p == ENC_N || p == ENC_E);
   if (c == ENC_N) return p != ENC_N && !(gpt2 && p == ENC_SP);
   if (enc_is_q(c)) return p == ENC_L || p == ENC_N || p == ENC_S || p == ENC_E;
   return false;
@@ -154,30 +192,17 @@ GPUTOK_FN enc_i64 enc_cl_match(EncClText t, enc_i64 i) {
   return last;
 }
 
-// The entry flags the thread of byte i (< n) owns: a token span's byte writes its own flag (1 at
-// the span's first byte); a span start writes every byte of its span, 1 where a match starts
-// (THE CL MATCHER, match after match until the next span start or the segment's end); any other
-// byte belongs to the span that holds it and writes nothing. So every flag is written by exactly
-// one thread, whatever the order. Returns the first byte after those it wrote for a span start
-// (the bytes between belong to its span: their own threads write nothing), else i + 1; a
-// sequential loop may go on there (ENC_SKIP_TO), a GPU ignores it.
-GPUTOK_FN enc_i64 enc_cl_spans_at(const EncClText t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
-  const enc_u8 m = t.mark[i];
-  if (m & ENC_OUTSIDE) {
-    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
-    return i + 1;
-  }
-  const enc_u8 c = t.cls[i];
-  if (c == ENC_CONT) return i + 1;
-  const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[enc_prev_char(t.cls, i)];
-  if (!enc_cl_span_start(p, c, t.gpt2)) return i + 1;
-  enc_i64 pos = i;
-  while (true) {
-    ent[pos] = 1u;
-    const enc_i64 end = enc_cl_match(t, pos);
-    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
-    pos = end;
-    const enc_u8 k = enc_cl_at(t, pos);
-    if (k == ENC_X || enc_cl_span_start(t.cls[enc_prev_char(t.cls, pos)], k, t.gpt2)) return pos;
-  }
+// The span walk's view of the cl rules (THE SPAN WALK above).
+GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const EncClText&) { return ENC_CONT; }
+GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_prev_char(t.cls, q);
+}
+GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_cl_at(t, q);
+}
+GPUTOK_FN bool enc_span_start(GPUTOK_THREAD const EncClText& t, enc_u8 p, enc_u8 c) {
+  return enc_cl_span_start(p, c, t.gpt2);
+}
+GPUTOK_FN enc_i64 enc_span_match(GPUTOK_THREAD const EncClText& t, enc_i64 i) {
+  return enc_cl_match(t, i);
 }

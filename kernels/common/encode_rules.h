@@ -6,7 +6,7 @@
 //
 //   here                  types, constants, UTF-8 (enc_decode), enc_bytes_hash (THE BYTES HASH)
 //   encode_pretok_rules.h enc_classify_at, enc_cl_span_start (THE CL SPAN RULE), enc_cl_match
-//                         (THE CL MATCHER), enc_cl_spans_at
+//                         (THE CL MATCHER), enc_spans_at (THE SPAN WALK, both matchers)
 //   encode_merge_rules.h  enc_pair_lookup (THE PAIR PROBE), enc_piece_kind_of (specials, the
 //                         sentinel, whole-token lookup), enc_merge_small, enc_merge_heap,
 //                         enc_merge_long_piece (THE COMPARATOR), enc_emit_ids

@@ -226,30 +226,15 @@ GPUTOK_FN enc_u8 o200k_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
   return cls_table[enc_decode(buf, i, n)];
 }
 
-// The entry flags the thread of byte i (< n) owns: a token span's byte writes its own flag (1 at
-// the span's first byte); a span start writes every byte of its span, 1 where a match starts
-// (THE O200K MATCHER, match after match until the next span start or the segment's end); any
-// other byte belongs to the span that holds it and writes nothing. So every flag is written by
-// exactly one thread, whatever the order. Returns the first byte after those it wrote for a
-// span start (the bytes between belong to its span: their own threads write nothing), else
-// i + 1; a sequential loop may go on there (ENC_SKIP_TO), a GPU ignores it.
-GPUTOK_FN enc_i64 o200k_spans_at(const O2Text t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
-  const enc_u8 m = t.mark[i];
-  if (m & ENC_OUTSIDE) {
-    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
-    return i + 1;
-  }
-  const enc_u8 c = t.cls[i];
-  if (c == ENC_O_CONT) return i + 1;
-  const enc_u8 p = (m & ENC_SEG_START) ? (enc_u8)ENC_X : t.cls[o2_prev(t, i)];
-  if (!o200k_span_start(p, c)) return i + 1;
-  enc_i64 pos = i;
-  while (true) {
-    ent[pos] = 1u;
-    const enc_i64 end = o200k_match(t, pos);
-    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
-    pos = end;
-    const enc_u8 k = o2_at(t, pos);
-    if (k == ENC_X || o200k_span_start(t.cls[o2_prev(t, pos)], k)) return pos;
-  }
+// The span walk's view of the o200k rules (THE SPAN WALK, encode_pretok_rules.h).
+GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const O2Text&) { return ENC_O_CONT; }
+GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const O2Text& t, enc_i64 q) {
+  return o2_prev(t, q);
+}
+GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_at(t, q); }
+GPUTOK_FN bool enc_span_start(GPUTOK_THREAD const O2Text&, enc_u8 p, enc_u8 c) {
+  return o200k_span_start(p, c);
+}
+GPUTOK_FN enc_i64 enc_span_match(GPUTOK_THREAD const O2Text& t, enc_i64 i) {
+  return o200k_match(t, i);
 }
