@@ -37,12 +37,6 @@ extern "C" __global__ void encode_o200k_spans(const enc_u8* __restrict__ buf, en
                                               const enc_u8* __restrict__ letters,
                                               enc_u32 n_letters, enc_u32* __restrict__ ent) {
   O2Text t;
-  t.buf = buf;
-  t.mark = mark;
-  t.cls = cls;
-  t.letters = letters;
-  t.n_letters = n_letters;
-  t.n = n;
-  t.start = -1;
+  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
   enc_span_kernel(t, n, ent);
 }

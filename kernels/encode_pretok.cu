@@ -54,13 +54,7 @@ extern "C" __global__ void encode_pretok_spans(const enc_u8* __restrict__ buf, e
                                                enc_u32 n_letters, int gpt2, int digit_group,
                                                int end_whole, enc_u32* __restrict__ ent) {
   EncClText t;
-  t.buf = buf;
-  t.mark = mark;
-  t.cls = cls;
-  t.letters = letters;
-  t.n_letters = n_letters;
-  t.n = n;
-  t.start = -1;
+  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
   t.gpt2 = gpt2;
   t.digit_group = digit_group;
   t.end_whole = end_whole;

@@ -6,13 +6,7 @@
 // their own threads. So every flag is written exactly once, in any thread order, and the
 // output needs no init_value (the emulator fills it with 0xCD: a byte nobody wrote shows).
 O2Text t;
-t.buf = buf;
-t.mark = mark;
-t.cls = cls;
-t.letters = letters;
-t.n_letters = n_letters;
-t.n = n;
-t.start = -1;
+enc_span_text(t, buf, mark, cls, letters, n_letters, n);
 for (long i = thread_position_in_grid.x; i < n + 2; i += threads_per_grid.x) {
   if (i >= n) {
     ent[i] = i == n ? 1u : 0u;  // the sentinel entry at n; ent[n + 1] = 0 ends the scan

@@ -8,13 +8,7 @@
 // any thread order, and the output needs no init_value (the emulator fills it with 0xCD: a
 // byte nobody wrote shows).
 EncClText t;
-t.buf = buf;
-t.mark = mark;
-t.cls = cls;
-t.letters = letters;
-t.n_letters = n_letters;
-t.n = n;
-t.start = -1;
+enc_span_text(t, buf, mark, cls, letters, n_letters, n);
 t.gpt2 = gpt2;
 t.digit_group = digit_group;
 t.end_whole = end_whole;

@@ -148,6 +148,22 @@ PATTERNS = {"gpt2": GPT2_PATTERN, "gpt2-hf": GPT2_HF_PATTERN, "cl100k": CL100K_P
             "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}
 
 
+def one_segment(text: str, class_table, cont: int) -> tuple:
+    """One segment's device arrays, as a span kernel reads them: (buf (one spare byte), mark,
+    cls (``cont`` on continuation bytes, X at n), the first byte of every character, the code
+    points)."""
+    raw = text.encode()
+    n = len(raw)
+    data = np.frombuffer(raw + b"\0", np.uint8)
+    first = np.flatnonzero((data[:n] & 0xC0) != 0x80)
+    cps = np.array([ord(c) for c in text], np.uint32)
+    cls = np.full(n + 1, cont, np.uint8)
+    cls[first], cls[n] = class_table[cps], 0  # (X: past the segment)
+    mark = np.zeros(n + 2, np.uint8)
+    mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
+    return data, mark, cls, first, cps
+
+
 def pretok_docs() -> list[str]:
     return list(corpus_snippets()) + EDGE + tricky_texts(250, seed=11)
 

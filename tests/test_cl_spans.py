@@ -20,8 +20,7 @@ import pytest
 
 import testdata
 from conftest import fuzz_examples
-from devicekit import EDGE, PATTERNS
-from gputok.backends import hostplan
+from devicekit import EDGE, PATTERNS, one_segment
 from gputok.stages.scan import scanner_for_pattern
 from gputok.stages.scan_cl import cl_match, cl_span_start, encode_cl_spans
 from gputok.stages.scan_rules import X
@@ -121,8 +120,7 @@ uint i = thread_position_in_grid.x;
 long n = (long)buf_shape[0] - 1;
 if ((long)i < n) {
   EncClText t;
-  t.buf = buf; t.mark = mark; t.cls = cls; t.letters = letters;
-  t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
+  enc_span_text(t, buf, mark, cls, letters, (uint)letters_shape[0], n);
   t.gpt2 = par[0]; t.digit_group = par[1]; t.end_whole = par[2];
   out[i] = cls[i] == ENC_CONT ? -1 : enc_cl_match(t, (long)i);
   enc_spans_at(t, (long)i, ent);
@@ -142,15 +140,8 @@ def test_header_runs_in_the_metal_dialect(name, tmp_path):
     kern = check_metal_file(tmp_path / "body.metal")
     sc = _scanner(name)
     text = "".join(texts(40, 21)) + "don't 12345\r\n\n  x  "
-    raw = text.encode()
-    n = len(raw)
-    data = np.frombuffer(raw + b"\0", np.uint8)
-    first = np.flatnonzero((data[:n] & 0xC0) != 0x80)
-    cps = np.array([ord(c) for c in text], np.uint32)
-    cls = np.full(n + 1, ENC_CONT, np.uint8)
-    cls[first], cls[n] = sc._cls[cps], X
-    mark = np.zeros(n + 2, np.uint8)
-    mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
+    data, mark, cls, first, cps = one_segment(text, sc._cls, ENC_CONT)
+    n = len(data) - 1
     par = np.array(_params(sc), np.int32)
     out, ent = kern(inputs=[data, mark, cls, np.asarray(sc._letters, np.uint8), par],
                     output_shapes=[(n,), (n,)], output_dtypes=[np.int64, np.uint32],

@@ -36,7 +36,7 @@ from gputok.stages.scan_rules import X
 from gputok.unicode import nfc_unsafe, normalize
 from devicekit import (EDGE, ORDER_IDS, ORDERS, assert_pieces_like_regex, assert_same,
                        corpus_snippets, device_entries, e2e_docs, emu_device, pack, specials_of,
-                       tiny_encoding, tricky_texts)
+                       one_segment, tiny_encoding, tricky_texts)
 
 # characters that exercise every o200k rule: cases (Lu, Ll, Lt, Lm, Lo), marks after letters
 # and after non-letters, contraction letters in both cases (and the long s that folds to s),
@@ -284,8 +284,7 @@ uint i = thread_position_in_grid.x;
 long n = (long)buf_shape[0] - 1;
 if ((long)i < n) {
   O2Text t;
-  t.buf = buf; t.mark = mark; t.cls = cls; t.letters = letters;
-  t.n_letters = (uint)letters_shape[0]; t.n = n; t.start = -1;
+  enc_span_text(t, buf, mark, cls, letters, (uint)letters_shape[0], n);
   out[i] = cls[i] == ENC_O_CONT ? -1 : o200k_match(t, (long)i);
   unsafe[i] = nfc_unsafe_at(buf, n, bits, (long)i) ? 1u : 0u;
   enc_spans_at(t, (long)i, ent);
@@ -306,15 +305,8 @@ def test_common_headers_run_in_the_metal_dialect(tmp_path):
     sc = scanner_for_pattern(O200K)
     sc._setup()
     text = "".join(o200k_texts(30, 21)) + "e\u0301\u1100\u1161"
-    raw = text.encode()
-    n = len(raw)
-    data = np.frombuffer(raw + b"\0", np.uint8)
-    first = np.flatnonzero((data[:n] & 0xC0) != 0x80)
-    cps = np.array([ord(c) for c in text], np.uint32)
-    cls = np.full(n + 1, 15, np.uint8)  # ENC_O_CONT
-    cls[first], cls[n] = sc._cls[cps], X
-    mark = np.zeros(n + 2, np.uint8)
-    mark[0], mark[n] = hostplan.SEG_START, hostplan.SEG_END
+    data, mark, cls, first, cps = one_segment(text, sc._cls, 15)  # 15: ENC_O_CONT
+    n = len(data) - 1
     out, unsafe, ent = kern(inputs=[data, mark, cls, np.asarray(sc._letters, np.uint8),
                                     device_tables.unsafe_bits("NFC")],
                             output_shapes=[(n,), (n,), (n,)],

@@ -75,6 +75,46 @@ GPUTOK_FN enc_i64 enc_spans_at(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_DEV e
   }
 }
 
+// A span text's common fields (EncClText, O2Text): the chunk, its marks, classes and
+// contraction letters; no match under way.
+template <class T>
+GPUTOK_FN void enc_span_text(GPUTOK_THREAD T& t, const GPUTOK_DEV enc_u8* buf,
+                             const GPUTOK_DEV enc_u8* mark, const GPUTOK_DEV enc_u8* cls,
+                             const GPUTOK_DEV enc_u8* letters, enc_u32 n_letters, enc_i64 n) {
+  t.buf = buf;
+  t.mark = mark;
+  t.cls = cls;
+  t.letters = letters;
+  t.n_letters = n_letters;
+  t.n = n;
+  t.start = -1;
+}
+
+// THE WHITESPACE RULE, the patterns' common tail, from a blank at i: \s*[\r\n]+ (up to the
+// run's last CR/LF, when it has one), else \s+(?!\S) (the whole run at the segment's end, else
+// all but its last character when that leaves one or more), else \s+ (its single character);
+// end_whole puts \s++$ (the whole run when it reaches the segment's end) before them. A text
+// type provides enc_span_at, enc_span_next, enc_span_blank (any \s) and enc_span_nl (CR/LF).
+template <class T>
+GPUTOK_FN enc_i64 enc_whitespace_end(GPUTOK_THREAD const T& t, enc_i64 i, bool end_whole) {
+  enc_i64 j = i;
+  enc_i64 last_nl = -1;
+  enc_i64 last = i;  // the run's last char
+  int chars = 0;
+  enc_u8 k = enc_span_at(t, i);
+  while (enc_span_blank(t, k)) {
+    if (enc_span_nl(t, k)) last_nl = j;
+    last = j;
+    ++chars;
+    j = enc_span_next(t, j);
+    k = enc_span_at(t, j);
+  }
+  if (end_whole && k == ENC_X) return j;
+  if (last_nl >= 0) return enc_span_next(t, last_nl);
+  if (k == ENC_X || chars < 2) return j;
+  return last;
+}
+
 // ---------------------------------------------------------------- spans and the matcher
 // The cl100k / Llama 3 / Qwen2 / GPT-2 rules of gputok/stages/scan_cl.py (cl_span_start,
 // cl_match, contraction_end: the Python reference the tests hold these to; read its docstring).
@@ -128,6 +168,20 @@ GPUTOK_FN enc_i64 enc_cl_run(const EncClText t, enc_i64 q, enc_u8 a, enc_u8 b) {
   return q;
 }
 
+// The cl text as the shared rules see it (THE SPAN WALK, THE WHITESPACE RULE).
+GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_cl_at(t, q);
+}
+GPUTOK_FN enc_i64 enc_span_next(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_cl_next(t, q);
+}
+GPUTOK_FN bool enc_span_blank(GPUTOK_THREAD const EncClText&, enc_u8 k) { return enc_is_ws(k); }
+GPUTOK_FN bool enc_span_nl(GPUTOK_THREAD const EncClText&, enc_u8 k) { return k == ENC_E; }
+GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const EncClText&) { return ENC_CONT; }
+GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_prev_char(t.cls, q);
+}
+
 // The contraction at i ("'" then s|d|m|t, or ll|ve|re, in the letters' case rule): the
 // position after it, or i when there is none.
 GPUTOK_FN enc_i64 enc_cl_contraction(const EncClText t, enc_i64 i) {
@@ -173,33 +227,11 @@ GPUTOK_FN enc_i64 enc_cl_match(EncClText t, enc_i64 i) {
     const enc_i64 j = enc_cl_run(t, s, ENC_P, ENC_A);
     return t.gpt2 ? j : enc_cl_run(t, j, ENC_E, ENC_E);
   }
-  // 5. whitespace: \s++$ (end_whole), \s*[\r\n]+ (up to the run's last CR/LF), \s+(?!\S), \s
-  enc_i64 j = i;
-  enc_i64 last_nl = -1;
-  enc_i64 last = i;  // the run's last char
-  int chars = 0;
-  enc_u8 k = c;
-  while (enc_is_ws(k)) {
-    if (k == ENC_E) last_nl = j;
-    last = j;
-    ++chars;
-    j = enc_cl_next(t, j);
-    k = enc_cl_at(t, j);
-  }
-  if (t.end_whole && k == ENC_X) return j;
-  if (last_nl >= 0) return enc_cl_next(t, last_nl);
-  if (k == ENC_X || chars < 2) return j;
-  return last;
+  // 5. whitespace (THE WHITESPACE RULE; \s++$ first when end_whole)
+  return enc_whitespace_end(t, i, t.end_whole != 0);
 }
 
-// The span walk's view of the cl rules (THE SPAN WALK above).
-GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const EncClText&) { return ENC_CONT; }
-GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
-  return enc_prev_char(t.cls, q);
-}
-GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
-  return enc_cl_at(t, q);
-}
+// The cl rules as THE SPAN WALK sees them.
 GPUTOK_FN bool enc_span_start(GPUTOK_THREAD const EncClText& t, enc_u8 p, enc_u8 c) {
   return enc_cl_span_start(p, c, t.gpt2);
 }

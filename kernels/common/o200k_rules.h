@@ -125,6 +125,14 @@ GPUTOK_FN enc_i64 o2_contraction(const O2Text t, enc_i64 e) {
   return e;
 }
 
+// The o200k text as the shared rules see it (THE SPAN WALK, THE WHITESPACE RULE).
+GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_at(t, q); }
+GPUTOK_FN enc_i64 enc_span_next(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_next(t, q); }
+GPUTOK_FN bool enc_span_blank(GPUTOK_THREAD const O2Text&, enc_u8 k) { return o2_is_ws(k); }
+GPUTOK_FN bool enc_span_nl(GPUTOK_THREAD const O2Text&, enc_u8 k) { return k == ENC_O_E; }
+GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const O2Text&) { return ENC_O_CONT; }
+GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_prev(t, q); }
+
 // pre? U* W+ (without the prefix): the end of the word from s, or -1. U* takes the U-run and
 // backtracks until W+ can start: at the run's end before an OD (W+ then takes the W-run), else at
 // the run's last OB/OM (only OU follow it, so W+ takes that char alone).
@@ -197,21 +205,8 @@ GPUTOK_FN enc_i64 o200k_match(O2Text t, enc_i64 i) {
     }
     return j;
   }
-  // whitespace: 5. \s*[\r\n]+ (up to the run's last CR/LF)  6. \s+(?!\S)  7. \s+
-  enc_i64 j = i;
-  enc_i64 last_nl = -1;
-  enc_i64 last = i;  // the run's last char
-  int chars = 0;
-  while (o2_is_ws(k)) {
-    if (k == ENC_O_E) last_nl = j;
-    last = j;
-    ++chars;
-    j = o2_next(t, j);
-    k = o2_at(t, j);
-  }
-  if (last_nl >= 0) return o2_next(t, last_nl);
-  if (k == ENC_X || chars < 2) return j;
-  return last;
+  // whitespace: 5. \s*[\r\n]+  6. \s+(?!\S)  7. \s+ (THE WHITESPACE RULE)
+  return enc_whitespace_end(t, i, false);
 }
 
 // cls[i] for i in [0, n]: the o200k class of the character starting at byte i (ENC_O_CONT on
@@ -226,12 +221,7 @@ GPUTOK_FN enc_u8 o200k_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
   return cls_table[enc_decode(buf, i, n)];
 }
 
-// The span walk's view of the o200k rules (THE SPAN WALK, encode_pretok_rules.h).
-GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const O2Text&) { return ENC_O_CONT; }
-GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const O2Text& t, enc_i64 q) {
-  return o2_prev(t, q);
-}
-GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_at(t, q); }
+// The o200k rules as THE SPAN WALK sees them.
 GPUTOK_FN bool enc_span_start(GPUTOK_THREAD const O2Text&, enc_u8 p, enc_u8 c) {
   return o200k_span_start(p, c);
 }
