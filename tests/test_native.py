@@ -555,6 +555,21 @@ def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_pa
                                             "host_runtime.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
+    # found by the sources' stamp without expanding the units; a touched file, a new stamp
+    stamp = native_build._stamp(cxx, fl)
+    key_file = native_build.cache_root() / f"{native_build.LIB_NAME}-{stamp}.key"
+    assert key_file.read_text() == path.name[len(native_build.LIB_NAME) + 1:-3]
+    monkeypatch.setattr(native_build, "translation_units", lambda: 1 / 0)
+    assert native_build.build() == path  # (the units were not needed)
+    monkeypatch.undo()
+    src = native_build.kernels.kernel_dir() / "encode_emit.cu"
+    st = src.stat()
+    try:
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        assert native_build._stamp(cxx, fl) != stamp
+        assert native_build.build() == path  # the same text: the same library, found again
+    finally:
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
     monkeypatch.setenv("GPUTOK_NATIVE_FLAGS", "-DGPUTOK_TEST_FLAG=1")
     assert native_build.library_path()[0] != path
     changed = dict(units, **{"encode_emit.cpp": units["encode_emit.cpp"] + "\n"})

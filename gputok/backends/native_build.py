@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .._cache import cache_dir
+from .._cache import cache_dir, write_atomic
 from . import kernels
 
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
@@ -143,10 +143,36 @@ def library_path() -> tuple[Path, str, dict, tuple]:
     return cache_root() / f"{LIB_NAME}-{key}.so", cxx, units, fl
 
 
+def _stamp(cxx: str, fl: tuple) -> str:
+    """A cheap key of what ``library_key`` digests: the compiler, flags and constants, and the
+    name, size and modification time of every kernel file and of the code that assembles the
+    units (this module, ``kernels.py``). A file that changes gets a new stamp."""
+    h = hashlib.sha256(f"abi {ABI}\ncompiler {cxx}\n{_compiler_identity(cxx)}\nflags {fl}\n"
+                       f"constants {sorted(kernels.kernel_constants().items())}\n".encode())
+    files = sorted(p for p in Path(kernels.kernel_dir()).rglob("*") if p.is_file())
+    for p in files + [Path(__file__), Path(kernels.__file__)]:
+        st = p.stat()
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
 def build() -> Path:
-    """The library's path, built first when the cache does not have it."""
+    """The library's path, built first when the cache does not have it. The path is found by
+    the sources' stamp first (``_stamp``, recorded next to the libraries when the key was last
+    digested from the full text): expanding every unit again costs ~15 ms a process."""
+    cxx, why = find_compiler()
+    if cxx is None:
+        raise NativeBuildError(why)
+    known = cache_root() / f"{LIB_NAME}-{_stamp(cxx, flags())}.key"
+    try:
+        got = cache_root() / f"{LIB_NAME}-{known.read_text().strip()}.so"
+        if got.exists():
+            return got
+    except OSError:
+        pass
     path, cxx, units, fl = library_path()
     if path.exists():
+        write_atomic(str(known), path.name[len(LIB_NAME) + 1:-3].encode())
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent))
@@ -166,4 +192,5 @@ def build() -> Path:
             "backend='numpy'")
     os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
     shutil.rmtree(work, ignore_errors=True)
+    write_atomic(str(known), path.name[len(LIB_NAME) + 1:-3].encode())
     return path
