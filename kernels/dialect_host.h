@@ -79,8 +79,8 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
 #define ENC_PREFETCH(p) __builtin_prefetch(p)
 #ifndef ENC_HOST_NO_AHEAD
 #define ENC_HOST_PREFETCH_AHEAD 16  // entries (encode_merge.cu: encode_piece_kind's table lookups)
-#define ENC_HOST_MERGE_LANES 8  // pieces merged in turn (encode_merge.cu: encode_merge_short)
 #endif
+#define ENC_HOST_MERGE_LANES 8  // pieces merged in turn (encode_merge.cu: encode_merge_short)
 
 // atomicCAS on 64-bit words (CUDA's unsigned long long overload): sequentially consistent, as
 // the dedup insert-or-find needs (a claimed slot's entry index is read only after the CAS).

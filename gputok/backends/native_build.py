@@ -171,9 +171,14 @@ def build() -> Path:
     except OSError:
         pass
     path, cxx, units, fl = library_path()
-    if path.exists():
-        write_atomic(str(known), path.name[len(LIB_NAME) + 1:-3].encode())
-        return path
+    if not path.exists():
+        _compile(path, cxx, units, fl)
+    write_atomic(str(known), path.name[len(LIB_NAME) + 1:-len(".so")].encode())  # the key
+    return path
+
+
+def _compile(path: Path, cxx: str, units: dict, fl: tuple) -> None:
+    """Compile ``units`` into the library at ``path`` (atomically: renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent))
     for name, text in units.items():
@@ -192,5 +197,3 @@ def build() -> Path:
             "backend='numpy'")
     os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
     shutil.rmtree(work, ignore_errors=True)
-    write_atomic(str(known), path.name[len(LIB_NAME) + 1:-3].encode())
-    return path
