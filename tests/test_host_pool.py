@@ -103,3 +103,89 @@ def test_blocks_freed_while_more_is_in_use_are_kept_then_trimmed():
     del live, again
     gc.collect()
     assert pool.idle_bytes <= 1 << 20  # nothing in use: back under cap
+
+
+def _anon_huge_kb() -> "int | None":
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages"))
+    except (OSError, StopIteration):
+        return None
+
+
+def test_huge_blocks_are_aligned_private_and_freed():
+    import mmap
+    import weakref
+
+    from gputok.backends.host_pool import HUGE_MIN, HUGE_PAGE, huge_block
+
+    small = huge_block(HUGE_MIN - 1)
+    assert small.base is None  # below the threshold: np.empty
+    n = 5 * HUGE_PAGE + 123
+    a = huge_block(n)
+    assert a.dtype == np.uint8 and a.shape == (n,) and a.flags.writeable and a.flags.c_contiguous
+    a[:] = 5
+    assert int(a[-1]) == 5 and int(a.sum()) == 5 * n
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return
+    assert _addr(a) % HUGE_PAGE == 0  # the start of a 2 MB unit, or no unit is whole
+    # private: a fork()ed worker writing its copy never changes ours (a shared mapping would,
+    # and would not be eligible for huge pages either)
+    m = a.base
+    while not isinstance(m, mmap.mmap):
+        m = m.base if isinstance(m, np.ndarray) else m.obj
+    ref = weakref.ref(m)
+    del m
+    views = [a[10:20], a[:n - 3].view(np.uint32)]
+    del a
+    gc.collect()
+    assert ref() is not None  # views keep the mapping
+    del views
+    gc.collect()
+    assert ref() is None  # and the last one frees it
+
+
+def test_huge_blocks_get_huge_pages_where_the_kernel_offers_them():
+    import mmap
+
+    from gputok.backends.host_pool import HUGE_PAGE, huge_block
+
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        mode = ""
+    before = _anon_huge_kb()
+    if before is None or "[never]" in mode or not hasattr(mmap, "MADV_HUGEPAGE") or not mode:
+        import pytest
+        pytest.skip("no transparent huge pages on this system")
+    a = huge_block(4 * HUGE_PAGE)
+    a[::4096] = 1
+    got = _anon_huge_kb() - before
+    assert 0 <= got <= 4 * HUGE_PAGE // 1024
+    # the kernel falls back to 4 KB pages when it has no free 2 MB page at hand
+    assert got > 0 or _fragmented()
+
+
+def _fragmented() -> bool:
+    """Whether no free 2 MB block is left (the kernel then falls back to 4 KB pages)."""
+    try:
+        for line in open("/proc/buddyinfo"):
+            counts = [int(x) for x in line.split()[4:]]
+            if len(counts) > 9 and any(counts[9:]):
+                return False
+    except OSError:
+        return True
+    return True
+
+
+def test_the_pool_takes_new_blocks_from_huge_block(monkeypatch):
+    from gputok.backends import host_pool
+
+    asked = []
+    real = host_pool.huge_block
+    monkeypatch.setattr(host_pool, "huge_block", lambda n: asked.append(n) or real(n))
+    pool = HostPool()
+    a = pool.empty(3 << 20, np.uint32)
+    assert asked and asked[0] >= a.nbytes
+    a[:] = 2
+    assert int(a[-1]) == 2

@@ -97,6 +97,21 @@ def test_emit_packs_ids_and_offsets():
     ids, off = emit.assemble([(2, np.array([9], np.uint16), np.array([1])),
                               (0, np.array([7, 8], np.uint16), np.array([2, 0]))], 3, np.uint16)
     assert ids.tolist() == [7, 8, 9] and off.tolist() == [0, 2, 2, 3]
+    # into a block the caller gives (the device driver: huge pages), any id dtype cast
+    blocks = []
+
+    def block(nbytes):
+        blocks.append(np.full(nbytes, 0xEE, np.uint8))
+        return blocks[-1]
+
+    ids, off = emit.assemble([(1, np.array([70000], np.uint32), np.array([1])),
+                              (0, np.array([5, 6], np.int64), np.array([0, 2]))], 3, np.uint32,
+                             block)
+    assert ids.tolist() == [5, 6, 70000] and ids.dtype == np.uint32
+    assert off.tolist() == [0, 0, 2, 3] and len(blocks) == 1 and blocks[0].nbytes == 12
+    assert np.shares_memory(ids, blocks[0])
+    ids, off = emit.assemble([(0, np.zeros(0, np.uint32), np.array([0]))], 1, np.uint32, block)
+    assert len(ids) == 0 and off.tolist() == [0, 0]
 
 
 def test_dedup_probes_once_per_batch():

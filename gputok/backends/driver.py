@@ -58,6 +58,7 @@ import numpy as np
 from . import Backend, get_backend
 from .device_stages import DeviceStages, Tables
 from .device_tables import upload_tables
+from .host_pool import huge_block
 from .hostplan import GAP, NORMAL, HostChunk, cut_long_documents, prepare, splice_normalized
 from ..stages import counters
 from ..stages.emit import assemble
@@ -195,7 +196,7 @@ class DeviceBackend(Backend):
             if self._mode(model)[0] != "split":  # a pattern family whose safe cuts are known
                 doc_off, keep = cut_long_documents(buf, doc_off, spans, self._chunk_budget())
             parts = self._encode(model, buf, doc_off, spans, allowed)
-        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype)
+        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype, huge_block)
         return (ids, off) if keep is None else (ids, off[keep])
 
     def merge_pieces(self, model, pieces: list) -> "list | None":

@@ -20,11 +20,18 @@ instead of faulting in fresh ones (emoji 10 MB: 42 -> 29 ns per byte, system tim
 s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed, biggest
 first. So peak memory stays that of fresh arrays plus about one chunk; ``trim()`` drops them
 all. Thread safe: holders may die on any thread.
+
+New blocks of 1 MB or more come from ``huge_block``: where Linux offers transparent huge pages
+(``madvise`` or ``always`` mode) their first touch costs one fault per 2 MB instead of one per
+4 KB. On the 2-core box a fresh 64 MB takes 6.5 ms that way and 51 ms in 4 KB pages, and a cold
+o200k batch of 4 MB runs ~7% faster (bench/results/). numpy asks for huge pages only from 4 MB
+on, and malloc's blocks are not 2 MB aligned, so a chunk's 1-4 MB arrays never got them.
 """
 
 from __future__ import annotations
 
 import bisect
+import mmap
 import threading
 
 import numpy as np
@@ -33,12 +40,38 @@ MIN_POOLED = 1 << 16  # bytes; smaller arrays come from malloc's own free lists
 CAP_DEFAULT = 48 << 20  # idle bytes kept: about one chunk's workspace (native.CHUNK_BYTES)
 SLACK = 1.25  # a block serves requests down to 1/SLACK of its size
 KEEP_IN_USE = 1  # while more is in use, idle blocks up to that much (times this) are kept
+HUGE_PAGE = 2 << 20  # a transparent huge page (x86-64 and arm64 with 4 KB base pages)
+HUGE_MIN = 1 << 20  # smaller blocks stay in 4 KB pages: a 2 MB page would be mostly unused
 
 
 def _rounded(nbytes: int) -> int:
     """Block sizes: eight steps per power of two (at most 12.5% over the request)."""
     step = max(1 << max((nbytes - 1).bit_length() - 3, 0), 4096)
     return -(-nbytes // step) * step
+
+
+def huge_block(nbytes: int) -> np.ndarray:
+    """A new uint8 array of ``nbytes`` (contents undefined) whose 2 MB units are backed by
+    transparent huge pages where the OS has them: every whole unit, and the last partial one
+    when it is at least half used (so at most 1 MB of a block is paged in for nothing). A private
+    anonymous mapping, 2 MB aligned, freed when the last array using it dies; ``np.empty``
+    below ``HUGE_MIN`` or where ``madvise(MADV_HUGEPAGE)`` does not exist (macOS, Windows)."""
+    nbytes = int(nbytes)
+    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.empty(nbytes, np.uint8)
+    huge = (nbytes + HUGE_PAGE // 2) // HUGE_PAGE * HUGE_PAGE
+    try:  # one spare unit of address space (never touched) to align the start
+        m = mmap.mmap(-1, max(huge, nbytes) + HUGE_PAGE,
+                      flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, ValueError):
+        return np.empty(nbytes, np.uint8)
+    whole = np.frombuffer(m, np.uint8)
+    skip = -whole.__array_interface__["data"][0] % HUGE_PAGE
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE, skip, huge)
+    except OSError:  # a kernel without THP: 4 KB pages, as np.empty
+        pass
+    return whole[skip:skip + nbytes]
 
 
 class _Holder:
@@ -80,7 +113,7 @@ class HostPool:
             else:
                 self.misses += 1
         if block is None:
-            block = np.empty(_rounded(nbytes), np.uint8)
+            block = huge_block(_rounded(nbytes))
         with self._lock:
             self._in_use += block.nbytes
         h = _Holder()

@@ -33,11 +33,16 @@ def emit(vals_per_doc: list, dtype) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.cumsum(counts)
 
 
-def assemble(parts: list, n_docs: int, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Join chunk results ``(d0, ids, lengths)`` (any order, covering documents 0..n_docs-1)."""
+def assemble(parts: list, n_docs: int, dtype, block=None) -> tuple[np.ndarray, np.ndarray]:
+    """Join chunk results ``(d0, ids, lengths)`` (any order, covering documents 0..n_docs-1).
+    ``block(nbytes)``: where the ids go (a uint8 array of that size), else a new array."""
     parts = sorted(parts, key=lambda p: p[0])
-    ids = (np.concatenate([p[1] for p in parts]).astype(dtype, copy=False) if parts
-           else np.zeros(0, dtype))
+    dtype = np.dtype(dtype)
+    total = sum(len(p[1]) for p in parts)
+    ids = (np.empty(total, dtype) if block is None or not total
+           else block(total * dtype.itemsize).view(dtype))
+    if parts:
+        np.concatenate([p[1] for p in parts], out=ids, casting="unsafe")
     offsets = np.zeros(n_docs + 1, np.int64)
     if parts:
         np.cumsum(np.concatenate([p[2] for p in parts]), out=offsets[1:])
