@@ -37,7 +37,10 @@ from dataclasses import dataclass, field as _field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
 from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat
+from .stages.pack import Packed
 from .sources import CorpusError, Source  # re-exported: gputok.corpus.CorpusError
 
 KINDS = ("txt", "jsonl", "parquet", "arrow")
@@ -301,74 +304,205 @@ RAMP_FIRST = 1 << 20  # bytes of text in the first batch (read_batches)
 
 
 def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = "strict",
-                 batch_bytes: int = 8 << 20, start=None) -> Iterator[Batch]:
+                 batch_bytes: int = 8 << 20, start=None, packed: bool = False
+                 ) -> Iterator[Batch]:
     """Batches of about ``batch_bytes`` of text, in order, from position ``start`` on.
 
     A batch never mixes Arrow input with text input (they reach the encoder differently).
+    ``packed``: text batches come as ``stages.pack.Packed`` (one UTF-8 buffer: what the encoder
+    reads anyway) with their ends as an (n, 3) int64 array, and JSON lines are read by the
+    native reader where it can be used (``corpus_jsonl``): the same documents and positions.
 
     >>> srcs = resolve_inputs(["sample/austen.jsonl"])
     >>> len(next(read_batches(srcs, batch_bytes=1)))
     1
     """
-    texts: list = []
-    ends: list = []
-    size = 0
-    done = [0] * len(sources)  # on-disk bytes already reported, per source
-    progress = 0
-    # the first batches are smaller (1, 2, 4 MB, ... up to batch_bytes): the encoder starts
-    # while the reader parses the next one, instead of waiting for a whole first batch (8 MB
-    # of JSONL: ~50 ms of parsing before any encoding)
-    limit = min(batch_bytes, RAMP_FIRST)
+    st = _Ramp(len(sources), batch_bytes)
+    acc = _PackedBatch() if packed else _ListBatch()
+    parse = None
+    if packed and any(s.kind == "jsonl" for s in sources):
+        from .corpus_jsonl import parser
+
+        parse = parser(field)
     for i, src in enumerate(sources):
         if start and i < start[0]:
-            progress += src.size
+            st.progress += src.size
             continue
-        try:
+        with _read_errors(src):
             if src.kind in ("parquet", "arrow"):
-                if texts:
-                    yield Batch(texts, ends, size, progress)
-                    texts, ends, size, progress = [], [], 0, 0
-                rows = 8192
-                pending, pend_ends, pend_size = [], [], 0
-                for col, col_ends, disk in _arrow_batches(src, i, start, field, rows):
-                    pending.append(col)
-                    pend_ends += col_ends
-                    pend_size += col.nbytes
-                    progress += disk - done[i]
-                    done[i] = disk
-                    if pend_size >= limit:
-                        yield Batch(_concat(pending), pend_ends, pend_size, progress)
-                        pending, pend_ends, pend_size, progress = [], [], 0, 0
-                        limit = min(batch_bytes, 2 * limit)
-                if pending:
-                    yield Batch(_concat(pending), pend_ends, pend_size, progress)
-                    progress = 0
+                if len(acc):
+                    yield acc.take(st.taken())
+                yield from _arrow_source(src, i, start, field, st)
                 continue
-            for text, end, disk in _docs_from(src, i, start, field, errors):
-                progress += disk - done[i]
-                done[i] = disk
-                if text is None:
-                    continue
-                texts.append(text)
-                ends.append(end)
-                # UTF-8 size without encoding: isascii() is a flag check on CPython strings
-                size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-                if size >= limit:
-                    yield Batch(texts, ends, size, progress)
-                    texts, ends, size, progress = [], [], 0, 0
-                    limit = min(batch_bytes, 2 * limit)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            if parse is not None and src.kind == "jsonl":
+                from .corpus_jsonl import packed_docs
+
+                runs = packed_docs(src, i, start, field, errors, parse)
+            else:
+                runs = acc.runs(_docs_from(src, i, start, field, errors))
+            for run, disk in runs:
+                st.consumed(i, disk)
+                at = 0
+                while at < len(run):  # the run's documents, cut where a batch reaches its limit
+                    at = acc.add(run, at, st.limit)
+                    if acc.nbytes >= st.limit:
+                        yield acc.take(st.taken())
+                        st.grow()
+    if len(acc) or st.progress:
+        yield acc.take(st.taken())
+
+
+class _Ramp:
+    """The batches' size limit (1, 2, 4 MB, ... up to ``batch_bytes``: the encoder starts while
+    the reader parses the next batch, instead of waiting for a whole first batch; 8 MB of JSONL
+    is ~50 ms of parsing) and the input consumed since the last batch (``progress``)."""
+
+    def __init__(self, n_sources: int, batch_bytes: int):
+        self.batch_bytes = batch_bytes
+        self.limit = min(batch_bytes, RAMP_FIRST)
+        self.progress = 0
+        self.done = [0] * n_sources  # on-disk bytes already reported, per source
+
+    def consumed(self, i: int, disk: int) -> None:
+        self.progress += disk - self.done[i]
+        self.done[i] = disk
+
+    def taken(self) -> int:
+        p, self.progress = self.progress, 0
+        return p
+
+    def grow(self) -> None:
+        self.limit = min(self.batch_bytes, 2 * self.limit)
+
+
+class _read_errors:
+    """A truncated or corrupt compressed input as a ``CorpusError`` naming the file."""
+
+    def __init__(self, src):
+        self.src = src
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        src = self.src
+        if kind is None or issubclass(kind, CorpusError):
+            return False
+        if issubclass(kind, (EOFError, zlib.error, gzip.BadGzipFile)):
             raise CorpusError(f"{src.path}: truncated or corrupt {src.compression or ''} data "
-                              f"({type(e).__name__}: {e}); the documents before it are kept"
+                              f"({kind.__name__}: {e}); the documents before it are kept"
                               ) from None
-        except CorpusError:
-            raise
-        except Exception as e:
-            if type(e).__module__.startswith("zstandard"):
-                raise CorpusError(f"{src.path}: truncated or corrupt zst data ({e})") from None
-            raise
-    if texts or progress:
-        yield Batch(texts, ends, size, progress)
+        if kind.__module__.startswith("zstandard"):
+            raise CorpusError(f"{src.path}: truncated or corrupt zst data ({e})") from None
+        return False
+
+
+def _arrow_source(src, i: int, start, field: str, st: _Ramp) -> Iterator[Batch]:
+    pending, pend_ends, pend_size = [], [], 0
+    for col, col_ends, disk in _arrow_batches(src, i, start, field, 8192):
+        pending.append(col)
+        pend_ends += col_ends
+        pend_size += col.nbytes
+        st.consumed(i, disk)
+        if pend_size >= st.limit:
+            yield Batch(_concat(pending), pend_ends, pend_size, st.taken())
+            pending, pend_ends, pend_size = [], [], 0
+            st.grow()
+    if pending:
+        yield Batch(_concat(pending), pend_ends, pend_size, st.taken())
+
+
+class _ListBatch:
+    """A batch being filled, as a list of str (``read_batches``); a run is one document."""
+
+    def __init__(self):
+        self.texts, self.ends, self.nbytes = [], [], 0
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @staticmethod
+    def runs(docs) -> Iterator[tuple]:
+        for text, end, disk in docs:
+            yield (() if text is None else ((text, end),)), disk
+
+    def add(self, run, at: int, limit: int) -> int:
+        text, end = run[at]
+        self.texts.append(text)
+        self.ends.append(end)
+        # UTF-8 size without encoding: isascii() is a flag check on CPython strings
+        self.nbytes += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        return at + 1
+
+    def take(self, progress: int) -> Batch:
+        b = Batch(self.texts, self.ends, self.nbytes, progress)
+        self.__init__()
+        return b
+
+
+class _PackedBatch:
+    """A batch being filled as packed UTF-8 (``read_batches(packed=True)``); a run is
+    ``(buf, lengths, ends)``: documents' bytes back to back, their byte counts and their end
+    positions (rows of an int64 array)."""
+
+    def __init__(self):
+        self.bufs, self.lens, self.ends, self.nbytes, self.n = [], [], [], 0, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    @staticmethod
+    def runs(docs) -> Iterator[tuple]:
+        from .stages.pack import utf8_of
+
+        for text, end, disk in docs:
+            if text is None:
+                yield _NO_RUN, disk
+                continue
+            raw = utf8_of(text)
+            yield _Run(np.frombuffer(raw, np.uint8), np.array([len(raw)], np.int64),
+                       np.array([end], np.int64)), disk
+
+    def add(self, run, at: int, limit: int) -> int:
+        """Documents of ``run`` from ``at`` on, up to the first that brings the batch to
+        ``limit``; returns where the next batch goes on."""
+        lens = run.lengths
+        cum = self.nbytes + np.cumsum(lens[at:])
+        stop = at + min(int(np.searchsorted(cum, limit, "left")) + 1, len(lens) - at)
+        a, b = int(run.starts[at]), int(run.starts[stop])
+        self.bufs.append(run.buf[a:b])
+        self.lens.append(lens[at:stop])
+        self.ends.append(run.ends[at:stop])
+        self.nbytes = int(cum[stop - at - 1])
+        self.n += stop - at
+        return stop
+
+    def take(self, progress: int) -> Batch:
+        off = np.zeros(self.n + 1, np.int64)
+        if self.n:
+            np.cumsum(np.concatenate(self.lens), out=off[1:])
+        buf = self.bufs[0].tobytes() if len(self.bufs) == 1 else b"".join(self.bufs)
+        ends = np.concatenate(self.ends) if self.ends else np.zeros((0, 3), np.int64)
+        b = Batch(Packed(buf, off), ends, self.nbytes, progress)
+        self.__init__()
+        return b
+
+
+class _Run:
+    """Documents back to back: ``buf`` (uint8), ``lengths``, ``ends`` (n x 3 positions)."""
+
+    __slots__ = ("buf", "lengths", "ends", "starts")
+
+    def __init__(self, buf: np.ndarray, lengths: np.ndarray, ends: np.ndarray):
+        self.buf, self.lengths, self.ends = buf, lengths, ends
+        self.starts = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=self.starts[1:])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+_NO_RUN = _Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
 
 
 def location(sources: "list[Source]", end) -> str:

@@ -433,6 +433,10 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     backends = plan_workers(backend, devices=devices, workers=workers,
                             total_bytes=total if all(s.path != "-" for s in sources) else None)
     _check_backends(backends)
+    if len(backends) == 1:  # its tables map while the output is set up and the input read
+        from .backends import get_backend
+
+        get_backend(backends[0]).prepare_ahead(enc.model)
     if spec[0] == "obj" and any(b.startswith(("cuda", "metal")) for b in backends[1:2]):
         # GPU workers are spawned and receive the encoding pickled (CPU workers are forked)
         import pickle
@@ -458,7 +462,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         progress(sum(s.size for s in sources[:start[0]]), 0, 0)
     try:
         for batch, ids, offsets in pool.map(read_batches(sources, field=field, errors=errors,
-                                                         batch_bytes=batch_bytes, start=start)):
+                                                         batch_bytes=batch_bytes, start=start,
+                                                         packed=True)):
             if len(batch):
                 writer.add(ids, offsets, batch.ends)
             summary.docs += len(batch)

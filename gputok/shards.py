@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .backends.host_pool import huge_block
 from .formats import Format, get_format
 
 FORMAT = "gputok-shards-v2"
@@ -46,15 +47,36 @@ RESUME_KEYS = ("output_format", "encoding", "n_vocab", "inputs", "field", "input
                "append_eot", "allowed_special", "special_as_text", "errors")
 
 
+HASH_AHEAD = 1 << 16  # pieces from this size on are hashed on the helper thread
+_HASHER: list = []  # (pid, executor)
+
+
+def _hash_queue():
+    """The helper thread that hashes shard files while they are written (one per process: a
+    fork()ed child makes its own)."""
+    import concurrent.futures
+
+    if not _HASHER or _HASHER[0][0] != os.getpid():
+        _HASHER[:] = [(os.getpid(), concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="gputok-sha256"))]
+    return _HASHER[0][1]
+
+
 class ShardWriteError(RuntimeError):
     """Writing a shard or the manifest failed; the message names the file and what is kept."""
 
 
 class _Hashing:
-    """A write-only file that hashes what passes through (one pass: no re-read to checksum)."""
+    """A write-only file that hashes what passes through (one pass: no re-read to checksum).
+
+    The hashing runs on a helper thread (``_hash_queue``: one worker, so each file's pieces are
+    hashed in order) while this thread writes the next piece and syncs the file: hashlib and
+    file writes both release the GIL. ``hexdigest()`` waits for the last piece. A piece must not
+    change after ``write`` returns: the writers pass bytes or views of arrays they own."""
 
     def __init__(self, f):
         self.f, self.h, self.n, self.failed = f, hashlib.sha256(), 0, False
+        self._last = None  # the newest queued hash update
 
     def write(self, b) -> int:
         try:
@@ -62,10 +84,18 @@ class _Hashing:
         except OSError:
             self.failed = True  # so the error names this file, not the last one opened
             raise
-        self.h.update(b)
         n = memoryview(b).nbytes
+        if n >= HASH_AHEAD or self._last is not None:  # once one is queued, all are: in order
+            self._last = _hash_queue().submit(self.h.update, b)
+        else:
+            self.h.update(b)
         self.n += n
         return n
+
+    def hexdigest(self) -> str:
+        if self._last is not None:
+            self._last.result()
+        return self.h.hexdigest()
 
     def tell(self) -> int:
         return self.n
@@ -262,7 +292,9 @@ class ShardWriter:
         """Write the pending documents as a shard (nothing if none are pending)."""
         if not self._pending_docs:
             return
-        ids = np.concatenate([p[0] for p in self._pending]).astype(self.dtype, copy=False)
+        n_ids = sum(len(p[0]) for p in self._pending)
+        ids = huge_block(n_ids * self.dtype.itemsize).view(self.dtype)  # fresh pages: 2 MB ones
+        np.concatenate([p[0] for p in self._pending], out=ids, casting="unsafe")
         lens = np.concatenate([p[1] for p in self._pending])
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
@@ -302,7 +334,7 @@ class ShardWriter:
                 p.unlink(missing_ok=True)
             raise self._write_error(current, e) from None
         self.shards.append({"files": names, "bytes": [h.n for h in hashers],
-                            "sha256": [h.h.hexdigest() for h in hashers],
+                            "sha256": [h.hexdigest() for h in hashers],
                             "docs": int(len(offsets) - 1), "tokens": int(len(ids)),
                             "first_doc": self.docs_done, "end": list(end)})
         try:
@@ -321,10 +353,17 @@ class ShardWriter:
                                + self.kept()[0].upper() + self.kept()[1:])
 
     def close(self) -> None:
-        """Write the last shard and mark the job complete in the manifest."""
-        self.flush()
+        """Write the last shard and mark the job complete in the manifest (the manifest written
+        with the last shard says so: one manifest write less)."""
         self.complete = True
-        self._write_manifest()
+        try:
+            if self._pending_docs:
+                self.flush()
+            else:
+                self._write_manifest()
+        except BaseException:
+            self.complete = False
+            raise
         self.release()
 
     def release(self) -> None:

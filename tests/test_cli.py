@@ -372,3 +372,56 @@ def test_encode_on_the_native_backend(tmp_path, capsys, workers):
                  "native", "--workers", workers, "--shard-tokens", "5000"]) == 0
     assert f"(o200k_base, native{' x2' if workers == '2' else ''})" in capsys.readouterr().out
     assert _all_docs(out) == [enc.encode_ordinary(t) for t in texts]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "megatron", "parquet"])
+def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt):
+    """Shard files are hashed while they are written (big pieces on a helper thread, small
+    ones inline, in order): the manifest's sha256 is the file's, for shards of mixed sizes."""
+    import hashlib
+
+    import numpy as np
+
+    from gputok import shards
+    from gputok.shards import ShardWriter, read_manifest
+
+    out = tmp_path / "o"
+    w = ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, cap_tokens=300_000)
+    rng = np.random.default_rng(5)
+    for k, n_docs in enumerate([1, 40, 3, 900]):
+        lens = rng.integers(0, 2000, n_docs)
+        lens[0] = 250_000 if k == 0 else lens[0]  # a shard with pieces over HASH_AHEAD
+        ids = rng.integers(0, 70000, int(lens.sum())).astype(np.uint32)
+        off = np.concatenate([[0], np.cumsum(lens)])
+        w.add(ids, off, [(0, k, i) for i in range(n_docs)])
+    writes = []
+    real = shards.ShardWriter._write_manifest
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shards.ShardWriter, "_write_manifest",
+                   lambda self: writes.append(self.complete) or real(self))
+        w.close()
+    assert writes == [True]  # the last shard's manifest says the job is complete: one write
+    m = read_manifest(out)
+    assert m["complete"] and len(m["shards"]) >= 3 and m["docs"] == 944
+    for s in m["shards"]:
+        for name, size, digest in zip(s["files"], s["bytes"], s["sha256"]):
+            raw = (out / name).read_bytes()
+            assert len(raw) == size and hashlib.sha256(raw).hexdigest() == digest, name
+    assert ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, resume=True).complete
+
+
+def test_a_failed_last_shard_leaves_the_job_incomplete(tmp_path, monkeypatch):
+    import numpy as np
+
+    from gputok.shards import ShardWriteError, ShardWriter, read_manifest
+
+    w = ShardWriter(tmp_path / "o", meta={}, n_vocab=100)
+    w.add(np.arange(10, dtype=np.uint32), np.array([0, 4, 10]), [(0, 1), (0, 2)])
+
+    def full(*a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("gputok.formats.npy.Npy.write", full)
+    with pytest.raises(ShardWriteError, match="the disk is full"):
+        w.close()
+    assert not w.complete and not read_manifest(tmp_path / "o")["complete"]
+    w.release()

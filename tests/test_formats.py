@@ -234,3 +234,16 @@ def test_shard_bytes_is_an_exact_cap(corpus, tmp_path, fmt):
     enc = gputok.get_encoding("r50k_base")
     eot = [enc.eot_token] if form.requires_eot else []
     assert _docs(tmp_path) == [enc.encode(t) + eot for t in TEXTS]
+
+
+def test_npy_shards_are_byte_for_byte_what_numpy_save_writes():
+    import io
+
+    from gputok.formats.npy import _write_npy
+
+    for a in [np.arange(300_000, dtype=np.uint32), np.arange(7, dtype=np.uint16),
+              np.zeros(0, np.int64), np.arange(5, dtype=np.int64)[::2]]:
+        want, got = io.BytesIO(), io.BytesIO()
+        np.save(want, a)
+        _write_npy(got, a)
+        assert got.getvalue() == want.getvalue(), a.dtype

@@ -552,7 +552,7 @@ def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_pa
     assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_o200k.cpp",
                                             "encode_nfc.cpp", "encode_merge.cpp",
                                             "encode_emit.cpp", "encode_wordpiece.cpp",
-                                            "host_runtime.cpp"}
+                                            "host_runtime.cpp", "host_jsonl.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     # found by the sources' stamp without expanding the units; a touched file, a new stamp
@@ -561,6 +561,7 @@ def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_pa
     assert key_file.read_text() == path.name[len(native_build.LIB_NAME) + 1:-3]
     monkeypatch.setattr(native_build, "translation_units", lambda: 1 / 0)
     assert native_build.build() == path  # (the units were not needed)
+    assert native_build.build(compile=False) == path
     monkeypatch.undo()
     src = native_build.kernels.kernel_dir() / "encode_emit.cu"
     st = src.stat()
@@ -750,3 +751,10 @@ def test_no_cuts_for_pre_tokenizers_without_known_safe_points():
         ids, off = be.encode(enc.model, Documents([line]), frozenset(), frozenset())
     assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(line)
     assert be.dev.launches["encode_merge_short"] == 1  # one document, one chunk
+
+
+def test_a_library_not_built_yet_is_not_compiled_when_asked_not_to(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    monkeypatch.setattr(native_build, "_compile", lambda *a: pytest.fail("compiled"))
+    assert native_build.build(compile=False) is None
+    assert native.library(compile=False) is None

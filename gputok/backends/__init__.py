@@ -53,6 +53,11 @@ class Backend:
         """Where each stage runs for ``model``: {stage: description}."""
         raise NotImplementedError
 
+    def prepare_ahead(self, model) -> None:
+        """Start getting ``model`` ready (its tables on the device) in the background, for a
+        caller that knows a batch is coming; nothing by default. Optional: the first batch
+        prepares what is not ready."""
+
     def describe(self, model) -> str:
         return f"{model.name} on {self.name}: " + "; ".join(f"{k} {v}" for k, v in
                                                              self.plan(model).items())

@@ -302,6 +302,10 @@ class DeviceBackend(Backend):
     def _norm_form(self, model, mode: str) -> "str | None":
         return device_norm_form(model, mode, getattr(self.dev, "normal_forms", FORMS))
 
+    def prepare_ahead(self, model) -> None:
+        """A chunk worker builds ``model``'s plan (maps its tables) now (``_plan_ahead``)."""
+        self._plan_ahead(model)
+
     def _plan_ahead(self, model) -> None:
         """On a model's first batch, a chunk worker builds its plan (maps the tables, a few
         ms) while this thread packs the documents; ``_plan`` then waits for it (``_plan_lock``

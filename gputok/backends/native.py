@@ -137,6 +137,8 @@ class _Library:
         lib.gputok_native_stream_scan_u32.argtypes = [vp, vp, ll, i]
         lib.gputok_native_stream_time.argtypes = [vp, vp]
         lib.gputok_native_stream_sync.argtypes = [vp]
+        lib.gputok_jsonl_parse.argtypes = [vp, ll, vp, ll, vp, vp, vp, vp, ll, vp]
+        lib.gputok_jsonl_parse.restype = None
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}
@@ -164,10 +166,13 @@ _libraries: dict = {}
 _build_lock = threading.Lock()
 
 
-def library() -> _Library:
-    """The module for the current sources (built or loaded once per process)."""
+def library(compile: bool = True) -> "_Library | None":
+    """The module for the current sources (built or loaded once per process); with
+    ``compile=False`` None when the cache does not have it yet."""
     with _build_lock:
-        path = native_build.build()
+        path = native_build.build(compile)
+        if path is None:
+            return None
         got = _libraries.get(str(path))
         if got is None:
             got = _libraries[str(path)] = _Library(path)

@@ -7,7 +7,9 @@ The module is one shared library made of:
   the file's exact source as every device gets it (``kernels.build_source``: constants injected,
   headers expanded), then a generated launch table (``ENC_HOST_KERNEL(name)`` per kernel);
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
-  prefix scans.
+  prefix scans;
+* the JSON-lines reader (``kernels/host_jsonl.h``, host only: ``corpus.read_batches`` with
+  ``packed=True``, what ``gputok encode`` reads with).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library into the cache (``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
@@ -120,6 +122,9 @@ def translation_units() -> dict[str, str]:
             f"  *count = (int)(sizeof(table) / sizeof(table[0]));\n  return table;\n}}\n")
     units["host_runtime.cpp"] = _unit_text(f'#line 1 "dialect_host.h"\n{dialect}\n'
                                  f'#line 1 "host_runtime.h"\n{_read("host_runtime.h")}')
+    units["host_jsonl.cpp"] = _unit_text(
+        f'#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
+        f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}')
     return units
 
 
@@ -156,10 +161,11 @@ def _stamp(cxx: str, fl: tuple) -> str:
     return h.hexdigest()[:24]
 
 
-def build() -> Path:
-    """The library's path, built first when the cache does not have it. The path is found by
-    the sources' stamp first (``_stamp``, recorded next to the libraries when the key was last
-    digested from the full text): expanding every unit again costs ~15 ms a process."""
+def build(compile: bool = True) -> "Path | None":
+    """The library's path, built first when the cache does not have it (``compile=False``:
+    None then). The path is found by the sources' stamp first (``_stamp``, recorded next to
+    the libraries when the key was last digested from the full text): expanding every unit
+    again costs ~15 ms a process."""
     cxx, why = find_compiler()
     if cxx is None:
         raise NativeBuildError(why)
@@ -172,6 +178,8 @@ def build() -> Path:
         pass
     path, cxx, units, fl = library_path()
     if not path.exists():
+        if not compile:
+            return None
         _compile(path, cxx, units, fl)
     write_atomic(str(known), path.name[len(LIB_NAME) + 1:-len(".so")].encode())  # the key
     return path

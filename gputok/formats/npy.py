@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Format
+from . import Format, write_all
 
 
-class _WriteThrough:
-    """Routes ``numpy.lib.format.write_array`` through ``f.write`` (see ``write_all``): numpy
-    calls ``tofile`` on real files only, so this thin wrapper is enough."""
-
-    def __init__(self, f):
-        self.write = f.write
+def _write_npy(f, arr: np.ndarray) -> None:
+    """The .npy file ``numpy.save`` writes (format 1.0 header, then the data), through
+    ``f.write`` in views of the array (``write_all``): ``numpy.lib.format.write_array`` would
+    copy the whole array with ``tobytes`` first on a file object that is not a real file."""
+    arr = np.ascontiguousarray(arr)
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
+    write_all(f, arr)
 
 
 class Npy(Format):
@@ -29,9 +30,8 @@ class Npy(Format):
         return n_tokens * itemsize + (n_docs + 1) * 8 + 2 * 128  # two 128-byte .npy headers
 
     def write(self, handles, ids, offsets):
-        np.lib.format.write_array(_WriteThrough(handles[0]), ids, allow_pickle=False)
-        np.lib.format.write_array(_WriteThrough(handles[1]), np.asarray(offsets, dtype=np.int64),
-                                  allow_pickle=False)
+        _write_npy(handles[0], ids)
+        _write_npy(handles[1], np.asarray(offsets, dtype=np.int64))
 
     def read(self, paths, *, dtype=None, eot=None):
         return np.load(paths[0]), np.load(paths[1])

@@ -1,8 +1,9 @@
 """Pack: any supported batch of texts -> documents the pipeline can read.
 
 Accepted inputs: ``list``/sequence of ``str``; of ``bytes`` (UTF-8); a pyarrow ``StringArray`` /
-``LargeStringArray`` / ``BinaryArray`` or ``ChunkedArray`` of those; a single ``bytes`` blob with
-explicit offsets is what ``Documents.packed()`` returns for GPU backends.
+``LargeStringArray`` / ``BinaryArray`` or ``ChunkedArray`` of those; ``Packed`` (one UTF-8
+buffer with offsets, already valid: what the native JSON-lines reader makes). A single ``bytes``
+blob with explicit offsets is what ``Documents.packed()`` returns for GPU backends.
 
 Arrow arrays are read through their buffers (offsets + data) with numpy: no per-item Python
 objects are made to pack them. CPU pre-tokenization then decodes one document at a time.
@@ -22,8 +23,34 @@ import numpy as np
 
 
 
+class Packed:
+    """Documents as one UTF-8 buffer: document ``i`` is ``buf[offsets[i]:offsets[i + 1]]``.
+    The maker vouches that ``buf`` is valid UTF-8 (it is not checked again).
+
+    >>> p = Packed("abé".encode(), np.array([0, 2, 4]))
+    >>> len(p), p.to_pylist()
+    (2, ['ab', 'é'])
+    """
+
+    __slots__ = ("buf", "offsets")
+
+    def __init__(self, buf: bytes, offsets):
+        self.buf = buf
+        self.offsets = np.asarray(offsets, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def to_pylist(self) -> list:
+        off = self.offsets.tolist()
+        return [self.buf[off[i]:off[i + 1]].decode("utf-8") for i in range(len(off) - 1)]
+
+    def __reduce__(self):  # (no __dict__ with slots: pickled for a pool's worker processes)
+        return Packed, (self.buf, self.offsets)
+
+
 def fix_surrogates(text: str) -> str:
-    """tiktoken's handling of a str that is not a sequence of Unicode scalar values.
+    r"""tiktoken's handling of a str that is not a sequence of Unicode scalar values.
 
     A Python str may hold surrogate code points, which have no UTF-8 form. tiktoken round-trips
     such text through UTF-16 with ``surrogatepass`` (so a *pair* of surrogates becomes the
@@ -58,7 +85,10 @@ class Documents:
         self._buf: "bytes | None" = None
         self._offsets: "np.ndarray | None" = None
         self._bytes_list: "Sequence[bytes] | None" = None
-        if _is_arrow(texts):
+        self._valid = False  # the buffer is known to be valid UTF-8
+        if isinstance(texts, Packed):
+            self._buf, self._offsets, self._valid = texts.buf, texts.offsets, True
+        elif _is_arrow(texts):
             self._buf, self._offsets = _arrow_buffers(texts)
         elif isinstance(texts, (str, bytes)):
             raise TypeError("expected a batch (list of str/bytes or a pyarrow array), got a single "
@@ -107,8 +137,9 @@ class Documents:
 
     def packed(self) -> tuple[bytes, np.ndarray]:
         """(UTF-8 buffer, int64 offsets of len n+1), validated per ``errors``."""
-        if self._buf is not None and self.errors == "strict":
-            self._validate_buffer()
+        if self._buf is not None and (self.errors == "strict" or self._valid):
+            if not self._valid:
+                self._validate_buffer()
             return self._buf, self._offsets
         if self._bytes_list is not None and self.errors == "strict":
             for i, b in enumerate(self._bytes_list):

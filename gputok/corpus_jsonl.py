@@ -1,0 +1,152 @@
+"""The native JSON-lines reader behind ``read_batches(..., packed=True)`` (``gputok encode``).
+
+The Python reader takes a line at a time: ``readline``, UTF-8 decode, ``json.loads``, the field,
+then (when the batch is packed for the encoder) UTF-8 encode again and join. For 12 MB of JSONL
+that is ~60 ms of a core holding the GIL, on a 2-core box beside two encoding threads. The
+native reader (``kernels/host_jsonl.h``, in the native CPU device's library) reads blocks of
+whole lines and writes each line's field straight into one UTF-8 buffer, with the per-line
+positions the shard writer records for ``--resume``.
+
+Exactness: the buffer is byte for byte what the Python reader packs (``json.loads`` then
+``utf8_of``). A line the native reader cannot take on exactly (THE FALLBACK RULE in
+host_jsonl.h: invalid UTF-8, anything that is not a plain object holding the string field, ...)
+goes to the Python reader's own code for one line, which decodes it or raises its error, and the
+native reader goes on after it. Tests compare both readers on fuzzed lines.
+
+It is used when the native library is already in the cache (a process that encodes on the
+native CPU device has built it; a corpus read never starts a compile), the field name is valid
+UTF-8, and ``$GPUTOK_NATIVE_READER`` is not ``0``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+BLOCK = 1 << 20  # bytes read at a time (a longer line is read whole)
+DOC, BLANK = 0, 1
+STOP_END, STOP_FALLBACK, STOP_FULL = 0, 1, 2
+
+
+class Parser:
+    """``kernels/host_jsonl.h`` for one field name."""
+
+    def __init__(self, fn, key: bytes):
+        self.fn, self.key = fn, key
+
+    def parse(self, block: bytes, pos: int) -> tuple:
+        """Lines of ``block[pos:]`` (whole lines) up to the first one the Python reader must
+        take: (lines, status, line ends, document ends, out, why); line ends are counted from
+        ``pos``, ``out`` is the documents' bytes (a uint8 array)."""
+        from .backends.host_pool import huge_block
+
+        n = len(block) - pos
+        lines = min(n // 32 + 64, n + 1)  # more lines than that: the next call goes on
+        status = np.empty(lines, np.uint8)
+        line_end = np.empty(lines, np.int64)
+        doc_end = np.empty(lines, np.int64)
+        out = huge_block(max(n, 1))  # fresh pages, so 2 MB ones where the OS has them
+        res = np.zeros(3, np.int64)
+        self.fn(np.frombuffer(block, np.uint8).ctypes.data + pos, n, self.key, len(self.key),
+                out.ctypes.data,
+                status.ctypes.data, line_end.ctypes.data, doc_end.ctypes.data, lines,
+                res.ctypes.data)
+        k = int(res[0])
+        return k, status[:k], line_end[:k], doc_end[:k], out[:int(res[1])], int(res[2])
+
+
+def parser(field: str) -> "Parser | None":
+    """The native reader for ``field``, or None where it is not to be used (see the module
+    docstring)."""
+    if os.environ.get("GPUTOK_NATIVE_READER", "1") == "0":
+        return None
+    try:
+        key = field.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    try:
+        from .backends import native
+
+        lib = native.library(compile=False)
+    except Exception:  # no compiler, a broken cache: the Python reader
+        return None
+    if lib is None:
+        return None
+    return Parser(lib.lib.gputok_jsonl_parse, key)
+
+
+def _lines(f, first: bool) -> Iterator[tuple]:
+    """Blocks of whole lines from ``f``: (bytes, bytes skipped at its start: a BOM at the start
+    of the file). A line longer than BLOCK is read on until its newline (or the end)."""
+    from .corpus import _BOM
+
+    # read1: what a compressed stream decoded before it turns out truncated is still returned
+    # (read(BLOCK) would raise with it), so the lines before the damage are kept, as readline
+    read = getattr(f, "read1", f.read)
+    rest: list = []
+    while True:
+        data = read(BLOCK)
+        if not data:
+            block = b"".join(rest)
+            rest = []
+        else:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest.append(data)
+                continue
+            block = b"".join(rest + [data[:cut]]) if rest else data[:cut]
+            rest = [data[cut:]] if cut < len(data) else []
+        if block:
+            skip = 3 if first and block.startswith(_BOM) else 0
+            first = False
+            yield block, skip
+        if not data:
+            return
+
+
+def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> Iterator[tuple]:
+    """The documents of JSON-lines source ``i`` from position ``start`` on, in runs:
+    ``(run, disk)``: ``corpus._Run`` (UTF-8 bytes, each document's byte count, its end position
+    ``(file, offset, line)`` per row of an int64 array) and the on-disk position reached."""
+    from .corpus import _Run, _decode, _open_text, _parse_json_text, _skip
+    from .stages.pack import utf8_of
+
+    offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
+    with _open_text(src.path, src.compression) as (f, raw):
+        if offset:
+            _skip(f, offset, src)
+        for block, skip in _lines(f, offset == 0):
+            pos = skip
+            base = offset  # the block's first byte (a skipped BOM counts as consumed input)
+            while pos < len(block):
+                k, status, line_end, doc_end, out, why = parse.parse(block, pos)
+                if k:
+                    docs = status == DOC
+                    ends = np.empty((int(docs.sum()), 3), np.int64)
+                    ends[:, 0] = i
+                    ends[:, 1] = base + pos + line_end[docs]
+                    ends[:, 2] = line + 1 + np.flatnonzero(docs)
+                    lengths = np.diff(doc_end, prepend=0)[docs]
+                    offset = base + pos + int(line_end[-1])
+                    line += k
+                    pos += int(line_end[-1])
+                    yield _Run(out, lengths, ends), raw.tell() if raw else offset
+                if why != STOP_FALLBACK:
+                    continue
+                # THE FALLBACK RULE: this line is the Python reader's (decoded or its error)
+                stop = block.find(b"\n", pos) + 1 or len(block)
+                data = block[pos:stop]
+                line += 1
+                offset = base + stop
+                pos = stop
+                if not data.strip():
+                    continue
+                doc = _parse_json_text(_decode(data, src.path, line, errors), src.path, line,
+                                       field)
+                raw_doc = utf8_of(doc)
+                yield (_Run(np.frombuffer(raw_doc, np.uint8), np.array([len(raw_doc)], np.int64),
+                            np.array([[i, offset, line]], np.int64)),
+                       raw.tell() if raw else offset)
+            offset = base + len(block)
