@@ -563,3 +563,26 @@ def test_fallbacks_are_exactly_the_host_stages(name, expected):
         assert be.model_plan(enc.model).mode == "device"
         assert be.dev.launches["encode_pretok_spans"] >= 1
         assert be.dev.launches["encode_nfc_compact"] == 1 and be.host_normalized["spans"] == 2
+
+
+def test_merge_table_layouts_probe_alike():
+    """THE PAIR PROBE on both layouts of pair_slots: a tiktoken-rule table (priority = merged
+    id) in 8-byte slots, an HF merges-list table (priorities apart from ids) in 16-byte ones;
+    the emulated merge kernels (no whole-token lookup: every piece merges) give the
+    reference's ids either way."""
+    tk = gputok.get_encoding("cl100k_base")
+    slots, bits = device_tables.pair_slots(tk.model.merge_table)
+    assert bits & device_tables.PAIR_COMPACT and len(slots) == 1 << (bits & 0xFF)
+    assert slots.nbytes * 2 == device_tables.merge_slots(tk.model.merge_table).nbytes
+    hf = hf_encoding("qwen2")  # ids from vocab.json, priorities from the merges list
+    slots2, bits2 = device_tables.pair_slots(hf.model.merge_table)
+    assert not bits2 & device_tables.PAIR_COMPACT
+    assert np.array_equal(slots2, device_tables.merge_slots(hf.model.merge_table))
+    pieces = merge_pieces()[::3]
+    for enc in (tk, hf):
+        be = DeviceBackend(emu_device("shuffle", 3))
+        assert bool(be.model_plan(enc.model).tables.scalars["t_bits"] &
+                    device_tables.PAIR_COMPACT) == (enc is tk)
+        ids, _, ent = run_merge(be, enc, pieces, whole=False)
+        want = expected_merge(enc.model.merge_table, pieces, whole=False)
+        assert ids.tolist() == [i for e in want for i in e], enc.name

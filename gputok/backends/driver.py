@@ -196,7 +196,9 @@ class DeviceBackend(Backend):
             if self._mode(model)[0] != "split":  # a pattern family whose safe cuts are known
                 doc_off, keep = cut_long_documents(buf, doc_off, spans, self._chunk_budget())
             parts = self._encode(model, buf, doc_off, spans, allowed)
-        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype, huge_block)
+        # the output in host memory the device recycles (native), else in fresh 2 MB pages
+        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype,
+                            getattr(self.dev, "host_block", huge_block))
         return (ids, off) if keep is None else (ids, off[keep])
 
     def merge_pieces(self, model, pieces: list) -> "list | None":

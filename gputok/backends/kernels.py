@@ -49,6 +49,7 @@ def kernel_constants() -> dict:
         "ENC_FNV_OFFSET": dt.FNV_OFFSET, "ENC_FNV_PRIME": dt.FNV_PRIME, "ENC_MIX1": dt.MIX1,
         "ENC_MIX2": dt.MIX2,
         "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,
+        "ENC_PAIR_COMPACT": dt.PAIR_COMPACT, "ENC_PAIR_ID_BITS": dt.PAIR_ID_BITS,
     }
 
 

@@ -426,6 +426,13 @@ class NativeDevice:
         return got
 
     # -- memory (host memory: copies are views)
+    def host_block(self, nbytes: int) -> np.ndarray:
+        """Host memory for a batch's output (``driver.assemble``): a block of the workspace pool,
+        whose pages the batch's chunks have just used (a 4 MB batch's 4 MB of ids: ~5 ms in
+        fresh pages on the 2-core box, ~0.5 ms in these). It goes back to the pool when the
+        caller drops the last array that uses it."""
+        return self.pool.empty(nbytes, np.uint8)
+
     def empty(self, n, dtype):
         a = self.pool.empty(n, dtype)
         if self.poison:

@@ -7,26 +7,51 @@
 // exactly as there: key = left << 32 | right, home slot = (key * HASH_MUL) >> (64 - bits), linear
 // probing, an empty slot ends the probe. Returns the pair's priority (ENC_NO_MERGE when absent)
 // and sets *merged to the merged id.
-// Layout on a device (gputok/backends/device_tables.py, merge_slots): two 64-bit words per slot,
-// [key, priority | merged << 32], so a probe that hits reads one 16-byte slot (one cache line,
-// one 128-bit load) where three separate arrays cost three misses: the probes' loads were half
-// of encode_merge_short's time on a CPU (perf, multilingual text).
+// Layout on a device (gputok/backends/device_tables.py, pair_slots), said by the flag
+// ENC_PAIR_COMPACT in t_bits (the low 8 bits are the table's size bits):
+//   * two 64-bit words per slot, [key, priority | merged << 32], so a probe that hits reads
+//     one 16-byte slot (one cache line) where three separate arrays cost three misses: the
+//     probes' loads were half of encode_merge_short's time on a CPU (perf, multilingual text);
+//   * ENC_PAIR_COMPACT: one 64-bit word per slot, left << 42 | right << 21 | merged, for a
+//     vocabulary whose every pair's priority is its merged id (the tiktoken rule) and whose ids
+//     fit ENC_PAIR_ID_BITS: half the memory (o200k 16 -> 8 MB), twice the slots per cache line,
+//     the same home slots and probe sequence. An empty slot (all ones) matches no pair: no id
+//     reaches 2^21 - 1 there.
 struct EncMergeTable {
   const GPUTOK_DEV enc_u64* slots;
   enc_u32 bits;
 };
 
+GPUTOK_FN enc_u64 enc_pair_home(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
+                                enc_u32 right) {
+  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
+  return (key * ENC_HASH_MUL) >> (64 - (t.bits & 0xFFu));
+}
+
 GPUTOK_FN void enc_pair_prefetch(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
                                  enc_u32 right) {
-  const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
-  ENC_PREFETCH(t.slots + 2 * ((key * ENC_HASH_MUL) >> (64 - t.bits)));
+  const enc_u64 s = enc_pair_home(t, left, right);
+  ENC_PREFETCH(t.slots + ((t.bits & ENC_PAIR_COMPACT) ? s : 2 * s));
 }
 
 GPUTOK_FN enc_u32 enc_pair_lookup(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
                                   enc_u32 right, GPUTOK_THREAD enc_u32* merged) {
+  const enc_u64 mask = ((enc_u64)1 << (t.bits & 0xFFu)) - 1;
+  enc_u64 s = enc_pair_home(t, left, right);
+  if (t.bits & ENC_PAIR_COMPACT) {
+    const enc_u64 want = ((enc_u64)left << ENC_PAIR_ID_BITS) | (enc_u64)right;
+    const enc_u64 id_mask = ((enc_u64)1 << ENC_PAIR_ID_BITS) - 1;
+    while (true) {
+      const enc_u64 k = t.slots[s];
+      if ((k >> ENC_PAIR_ID_BITS) == want) {
+        *merged = (enc_u32)(k & id_mask);
+        return *merged;
+      }
+      if (k == ENC_EMPTY_KEY) return ENC_NO_MERGE;
+      s = (s + 1) & mask;
+    }
+  }
   const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
-  const enc_u64 mask = ((enc_u64)1 << t.bits) - 1;
-  enc_u64 s = (key * ENC_HASH_MUL) >> (64 - t.bits);
   while (true) {
     const enc_u64 k = t.slots[2 * s];
     if (k == key) {
@@ -160,8 +185,8 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
     r.lo = r.hi = 0;
     return false;
   }
-  enc_u32 merged;
-  enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
+  enc_u32 merged = best;  // a compact table's priority is the merged id (the tiktoken rule)
+  if (!(t.bits & ENC_PAIR_COMPACT)) enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
   ids[at] = merged;
   for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
   for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];

@@ -95,6 +95,12 @@ typedef gputok_i64 enc_i64;
 #ifndef ENC_NO_MERGE
 #define ENC_NO_MERGE 0xFFFFFFFFu
 #endif
+#ifndef ENC_PAIR_COMPACT
+#define ENC_PAIR_COMPACT 256u  // flag in a merge table's bits: 8-byte slots (encode_merge_rules.h)
+#endif
+#ifndef ENC_PAIR_ID_BITS
+#define ENC_PAIR_ID_BITS 21
+#endif
 #ifndef ENC_EMPTY_KEY
 #define ENC_EMPTY_KEY 0xFFFFFFFFFFFFFFFFul
 #endif
