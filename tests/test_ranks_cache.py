@@ -165,3 +165,29 @@ def test_device_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache,
     again = device_tables.host_tables(model)
     assert calls == [1] and np.array_equal(again["slots"], built["slots"])
     assert device_tables._mapped(path) is not None  # written again, whole
+
+
+def test_class_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache):
+    """A pre-tokenizer family's code point classes (the device's class table) are derived once
+    per machine, then mapped; equal to a fresh derivation; a damaged file is derived again."""
+    import glob
+
+    import numpy as np
+
+    from gputok.stages import scan_rules
+
+    fam = scan_rules.FAMILIES["o200k"]
+    built = fam._class_table("tiktoken")
+    files = glob.glob(str(cache / "**" / "classes-o200k-*.bin"), recursive=True)
+    assert len(files) == 1
+    mapped = fam._class_table("tiktoken")
+    assert np.array_equal(mapped, built) and not mapped.flags.writeable
+    assert int(mapped[ord("a")]) == fam.classify(int(scan_rules.class_flags("tiktoken")
+                                                     ["table"][ord("a")]))
+    other = scan_rules.FAMILIES["cl3"]._class_table("tiktoken")  # its own file
+    assert len(glob.glob(str(cache / "**" / "classes-*.bin"), recursive=True)) == 2
+    assert not np.array_equal(other, built)
+    with open(files[0], "r+b") as f:
+        f.truncate(1000)
+    again = fam._class_table("tiktoken")
+    assert np.array_equal(again, built)
