@@ -21,11 +21,13 @@ s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed
 first. So peak memory stays that of fresh arrays plus about one chunk; ``trim()`` drops them
 all. Thread safe: holders may die on any thread.
 
-New blocks of 1 MB or more come from ``huge_block``: where Linux offers transparent huge pages
+New blocks of 2-16 MB come from ``huge_block``: where Linux offers transparent huge pages
 (``madvise`` or ``always`` mode) their first touch costs one fault per 2 MB instead of one per
-4 KB. On the 2-core box a fresh 64 MB takes 6.5 ms that way and 51 ms in 4 KB pages, and a cold
-o200k batch of 4 MB runs ~7% faster (bench/results/). numpy asks for huge pages only from 4 MB
-on, and malloc's blocks are not 2 MB aligned, so a chunk's 1-4 MB arrays never got them.
+4 KB. On the 2-core box a fresh 64 MB takes 6.5 ms that way and 51 ms in 4 KB pages; with it
+(and the smaller tables and recycled output of the same change) a cold o200k batch of 4 MB
+took 71.8 -> 60.1 ms (bench/results/native-jsonl-2026-11-24.md). numpy asks for huge pages only
+from 4 MB on, and malloc's blocks are not 2 MB aligned, so a chunk's 2-4 MB arrays never got
+them.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ CAP_DEFAULT = 48 << 20  # idle bytes kept: about one chunk's workspace (native.C
 SLACK = 1.25  # a block serves requests down to 1/SLACK of its size
 KEEP_IN_USE = 1  # while more is in use, idle blocks up to that much (times this) are kept
 HUGE_PAGE = 2 << 20  # a transparent huge page (x86-64 and arm64 with 4 KB base pages)
-HUGE_MIN = 1 << 20  # smaller blocks stay in 4 KB pages: a 2 MB page would be mostly unused
+HUGE_MIN = HUGE_PAGE  # smaller blocks stay in 4 KB pages (no whole 2 MB unit)
+HUGE_MAX = 16 << 20  # and bigger ones too (one long piece's workspace, see huge_block)
 
 
 def _rounded(nbytes: int) -> int:
@@ -51,17 +54,20 @@ def _rounded(nbytes: int) -> int:
 
 
 def huge_block(nbytes: int) -> np.ndarray:
-    """A new uint8 array of ``nbytes`` (contents undefined) whose 2 MB units are backed by
-    transparent huge pages where the OS has them: every whole unit, and the last partial one
-    when it is at least half used (so at most 1 MB of a block is paged in for nothing). A private
-    anonymous mapping, 2 MB aligned, freed when the last array using it dies; ``np.empty``
-    below ``HUGE_MIN`` or where ``madvise(MADV_HUGEPAGE)`` does not exist (macOS, Windows)."""
+    """A new uint8 array of ``nbytes`` (contents undefined) whose whole 2 MB units are backed by
+    transparent huge pages where the OS has them (a last partial unit stays in 4 KB pages:
+    rounding it up cost a 1 MB base64 piece 31.8 -> 39.6 MB). A private anonymous mapping,
+    2 MB aligned, freed when the last array using it dies; ``np.empty`` below ``HUGE_MIN``,
+    above ``HUGE_MAX`` or where ``madvise(MADV_HUGEPAGE)`` does not exist (macOS, Windows).
+    Above HUGE_MAX: the workspace of one long piece (a 10 MB ``"a" * n``: arrays of 10-80 MB,
+    some touched only in part) took 272 -> 314 MB in 2 MB pages, and its page faults are a
+    small part of its ~100 ns per byte of merging."""
     nbytes = int(nbytes)
-    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if not HUGE_MIN <= nbytes <= HUGE_MAX or not hasattr(mmap, "MADV_HUGEPAGE"):
         return np.empty(nbytes, np.uint8)
-    huge = (nbytes + HUGE_PAGE // 2) // HUGE_PAGE * HUGE_PAGE
+    huge = nbytes // HUGE_PAGE * HUGE_PAGE
     try:  # one spare unit of address space (never touched) to align the start
-        m = mmap.mmap(-1, max(huge, nbytes) + HUGE_PAGE,
+        m = mmap.mmap(-1, nbytes + HUGE_PAGE,
                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, ValueError):
         return np.empty(nbytes, np.uint8)
