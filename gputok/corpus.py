@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import glob as _glob
 import gzip
-import io
-import json
 import os
-import sys
 import zlib
 from dataclasses import dataclass, field as _field
 from pathlib import Path
@@ -40,14 +37,15 @@ from typing import Iterator
 import numpy as np
 
 from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat
-from .stages.pack import Packed
+from .corpus_jsonl import _NO_RUN, _Run, packed_docs, parser
 from .sources import CorpusError, Source  # re-exported: gputok.corpus.CorpusError
+from .sources import _BOM, _decode, _open_text, _parse_json_line, _parse_json_text, _skip
+from .stages.pack import Packed
 
 KINDS = ("txt", "jsonl", "parquet", "arrow")
 _SUFFIX_KIND = {".txt": "txt", ".text": "txt", ".md": "txt", ".jsonl": "jsonl", ".json": "jsonl",
                 ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow",
                 ".ipc": "arrow"}
-_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -180,71 +178,6 @@ def _check_first_line(p: str, comp, field: str) -> "str | None":
     return None
 
 
-class _open_text:
-    """Context manager: ``(line-iterable binary stream, raw file)`` for a path and compression;
-    the raw file's ``tell()`` is the on-disk (compressed) progress."""
-
-    def __init__(self, path: str, comp):
-        self.path, self.comp = path, comp
-
-    def __enter__(self):
-        if self.path == "-":
-            self.raw = sys.stdin.buffer
-            self._closers = []
-            return self.raw, None
-        self.raw = open(self.path, "rb")
-        self._closers = [self.raw]
-        if self.comp == "gz":
-            f = gzip.GzipFile(fileobj=self.raw)
-        elif self.comp == "zst":
-            import zstandard
-
-            f = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(self.raw),
-                                  buffer_size=1 << 20)
-        else:
-            return self.raw, self.raw
-        self._closers.insert(0, f)
-        return f, self.raw
-
-    def __exit__(self, *exc):
-        for c in self._closers:
-            c.close()
-        return False
-
-
-def _parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
-    return _parse_json_text(_decode(line, path, lineno, errors), path, lineno, field)
-
-
-def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CorpusError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-    if field not in obj:
-        keys = ", ".join(list(obj)[:6])
-        raise CorpusError(f"{path}:{lineno}: no field {field!r} (fields: {keys}); "
-                          "choose one with --field")
-    doc = obj[field]
-    if not isinstance(doc, str):
-        raise CorpusError(f"{path}:{lineno}: field {field!r} is a {type(doc).__name__}, "
-                          "not a string")
-    return doc
-
-
-def _decode(data: bytes, path, lineno, errors: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if errors == "replace":
-            return data.decode("utf-8", "replace")
-        where = f"{path}:{lineno}" if lineno else str(path)
-        raise CorpusError(f"{where}: invalid UTF-8 at byte {e.start} ({e.reason}); "
-                          "use --errors replace to decode it as U+FFFD") from None
-
-
 def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[tuple]:
     """``(text, (file, offset, line), on_disk_position)`` for each document of source ``i``,
     starting after position ``start``; ``text`` is None for a skipped blank line."""
@@ -285,21 +218,6 @@ def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[
             del doc
 
 
-def _skip(f, offset: int, src: Source) -> None:
-    """Move a stream forward to a recorded offset: a seek for plain files; for compressed ones
-    the data is decompressed and dropped (gzip and zstd have no random access)."""
-    if src.compression is None:
-        f.seek(offset)
-        return
-    left = offset
-    while left:
-        got = len(f.read(min(left, 1 << 22)))
-        if not got:
-            raise CorpusError(f"{src.path}: shorter than the {offset} bytes already encoded; "
-                              "the input changed since the job started")
-        left -= got
-
-
 RAMP_FIRST = 1 << 20  # bytes of text in the first batch (read_batches)
 
 
@@ -319,11 +237,7 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
     """
     st = _Ramp(len(sources), batch_bytes)
     acc = _PackedBatch() if packed else _ListBatch()
-    parse = None
-    if packed and any(s.kind == "jsonl" for s in sources):
-        from .corpus_jsonl import parser
-
-        parse = parser(field)
+    parse = parser(field) if packed and any(s.kind == "jsonl" for s in sources) else None
     for i, src in enumerate(sources):
         if start and i < start[0]:
             st.progress += src.size
@@ -335,8 +249,6 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                 yield from _arrow_source(src, i, start, field, st)
                 continue
             if parse is not None and src.kind == "jsonl":
-                from .corpus_jsonl import packed_docs
-
                 runs = packed_docs(src, i, start, field, errors, parse)
             else:
                 runs = acc.runs(_docs_from(src, i, start, field, errors))
@@ -486,23 +398,6 @@ class _PackedBatch:
         b = Batch(Packed(buf, off), ends, self.nbytes, progress)
         self.__init__()
         return b
-
-
-class _Run:
-    """Documents back to back: ``buf`` (uint8), ``lengths``, ``ends`` (n x 3 positions)."""
-
-    __slots__ = ("buf", "lengths", "ends", "starts")
-
-    def __init__(self, buf: np.ndarray, lengths: np.ndarray, ends: np.ndarray):
-        self.buf, self.lengths, self.ends = buf, lengths, ends
-        self.starts = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=self.starts[1:])
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-
-_NO_RUN = _Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
 
 
 def location(sources: "list[Source]", end) -> str:

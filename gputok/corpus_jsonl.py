@@ -25,6 +25,9 @@ from typing import Iterator
 
 import numpy as np
 
+from .sources import _BOM, _decode, _open_text, _parse_json_text, _skip
+from .stages.pack import utf8_of
+
 BLOCK = 1 << 20  # bytes read at a time (a longer line is read whole)
 DOC, BLANK = 0, 1
 STOP_END, STOP_FALLBACK, STOP_FULL = 0, 1, 2
@@ -80,8 +83,6 @@ def parser(field: str) -> "Parser | None":
 def _lines(f, first: bool) -> Iterator[tuple]:
     """Blocks of whole lines from ``f``: (bytes, bytes skipped at its start: a BOM at the start
     of the file). A line longer than BLOCK is read on until its newline (or the end)."""
-    from .corpus import _BOM
-
     # read1: what a compressed stream decoded before it turns out truncated is still returned
     # (read(BLOCK) would raise with it), so the lines before the damage are kept, as readline
     read = getattr(f, "read1", f.read)
@@ -110,8 +111,6 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
     """The documents of JSON-lines source ``i`` from position ``start`` on, in runs:
     ``(run, disk)``: ``corpus._Run`` (UTF-8 bytes, each document's byte count, its end position
     ``(file, offset, line)`` per row of an int64 array) and the on-disk position reached."""
-    from .corpus import _Run, _decode, _open_text, _parse_json_text, _skip
-    from .stages.pack import utf8_of
 
     offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
     with _open_text(src.path, src.compression) as (f, raw):
@@ -150,3 +149,20 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
                             np.array([[i, offset, line]], np.int64)),
                        raw.tell() if raw else offset)
             offset = base + len(block)
+
+
+class _Run:
+    """Documents back to back: ``buf`` (uint8), ``lengths``, ``ends`` (n x 3 positions)."""
+
+    __slots__ = ("buf", "lengths", "ends", "starts")
+
+    def __init__(self, buf: np.ndarray, lengths: np.ndarray, ends: np.ndarray):
+        self.buf, self.lengths, self.ends = buf, lengths, ends
+        self.starts = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=self.starts[1:])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+_NO_RUN = _Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))

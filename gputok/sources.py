@@ -1,8 +1,15 @@
-"""What a corpus input is, and the error a bad one raises (shared by the text and Arrow readers)."""
+"""What a corpus input is, how its bytes are opened and its JSON lines parsed, and the error a bad
+one raises (shared by the text, JSON-lines and Arrow readers)."""
 
 from __future__ import annotations
 
+import gzip
+import io
+import json
+import sys
 from dataclasses import dataclass
+
+_BOM = b"\xef\xbb\xbf"
 
 
 class CorpusError(ValueError):
@@ -22,3 +29,83 @@ class Source:
     @property
     def seekable(self) -> bool:
         return self.path != "-"
+
+
+class _open_text:
+    """Context manager: ``(line-iterable binary stream, raw file)`` for a path and compression;
+    the raw file's ``tell()`` is the on-disk (compressed) progress."""
+
+    def __init__(self, path: str, comp):
+        self.path, self.comp = path, comp
+
+    def __enter__(self):
+        if self.path == "-":
+            self.raw = sys.stdin.buffer
+            self._closers = []
+            return self.raw, None
+        self.raw = open(self.path, "rb")
+        self._closers = [self.raw]
+        if self.comp == "gz":
+            f = gzip.GzipFile(fileobj=self.raw)
+        elif self.comp == "zst":
+            import zstandard
+
+            f = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(self.raw),
+                                  buffer_size=1 << 20)
+        else:
+            return self.raw, self.raw
+        self._closers.insert(0, f)
+        return f, self.raw
+
+    def __exit__(self, *exc):
+        for c in self._closers:
+            c.close()
+        return False
+
+
+def _parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
+    return _parse_json_text(_decode(line, path, lineno, errors), path, lineno, field)
+
+
+def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    if field not in obj:
+        keys = ", ".join(list(obj)[:6])
+        raise CorpusError(f"{path}:{lineno}: no field {field!r} (fields: {keys}); "
+                          "choose one with --field")
+    doc = obj[field]
+    if not isinstance(doc, str):
+        raise CorpusError(f"{path}:{lineno}: field {field!r} is a {type(doc).__name__}, "
+                          "not a string")
+    return doc
+
+
+def _decode(data: bytes, path, lineno, errors: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if errors == "replace":
+            return data.decode("utf-8", "replace")
+        where = f"{path}:{lineno}" if lineno else str(path)
+        raise CorpusError(f"{where}: invalid UTF-8 at byte {e.start} ({e.reason}); "
+                          "use --errors replace to decode it as U+FFFD") from None
+
+
+def _skip(f, offset: int, src: Source) -> None:
+    """Move a stream forward to a recorded offset: a seek for plain files; for compressed ones
+    the data is decompressed and dropped (gzip and zstd have no random access)."""
+    if src.compression is None:
+        f.seek(offset)
+        return
+    left = offset
+    while left:
+        got = len(f.read(min(left, 1 << 22)))
+        if not got:
+            raise CorpusError(f"{src.path}: shorter than the {offset} bytes already encoded; "
+                              "the input changed since the job started")
+        left -= got
