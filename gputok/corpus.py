@@ -365,15 +365,8 @@ class _PackedBatch:
 
     @staticmethod
     def runs(docs) -> Iterator[tuple]:
-        from .stages.pack import utf8_of
-
         for text, end, disk in docs:
-            if text is None:
-                yield _NO_RUN, disk
-                continue
-            raw = utf8_of(text)
-            yield _Run(np.frombuffer(raw, np.uint8), np.array([len(raw)], np.int64),
-                       np.array([end], np.int64)), disk
+            yield (_NO_RUN if text is None else _Run.one(text, end)), disk
 
     def add(self, run, at: int, limit: int) -> int:
         """Documents of ``run`` from ``at`` on, up to the first that brings the batch to

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .sources import _BOM, _decode, _open_text, _parse_json_text, _skip
+from .sources import _BOM, _open_text, _parse_json_line, _skip
 from .stages.pack import utf8_of
 
 BLOCK = 1 << 20  # bytes read at a time (a longer line is read whole)
@@ -50,7 +50,7 @@ class Parser:
         status = np.empty(lines, np.uint8)
         line_end = np.empty(lines, np.int64)
         doc_end = np.empty(lines, np.int64)
-        out = huge_block(max(n, 1))  # fresh pages, so 2 MB ones where the OS has them
+        out = huge_block(max(n, 1))  # (2 MB pages for a block of 2 MB or more: long lines)
         res = np.zeros(3, np.int64)
         self.fn(np.frombuffer(block, np.uint8).ctypes.data + pos, n, self.key, len(self.key),
                 out.ctypes.data,
@@ -109,7 +109,7 @@ def _lines(f, first: bool) -> Iterator[tuple]:
 
 def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> Iterator[tuple]:
     """The documents of JSON-lines source ``i`` from position ``start`` on, in runs:
-    ``(run, disk)``: ``corpus._Run`` (UTF-8 bytes, each document's byte count, its end position
+    ``(run, disk)``: a ``_Run`` (UTF-8 bytes, each document's byte count, its end position
     ``(file, offset, line)`` per row of an int64 array) and the on-disk position reached."""
 
     offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
@@ -135,19 +135,13 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
                 if why != STOP_FALLBACK:
                     continue
                 # THE FALLBACK RULE: this line is the Python reader's (decoded or its error)
+                # (never a blank line: those the native reader takes itself)
                 stop = block.find(b"\n", pos) + 1 or len(block)
-                data = block[pos:stop]
                 line += 1
                 offset = base + stop
+                doc = _parse_json_line(block[pos:stop], src.path, line, field, errors)
                 pos = stop
-                if not data.strip():
-                    continue
-                doc = _parse_json_text(_decode(data, src.path, line, errors), src.path, line,
-                                       field)
-                raw_doc = utf8_of(doc)
-                yield (_Run(np.frombuffer(raw_doc, np.uint8), np.array([len(raw_doc)], np.int64),
-                            np.array([[i, offset, line]], np.int64)),
-                       raw.tell() if raw else offset)
+                yield _Run.one(doc, (i, offset, line)), raw.tell() if raw else offset
             offset = base + len(block)
 
 
@@ -163,6 +157,13 @@ class _Run:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    @classmethod
+    def one(cls, text: str, end) -> "_Run":
+        """A run of one document (a str the Python reader read), packed as ``utf8_of`` packs."""
+        raw = utf8_of(text)
+        return cls(np.frombuffer(raw, np.uint8), np.array([len(raw)], np.int64),
+                   np.array([end], np.int64))
 
 
 _NO_RUN = _Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))

@@ -114,7 +114,8 @@ def pair_slots(table) -> tuple[np.ndarray, int]:
     ``t_bits``: half of ``merge_slots``' memory, the same slots and probes (o200k: 16 -> 8 MB
     of tables to map, cache and upload; a native plan 10.5 -> 5.7 ms), and a merge step takes
     the merged id from the priority instead of probing again. (On the 2-core box's CPU
-    encode_merge_short ran the same: it is bound by branches, not by the table's misses.)
+    encode_merge_short ran the same: it is bound by the step's own work, not by the table's
+    misses.)
     Else ``merge_slots``' two words per slot."""
     from ..stages.table import EMPTY_KEY
 
