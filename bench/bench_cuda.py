@@ -261,12 +261,12 @@ def main(argv=None) -> int:
     for name in args.encodings:
         print(f"\n{name}:")
         res["encodings"].append(run_encoding(name, docs, args, notes))
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown(res))
-        out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-        print(f"\nwrote {out} and {out.with_suffix('.json')}")
+        if args.out:  # after each encoding: a run cut short keeps what it measured
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(markdown(res))
+            out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+            print(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
 
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The CUDA checks and benchmarks in one run on an NVIDIA machine, from the repository root:
+#
+#     GPUTOK_TEST_DATA=~/.cache/gputok-test-data OUT=/tmp/gpu bash bench/gpu_check.sh [steps]
+#
+# steps (default all, in this order): smoke (one tiny encode per kernel family: stops the run
+# when the device path is broken), tests (tests/test_cuda_gpu.py and the GPU training kernels),
+# bench (bench/bench_cuda.py), native (bench/bench_encode.py, native CPU device against
+# tiktoken on all of this machine's cores). Every step has its own time limit (env
+# SMOKE_S / TEST_S / BENCH_S / NATIVE_S) and writes its log under $OUT.
+set -u
+OUT="${OUT:-/tmp/gputok-gpu}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export GPUTOK_CORPUS_MB="${GPUTOK_CORPUS_MB:-4}" GPUTOK_FUZZ_EXAMPLES="${GPUTOK_FUZZ_EXAMPLES:-100}"
+steps="${*:-smoke tests bench native}"
+
+{
+  date -u +"%Y-%m-%d %H:%M:%S UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  python3 -c "import sys, cupy, numpy; print(sys.version.split()[0], 'cupy', cupy.__version__, \
+'cuda runtime', cupy.cuda.runtime.runtimeGetVersion(), 'numpy', numpy.__version__)"
+  python3 -c "import tiktoken, tokenizers; print('tiktoken', tiktoken.__version__, \
+'tokenizers', tokenizers.__version__)"
+  nproc
+} 2>&1 | tee "$OUT/device.txt"
+
+for step in $steps; do
+  t0=$SECONDS
+  case "$step" in
+    smoke)
+      timeout "${SMOKE_S:-150}" python3 - <<'EOF' 2>&1 | tee "$OUT/smoke.log"
+import time, traceback
+import gputok
+from gputok.backends import cuda
+t = time.perf_counter()
+be = cuda.create()
+print("backend", be.dev.name, f"{time.perf_counter() - t:.2f}s")
+texts = ["hello world", "  def f(x):\n\treturn x**2  # 😀👍🏽", "中文 日本語 한국어 ٣²½",
+         "a" * 5000, " " * 3000 + "x"]
+bad = 0
+for name in ("cl100k_base", "o200k_base", "r50k_base"):
+    enc = gputok.get_encoding(name)
+    t = time.perf_counter()
+    try:
+        ids, off = enc.encode_batch_arrays(texts, disallowed_special=(), backend=be)
+        got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(texts))]
+        want = [enc.encode_ordinary(s) for s in texts]
+        ok = got == want
+        bad += not ok
+        print(name, "ok" if ok else "MISMATCH", f"{time.perf_counter() - t:.2f}s",
+              dict(be.fallbacks))
+    except Exception:
+        bad += 1
+        traceback.print_exc()
+raise SystemExit(1 if bad else 0)
+EOF
+      rc=${PIPESTATUS[0]}
+      echo "smoke: rc=$rc ($((SECONDS - t0)) s)"
+      [ "$rc" -eq 0 ] || exit "$rc"
+      ;;
+    tests)
+      timeout "${TEST_S:-240}" python3 -m pytest tests/test_cuda_gpu.py tests/test_train_kernels.py \
+        -m gpu -q -p no:cacheprovider -rfEs --durations=15 2>&1 | tee "$OUT/tests.log"
+      echo "tests: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    bench)
+      timeout "${BENCH_S:-180}" python3 bench/bench_cuda.py --size-mb "${BENCH_MB:-256}" \
+        --repeat "${REPEAT:-3}" --out "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log"
+      echo "bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    native)
+      timeout "${NATIVE_S:-150}" python3 bench/bench_encode.py --rounds "${ROUNDS:-1}" \
+        --runners "gputok native batch" "tiktoken per doc" "tiktoken batch" "HF tokenizers batch" \
+        --json "$OUT/native.json" 2>&1 | tee "$OUT/native.log"
+      echo "native: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
