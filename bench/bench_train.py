@@ -110,7 +110,7 @@ def worker(args) -> dict:
 
 # ---------------------------------------------------------------- the parent
 
-LABELS = {"gputok": "gputok (numpy backend)", "hf": "HF tokenizers BpeTrainer",
+LABELS = {"gputok": "gputok ({backend} backend)", "hf": "HF tokenizers BpeTrainer",
           "spm": "sentencepiece BPE trainer"}
 
 
@@ -138,7 +138,7 @@ def run(args) -> str:
             times[name].append(res["seconds"])
             if name not in results or res["seconds"] < results[name]["seconds"]:
                 results[name] = res  # the fastest run's numbers
-            print(f"  {LABELS[name]:<28} {res['seconds']:7.2f} s  peak {res['peak_mb']:7.1f} MB",
+            print(f"  {LABELS[name].format(backend=res.get('backend', args.backend)):<28} {res['seconds']:7.2f} s  peak {res['peak_mb']:7.1f} MB",
                   file=sys.stderr)
 
     lines = []
@@ -152,7 +152,8 @@ def run(args) -> str:
         if not same == len(ours) == len(theirs):
             raise SystemExit(f"gputok and HF merges differ at {same}: {same_line}")
     base = results.get("gputok", {}).get("seconds")
-    lines.append(f"# BPE training on CPU, {time.strftime('%Y-%m-%d')}\n")
+    where = "a GPU" if args.backend in ("cuda", "metal") else "the CPU"
+    lines.append(f"# BPE training on {where}, {time.strftime('%Y-%m-%d')}\n")
     lines.append(f"- machine: {_common.machine()}")
     lines.append(f"- command: `python bench/bench_train.py {' '.join(sys.argv[1:])}`".rstrip())
     lines.append(f"- corpus: {args.kind} (tests/testdata.py), {nbytes / 1e6:.2f} MB, "
@@ -172,7 +173,8 @@ def run(args) -> str:
     for name, r in results.items():
         ratio = f"{r['seconds'] / base:.2f}x" if base else "-"
         runs = ", ".join(f"{t:.1f}" for t in times[name])
-        lines.append(f"| {LABELS[name]} | {r['threads']} | {r['seconds']:.2f} | {runs} | "
+        label = LABELS[name].format(backend=r.get("backend", args.backend))
+        lines.append(f"| {label} | {r['threads']} | {r['seconds']:.2f} | {runs} | "
                      f"{nbytes / 1e6 / r['seconds']:.2f} | {ratio} | {r['peak_mb']:.0f} | "
                      f"{r['peak_mb'] - r['base_mb']:.0f} |")
     lines.append("")
