@@ -1,0 +1,130 @@
+"""How the native CPU device scales with threads, and where a batch's wall time goes.
+
+For each encoding x corpus kind and each thread count, in one process (warm: the tables are
+loaded and the workspace pool is filled by a first pass), best of ``--repeat``:
+
+* gputok native ``encode_batch_arrays`` with that many threads, and tiktoken's
+  ``encode_ordinary_batch`` with as many threads, on the same documents (ids checked identical);
+* the native batch's phases on the calling thread: packing the documents into one UTF-8 buffer,
+  preparing the chunks (handed to the workers one by one), the chunk loop, assembling the result;
+* the workers' busy time: the sum over chunks of each chunk's wall time on its worker, over
+  (threads x the chunk loop's wall time) = how busy the workers were while the loop ran.
+
+    python bench/bench_scaling.py --threads 1 2 4 8 16 --mb 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import _common
+
+import gputok  # noqa: E402  (path set up by _common)
+from gputok.backends import driver, native
+from gputok.stages import pack
+
+
+class _Phases:
+    """Wall time of the batch's phases (patched in for this benchmark only)."""
+
+    def __init__(self, be):
+        self.t: dict = {}
+        self.busy = 0.0
+        self._wrap(pack.Documents, "packed", "pack")
+        self._wrap(driver, "prepare", "prepare")
+        self._wrap(driver, "assemble", "assemble")
+        self._wrap(be, "_encode", "chunk loop")
+        inner = be._whole_chunk
+
+        def whole(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                self.busy += time.perf_counter() - t0  # float += under the GIL: fine here
+        be._whole_chunk = whole
+
+    def _wrap(self, obj, name, label):
+        fn = getattr(obj, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.t[label] = self.t.get(label, 0.0) + time.perf_counter() - t0
+        setattr(obj, name, timed)
+
+    def reset(self):
+        self.t.clear()
+        self.busy = 0.0
+
+
+def run(name: str, kind: str, args) -> list:
+    docs = [d for d in _common.corpus(kind, args.mb) if d]
+    mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+    enc, tk = gputok.get_encoding(name), _common.tiktoken_for(name)
+    want = tk.encode_ordinary_batch(docs, num_threads=max(args.threads))
+    rows = []
+    print(f"\n{name} x {kind}: {len(docs)} docs, {mb:.2f} MB")
+    print(f"  {'threads':>7} {'native MB/s':>12} {'tiktoken MB/s':>14} {'ratio':>6}  "
+          f"{'pack':>6} {'prepare':>8} {'loop':>6} {'assemble':>9} {'busy':>5}  (ms)")
+    for t in args.threads:
+        be = native.create(threads=t)
+        ph = _Phases(be)
+        ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+        got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+        if got != want:
+            raise SystemExit(f"{name} x {kind}: native ids differ from tiktoken's")
+        best, best_ph = None, None
+        for _ in range(args.repeat):
+            ph.reset()
+            t0 = time.perf_counter()
+            enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+            dt = time.perf_counter() - t0
+            if best is None or dt < best:
+                best, best_ph = dt, (dict(ph.t), ph.busy)
+        tk_best = _common.best_of(lambda: tk.encode_ordinary_batch(docs, num_threads=t),
+                                  args.repeat)
+        phases, busy = best_ph
+        loop = phases.get("chunk loop", 0.0)
+        util = busy / (t * loop) if loop and busy else float("nan")
+        row = {"threads": t, "native_MBps": mb / best, "tiktoken_MBps": mb / tk_best,
+               "ratio": tk_best / best, "ms": {k: v * 1e3 for k, v in phases.items()},
+               "worker_busy": util, "total_ms": best * 1e3}
+        rows.append(row)
+        ms = row["ms"]
+        print(f"  {t:>7} {row['native_MBps']:>12.1f} {row['tiktoken_MBps']:>14.1f} "
+              f"{row['ratio']:>5.2f}x  {ms.get('pack', 0):>6.1f} {ms.get('prepare', 0):>8.1f} "
+              f"{loop * 1e3:>6.1f} {ms.get('assemble', 0):>9.1f} {util:>5.2f}")
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
+    p.add_argument("--kinds", nargs="+", default=["prose", "code", "multilingual"])
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2, os.cpu_count() or 1])
+    p.add_argument("--mb", type=float, default=16.0, help="MB per corpus kind")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}")
+    res = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
+           "command": " ".join(["bench_scaling.py"] + (argv or sys.argv[1:])), "cells": []}
+    for name in args.encodings:
+        for kind in args.kinds:
+            res["cells"].append({"encoding": name, "kind": kind, "rows": run(name, kind, args)})
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
