@@ -375,3 +375,35 @@ def test_fuzz_batch_and_boundaries(name, docs):
     assert [sc.split(d) for d in docs] == want
     cps, offs = to_code_points(docs)
     assert sc.boundaries(cps, offs).tolist() == expected_boundaries(name, docs)
+
+
+def test_pretokenizer_routes_short_texts_by_their_characters(monkeypatch):
+    """``Pretokenizer.split``: the scanner from ``_SCAN_MIN_WIDE`` characters when the text is
+    not ASCII (the pinned regex costs ~150 ns a character there), the regex for ASCII text under
+    ``_SCAN_MIN`` and for text with under one non-ASCII character in 64; same pieces either way."""
+    monkeypatch.undo()
+    import gputok
+    from gputok.stages import pretok
+
+    wide, ascii_min = pretok._SCAN_MIN_WIDE, pretok._SCAN_MIN
+    used = []
+    real = scan.Scanner.split
+    monkeypatch.setattr(scan.Scanner, "split", lambda self, text, min_chars=None:
+                        used.append(len(text)) or real(self, text, min_chars))
+    for name in ("cl100k_base", "o200k_base", "r50k_base"):
+        pre = gputok.get_encoding(name).model.pretokenizer
+        assert isinstance(pre.scanner, scan.Scanner)
+        f = compile_pattern(pre.pattern).findall
+        cases = {  # text -> whether the scanner cuts it
+            ("Привет, мир! " * 100)[:wide]: True,
+            ("Привет, мир! " * 100)[:wide - 1]: False,
+            ("日本語のテキスト😀 " * 400)[:3000]: True,
+            ("The cat's 12 hats. " * 300)[:ascii_min - 1]: False,
+            ("The cat's 12 hats. " * 300)[:ascii_min]: True,
+            ("The cat's 12 hats. " * 300)[:2000] + "é": False,  # one in 2001: the regex
+            ("The café's hats. " * 200)[:2000]: True,  # one in 16
+        }
+        for text, scanner in cases.items():
+            used.clear()
+            assert pre.split(text) == f(text), (name, text[:40])
+            assert bool(used) == scanner, (name, len(text), text[:40])

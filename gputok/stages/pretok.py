@@ -15,7 +15,8 @@ one ``Split`` of a pattern the vectorised scanner knows (``scan.py``) runs on th
 
 Performance notes: ``regex.findall`` is the fastest regex route to the pieces in CPython
 (finditer + slicing is ~1.6x slower; splitting documents on newlines and caching lines did not
-pay on prose); below ``_SCAN_MIN`` characters one findall beats the scanner's numpy passes.
+pay on prose); below ``_SCAN_MIN`` characters of ASCII text (``_SCAN_MIN_WIDE`` of text with
+non-ASCII characters) one findall beats the scanner's numpy passes.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def _ascii_letter(c: str) -> bool:
 
 
 _SCAN_MIN = 4096  # characters; below this one regex call is as fast as the scanner
+# ... on ASCII text. With non-ASCII characters the regex is slower (the pinned classes: ~150 ns
+# a character against ~10 for the ASCII form) and the scanner (~30 us a call, then 10-40 ns a
+# character) wins from a few hundred characters: measured on 300-3500 character slices of the
+# test corpora, the scanner was faster on 94-100% of the slices of 600+ characters, except
+# where under one character in 64 was non-ASCII (mostly English with a few accents or quotes:
+# the regex's ASCII form runs between them).
+_SCAN_MIN_WIDE = 512
 
 
 @dataclass(frozen=True)
@@ -170,13 +178,21 @@ class Pretokenizer:
     def split(self, text: str) -> list:
         if self.pattern is None:
             return self._steps(text)
-        if len(text) < _SCAN_MIN or self.scanner is None:
-            pieces = self._findall_short(text)
+        if self._use_scanner(text):
+            pieces = self.scanner.split(text, min_chars=0)
         else:
-            pieces = self.scanner.split(text)
+            pieces = self._findall_short(text)
         if self._keep_gaps and sum(map(len, pieces)) != len(text):
             return self._steps(text)  # isolated split keeps unmatched gaps; they are rare
         return pieces
+
+    def _use_scanner(self, text: str) -> bool:
+        """Whether the scanner cuts ``text`` faster than one regex call (see ``_SCAN_MIN``)."""
+        n = len(text)
+        if n < _SCAN_MIN_WIDE or (n < _SCAN_MIN and text.isascii()) or self.scanner is None:
+            return False
+        # bytes past one per character: at least one per non-ASCII character
+        return n >= _SCAN_MIN or (len(text.encode("utf-8", "surrogatepass")) - n) * 64 >= n
 
     def split_few(self, text: str, limit: int) -> "list | None":
         """``split(text)`` when it has at most ``limit`` pieces, else None: a run of one

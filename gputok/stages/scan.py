@@ -222,11 +222,12 @@ class Scanner(Cuts):
                 return ch
         return None
 
-    def split(self, text: str) -> list:
-        """Exactly ``compile_pattern(self.pattern).findall(text)``."""
+    def split(self, text: str, min_chars: "int | None" = None) -> list:
+        """Exactly ``compile_pattern(self.pattern).findall(text)`` (by the regex itself under
+        ``min_chars`` characters, default ``self.min_chars``)."""
         if not text:
             return []
-        if len(text) < self.min_chars:
+        if len(text) < (self.min_chars if min_chars is None else min_chars):
             return self._compiled().findall(text)
         self._setup()
         width, enc = self._encode_one(text)
