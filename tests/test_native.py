@@ -509,6 +509,38 @@ def test_a_batch_under_one_chunk_size_still_runs_on_every_worker():
         assert len(ran_on) >= 4 and len(set(ran_on)) == 2, ran_on
 
 
+def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
+    """A batch of one chunk launches each kernel over all threads: the heavy ones (SPLIT_MIN)
+    in blocks small enough for four per thread, the cheap ones in BLOCK-element blocks; a solo
+    worker keeps BLOCK; the ids stay tiktoken's."""
+    import base64
+    import random
+
+    be = native.create(threads=2)
+    dev = be.dev
+    assert dev.launch_shape("encode_merge_short", 2500) == ((8,), (313,))  # 4 a thread
+    assert dev.launch_shape("encode_merge_short", 1000) == ((1,), (native.BLOCK,))  # < 4 blocks
+    assert dev.launch_shape("encode_pretok_classify", 10_000) == ((1,), (native.BLOCK,))
+    assert dev.launch_shape("encode_merge_short", 10 * native.BLOCK) == ((10,), (native.BLOCK,))
+    with dev.solo():
+        assert dev.launch_shape("encode_merge_short", 2500) == ((1,), (native.BLOCK,))
+    text = base64.b64encode(random.Random(5).randbytes(7500)).decode()  # ~2,000 entries
+    shapes = {}
+    real = dev.launch
+
+    def spy(name, grid, block, args):
+        shapes[name] = (tuple(grid), tuple(block))
+        return real(name, grid, block, args)
+
+    dev.launch = spy
+    enc = gputok.get_encoding("cl100k_base")
+    ids, _ = be.encode(enc.model, Documents([text]), frozenset(), frozenset())
+    assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(text)
+    grid, block = shapes["encode_merge_short"]
+    assert grid[0] >= 4 and block[0] < native.BLOCK
+    assert shapes["encode_pretok_classify"][1] == (native.BLOCK,)
+
+
 def test_long_piece_workspace_only_for_chunks_with_long_pieces():
     """On host memory the merge stage reads the entry starts: a chunk without a piece of
     LONG_PIECE bytes allocates no long-piece workspace and launches no encode_merge_long; a

@@ -60,7 +60,14 @@ class DeviceStages:
         return (max(1, min(self.dev.max_blocks, -(-int(count) // self.dev.block))),)
 
     def go(self, name: str, count: int, args: list) -> None:
-        self.dev.launch(name, self.grid(count), (self.dev.block,), args)
+        """Launch a grid-stride kernel over ``count`` elements: ``dev.block``-thread blocks, or
+        the device's own shape for it (``launch_shape``: the native CPU)."""
+        shape = getattr(self.dev, "launch_shape", None)
+        if shape is not None:
+            grid, block = shape(name, count)
+        else:
+            grid, block = self.grid(count), (self.dev.block,)
+        self.dev.launch(name, grid, block, args)
 
     def scan(self, arr, n: int, exclusive: bool) -> None:
         """In-place prefix sum of ``arr[:n]`` (modulo 2^32), reduce-then-scan. A device

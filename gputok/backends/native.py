@@ -74,6 +74,14 @@ CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
 STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
 #                       (~50 us on the shared box) is not worth it for a few ms of work
 BLOCK = 1 << 14  # elements per work item of a launch
+# A launch spread over the threads (a batch of one chunk) cuts the heavy kernels into blocks of
+# at least this many elements (about 25 us of work each), four per thread, from four blocks'
+# worth on: with 16K-element blocks a 10 KB text's ~2,500 entries were one block on one core
+# (the short merges of base64 cost ~100 ns an entry). The cheap kernels (~1 ns a byte) keep
+# BLOCK: waking a helper (~10-30 us) costs more than they would save.
+SPLIT_MIN = {"encode_merge_short": 256, "encode_merge_long": 1, "encode_piece_kind": 512,
+             "encode_pretok_spans": 2048, "encode_o200k_spans": 2048,
+             "encode_wordpiece": 256}
 MAX_BLOCKS = 1 << 20  # a grid always covers its range in one stride
 
 
@@ -361,6 +369,19 @@ class NativeDevice:
             masks = [(1 << (8 * dt.itemsize)) - 1 for _, _, dt in params]
             got = kernels[name] = (call, params, masks, vals, argv)
         return got
+
+    def launch_shape(self, name: str, count: int) -> tuple:
+        """(grid, block) of a grid-stride kernel over ``count`` elements (``DeviceStages.go``):
+        BLOCK-element blocks, or smaller ones for a heavy kernel (``SPLIT_MIN``) launched over
+        all threads at once, so that each thread gets a few."""
+        count = max(1, int(count))
+        block = BLOCK
+        least = SPLIT_MIN.get(name)
+        t = self._tls
+        if least is not None and count >= 4 * least and self.threads > 1 and not t.solo \
+                and (t.slot is None or t.inline):
+            block = min(BLOCK, max(least, -(-count // (4 * self.threads))))
+        return (min(MAX_BLOCKS, -(-count // block)),), (block,)
 
     def launch(self, name: str, grid, block, args) -> None:
         call, params, masks, vals, argv = self._kernel(name)
