@@ -470,45 +470,6 @@ def test_chunk_workers_cut_the_batch_evenly():
     assert even(off, 400, 10_000, 2).tolist() == [401, 402]
 
 
-def test_a_batch_under_one_chunk_size_still_runs_on_every_worker():
-    """With chunk workers the chunk size shrinks to about two chunks per worker (at least
-    WORKER_CHUNK_MIN): a 1 MB batch (one 1 MB chunk before) and a single 600 KB line (cut at
-    safe points) run as several chunks on both workers, with tiktoken's ids."""
-    import threading
-
-    from gputok.backends.driver import WORKER_CHUNK_MIN
-
-    be = native.create(threads=2)
-    budget = be._chunk_budget
-    assert budget() == native.CHUNK_BYTES and budget(4 << 20) == native.CHUNK_BYTES
-    assert budget(1 << 20) == 256 << 10 and budget(100_000) == WORKER_CHUNK_MIN
-    assert native.create(threads=1)._chunk_budget(1 << 20) == native.CHUNK_BYTES
-    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
-    docs = [d for kind in ("prose", "code", "multilingual") for d in testdata.corpus(kind, 0.4)]
-    batch, size = [], 0
-    for d in docs:
-        if size + len(d.encode()) > 1_000_000:
-            break
-        batch.append(d)
-        size += len(d.encode())
-    line = " ".join(d.replace("\n", " ") for d in docs)
-    line = (line * (600_000 // len(line) + 1))[:600_000]
-    real, ran_on = be._whole_chunk, []
-
-    def spy(*a):
-        ran_on.append(threading.current_thread().name)
-        time.sleep(0.002)  # both workers get a chunk even when one would finish them all
-        return real(*a)
-
-    be._whole_chunk = spy
-    for texts in (batch, [line]):
-        ran_on.clear()
-        ids, off = be.encode(enc.model, Documents(texts), frozenset(), frozenset())
-        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(texts))] == \
-            tk.encode_ordinary_batch(texts)
-        assert len(ran_on) >= 4 and len(set(ran_on)) == 2, ran_on
-
-
 def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     """A batch of one chunk launches each kernel over all threads: the heavy ones (SPLIT_MIN)
     in blocks small enough for four per thread, the cheap ones in BLOCK-element blocks; a solo

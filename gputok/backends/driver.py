@@ -72,11 +72,6 @@ BYTES_PER_BYTE = 64  # device memory planned per input byte of a chunk (see the 
 MAX_CHUNK = 256 << 20  # bytes of text per chunk at most
 MIN_CHUNK = 1 << 20  # below this an out-of-memory chunk goes to the host
 CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
-# A device with chunk workers (the native CPU) cuts a batch into about two chunks per worker, of
-# at least this many bytes, where its chunk size would leave workers idle: a 1 MB batch was one
-# chunk on one core, and on 16 cores one chunk per worker kept the workers busy only 65-72% of
-# the time (the slowest chunk ends the batch); a chunk costs ~0.2 ms of set-up
-WORKER_CHUNK_MIN = 128 << 10
 PRETOK_MODES = ("auto", "device", "scanner", "split")
 
 
@@ -198,10 +193,9 @@ class DeviceBackend(Backend):
         spans = token_spans(model, buf, doc_off, allowed)
         with self._lock:
             keep = None
-            budget = self._chunk_budget(int(doc_off[-1] - doc_off[0]))
             if self._mode(model)[0] != "split":  # a pattern family whose safe cuts are known
-                doc_off, keep = cut_long_documents(buf, doc_off, spans, budget)
-            parts = self._encode(model, buf, doc_off, spans, allowed, budget)
+                doc_off, keep = cut_long_documents(buf, doc_off, spans, self._chunk_budget())
+            parts = self._encode(model, buf, doc_off, spans, allowed)
         # the output in host memory the device recycles (native), else in fresh 2 MB pages
         ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype,
                             getattr(self.dev, "host_block", huge_block))
@@ -355,16 +349,10 @@ class DeviceBackend(Backend):
         self._plans[key] = (weakref.ref(model), plan)
         return plan
 
-    def _chunk_budget(self, total: "int | None" = None) -> int:
-        """Bytes of text per chunk; with ``total`` (the batch's bytes) on a device with chunk
-        workers, small enough for about two chunks per worker (``WORKER_CHUNK_MIN`` at least)."""
+    def _chunk_budget(self) -> int:
         cap = self.chunk_bytes or MAX_CHUNK
         fit = self.dev.memory_budget() // (2 * BYTES_PER_BYTE)  # two chunks in flight
-        budget = int(max(min(cap, fit, CHUNK_LIMIT), 1))
-        workers = getattr(self.dev, "chunk_workers", 0)
-        if total is not None and workers > 1:
-            budget = min(budget, max(WORKER_CHUNK_MIN, -(-total // (2 * workers))))
-        return budget
+        return int(max(min(cap, fit, CHUNK_LIMIT), 1))
 
     @staticmethod
     def _even_ends(doc_off, start: int, budget: int, workers: int) -> "np.ndarray | None":
@@ -397,7 +385,7 @@ class DeviceBackend(Backend):
 
     # ---- the loop over chunks ------------------------------------------------------------------
 
-    def _encode(self, model, buf, doc_off, spans, allowed, budget: int) -> list:
+    def _encode(self, model, buf, doc_off, spans, allowed) -> list:
         n_docs = len(doc_off) - 1
         parts: list = []
         dev = self.dev
@@ -416,6 +404,7 @@ class DeviceBackend(Backend):
             self.fallback("normalize", "host", f"{model.name}: its normaliser "
                           f"({', '.join(plan.normalizer)}) runs on the host",
                           once_key=("normalize", id(model)))
+        budget = self._chunk_budget()
         start = 0
         while start < n_docs:
             try:
