@@ -21,6 +21,7 @@
 // any other surrogate escape stays alone (and becomes U+FFFD when packed); of duplicate keys the
 // last one counts; nothing but whitespace may follow the object.
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace enc_jsonl {
@@ -356,4 +357,36 @@ ENC_HOST_EXPORT void gputok_jsonl_parse(const unsigned char* data, long long n,
   }
   res[0] = k;
   res[1] = o.n;
+}
+
+// Whether data[0 .. n) is strict UTF-8 (valid_utf8: what Python's decoder accepts), checked in
+// up to `threads` parts of 4 MB or more side by side. A part starts at a byte that is not a
+// continuation byte (at most three steps past an even cut; four continuation bytes in a row
+// are invalid anyway, and the part that starts with one says so), so each part is valid on
+// its own exactly when the text is valid there.
+ENC_HOST_EXPORT int gputok_utf8_valid(const unsigned char* data, long long n, int threads) {
+  using namespace enc_jsonl;
+  const long long least = 4ll << 20;
+  long long parts = (n + least - 1) / least;
+  if (parts > threads) parts = threads;
+  if (parts <= 1) return valid_utf8(data, data + n) ? 1 : 0;
+  std::vector<long long> cut((size_t)parts + 1);
+  cut[0] = 0;
+  cut[(size_t)parts] = n;
+  for (long long k = 1; k < parts; ++k) {
+    long long c = n / parts * k;
+    for (int step = 0; step < 3 && c < n && (data[c] & 0xC0) == 0x80; ++step) ++c;
+    cut[(size_t)k] = c < cut[(size_t)k - 1] ? cut[(size_t)k - 1] : c;
+  }
+  std::vector<unsigned char> ok((size_t)parts, 0);
+  std::vector<std::thread> helpers;
+  for (long long k = 1; k < parts; ++k)
+    helpers.emplace_back([&, k] {
+      ok[(size_t)k] = valid_utf8(data + cut[(size_t)k], data + cut[(size_t)k + 1]) ? 1 : 0;
+    });
+  ok[0] = valid_utf8(data, data + cut[1]) ? 1 : 0;
+  for (auto& h : helpers) h.join();
+  for (long long k = 0; k < parts; ++k)
+    if (!ok[(size_t)k]) return 0;
+  return 1;
 }

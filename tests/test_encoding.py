@@ -246,3 +246,69 @@ def test_large_single_text_takes_batch_path_exactly(cl100k):
     assert cl100k.encode_ordinary(text) == tk.encode_ordinary(text)
     with pytest.raises(ValueError):
         cl100k.encode(text)
+
+
+def test_utf8_check_is_pythons_decoder():
+    """``pack.valid_utf8``: the native checker (with the library built) and Python's codec
+    agree on edge cases and fuzzed bytes, at every size (one part, and several parts side by
+    side from 8 MB, cut inside characters and next to a bad byte)."""
+    import random
+
+    from gputok.backends import native
+    from gputok.stages import pack
+
+    ok, _ = native.available()
+    check = native.library().lib.gputok_utf8_valid if ok else None
+    cases = [b"", b"a", b"\x7f", b"\x80", b"\xc2\x80", b"\xc1\xbf", b"\xe0\x9f\xbf",
+             b"\xe0\xa0\x80", b"\xed\x9f\xbf", b"\xed\xa0\x80", b"\xef\xbf\xbf", b"\xf0\x8f\xbf\xbf",
+             b"\xf0\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80",
+             b"\xff", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", "é€😀".encode(), b"ab\xc3\xa9cd"]
+    rng = random.Random(7)
+    alphabet = [b"a", b"\x80", b"\xbf", b"\xc2", b"\xdf", b"\xe0", b"\xed", b"\xf0", b"\xf4",
+                b"\xff", "é".encode(), "€".encode(), "😀".encode()]
+    cases += [b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+              for _ in range(3000)]
+    for b in cases:
+        want = _decodes(b)
+        assert pack.valid_utf8(b) == want, b
+        if check is not None:
+            assert bool(check(b, len(b), 3)) == want, b
+    if check is None:
+        return
+    big = ("x" * 1000 + "😀é€" * 500).encode() * 3000  # ~10 MB: three parts on three threads
+    assert _decodes(big) and check(big, len(big), 3) == 1 and check(big, len(big), 1) == 1
+    for at in (len(big) // 3, len(big) // 3 + 1, 2 * (len(big) // 3) - 1, len(big) - 1, 5):
+        for bad in (b"\xff", b"\x80", b"\xc3"):
+            b = big[:at] + bad + big[at + 1:]
+            assert bool(check(b, len(b), 3)) == _decodes(b), (at, bad)
+    run = big[:len(big) // 3] + b"\x80" * 4 + big[len(big) // 3 + 4:]  # 4 continuation bytes
+    assert check(run, len(run), 3) == 0
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("size", [10, 100_000])  # under and over the native checker's size
+def test_bytes_documents_split_inside_a_character_are_invalid(cl100k, size):
+    """Each document of bytes (or Arrow binary) input must be UTF-8 by itself: a valid buffer
+    cut inside a character is two invalid documents, not one valid text."""
+    import pyarrow as pa
+
+    head = b"a" * size + "é".encode()[:1]
+    docs = [head, "é".encode()[1:] + b" tail"]
+    assert _decodes(b"".join(docs))
+    with pytest.raises(ValueError, match="document 0 is not valid UTF-8"):
+        cl100k.encode_batch_arrays(docs)
+    with pytest.raises(ValueError, match="document 0 is not valid UTF-8"):
+        cl100k.encode_batch_arrays(pa.array(docs, pa.binary()))
+    ids, off = cl100k.encode_batch_arrays(docs, errors="replace")
+    assert ids[off[1]:off[2]].tolist() == cl100k.encode_ordinary("\ufffd tail")
+    good = [b"a" * size + "é".encode(), "é tail".encode()]
+    ids, off = cl100k.encode_batch_arrays(good)
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(2)] == \
+        [cl100k.encode_ordinary(d.decode()) for d in good]
