@@ -502,6 +502,33 @@ def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     assert shapes["encode_pretok_classify"][1] == (native.BLOCK,)
 
 
+def test_a_long_single_text_gives_its_idle_workspace_back_before_the_list(monkeypatch):
+    """``encode_list`` (the single-text API on the native device): after a text of TRIM_CHARS
+    characters or more the idle workspace is freed before the ids become a list (a 1 MB blob's
+    workspace would sit beside its list); a shorter text keeps it for the next call."""
+    import base64
+    import random
+
+    from gputok.backends import driver
+
+    be = native.create(threads=2)
+    monkeypatch.setattr(gputok.backends, "get_backend", lambda name="auto": be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto": be)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    pool = be.dev.pool
+    sizes = []
+    for n in (driver.TRIM_CHARS // 8, driver.TRIM_CHARS):
+        text = base64.b64encode(random.Random(n).randbytes(n))[:n].decode()
+        trimmed = []
+        monkeypatch.setattr(be.dev, "trim_idle", lambda: (trimmed.append(pool.idle_bytes),
+                                                           native.NativeDevice.trim_idle(be.dev)))
+        assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+        sizes.append((n, trimmed))
+        assert not trimmed or pool.idle_bytes < trimmed[0]
+    (short, t_short), (long_, t_long) = sizes
+    assert t_short == [] and len(t_long) == 1 and t_long[0] > 0  # there was idle workspace
+
+
 def test_long_piece_workspace_only_for_chunks_with_long_pieces():
     """On host memory the merge stage reads the entry starts: a chunk without a piece of
     LONG_PIECE bytes allocates no long-piece workspace and launches no encode_merge_long; a

@@ -505,6 +505,10 @@ class NativeDevice:
         self.synchronize()
         self.pool.trim()
 
+    def trim_idle(self) -> None:
+        """Free the workspace no chunk is using (``driver.encode_list``, after a long text)."""
+        self.pool.trim()
+
     # -- timing (marks are timestamps the stream writes when it gets there, like GPU events)
     def mark(self):
         t = self._tls
