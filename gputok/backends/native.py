@@ -53,6 +53,15 @@ hash probe is a cache miss on 8-24 MB tables. Decisions:
 * ``encode_piece_kind`` hashes each piece 16 entries ahead and prefetches its table slots
   (``ENC_HOST_PREFETCH_AHEAD``, dialect_host.h): +4-7% on multilingual text, even elsewhere.
   Tried and dropped: tables copied into 2 MB (transparent huge) pages, no gain measured.
+* on 16 cores (Xeon, bench/results/cuda-h200-2026-11-27.md) one thread runs 32 MB/s and 16
+  threads 190-205 MB/s on prose, 100-110 on multilingual text (4.4x and 3.5-4x tiktoken's batch
+  API on as many threads, warm): the workers are busy ~70% of the chunk loop and each runs at
+  12-17 MB/s. Cutting the batch into two chunks per worker halved the rate (every chunk's
+  Python glue, about ten launches and its workspace, takes the GIL, and 16 workers queue on
+  it): what would scale further is a chunk's launches in one call into the library;
+* a batch of one chunk runs each launch over every thread; the heavy kernels (``SPLIT_MIN``)
+  then take blocks of a few hundred to a few thousand elements, four per thread, so a 10 KB
+  text's ~2,500 entries are not one block on one core (10 KB of base64: ~12% faster).
 """
 
 from __future__ import annotations
