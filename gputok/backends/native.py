@@ -75,6 +75,7 @@ import weakref
 
 import numpy as np
 
+from ..stages import pack
 from . import native_build
 from .driver import DeviceBackend
 from .host_pool import HostPool
@@ -156,6 +157,9 @@ class _Library:
         lib.gputok_native_stream_sync.argtypes = [vp]
         lib.gputok_jsonl_parse.argtypes = [vp, ll, vp, ll, vp, vp, vp, vp, ll, vp]
         lib.gputok_jsonl_parse.restype = None
+        lib.gputok_utf8_valid.argtypes = [ctypes.c_char_p, ll, i]
+        lib.gputok_utf8_valid.restype = i
+        pack.use_utf8_check(lib.gputok_utf8_valid)  # bytes input checked here from now on
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}

@@ -23,29 +23,19 @@ from typing import Iterator, Sequence
 import numpy as np
 
 # Checking a buffer of bytes input for valid UTF-8: from this size on with the native library's
-# checker where this process has it (``gputok_utf8_valid``: several GB/s, on several threads
-# from 8 MB), else by decoding (Python's codec: ~1 GB/s on ASCII, a few hundred MB/s on other
-# text, and a str of the whole buffer made and dropped). Only a buffer found invalid is decoded
-# document by document, to name the first bad one.
+# checker once this process has loaded the library (``gputok_utf8_valid``: several GB/s, on
+# several threads from 8 MB; ``backends/native.py`` hands it over), else by decoding (Python's
+# codec: ~1 GB/s on ASCII, a few hundred MB/s on other text, and a str of the whole buffer made
+# and dropped). Only a buffer found invalid is decoded document by document, to name the first
+# bad one.
 UTF8_NATIVE_MIN = 1 << 16
-_utf8_check = None  # the native checker once looked up: a function, or False (none here)
+_utf8_check = None  # fn(buf, n, threads) -> 1 if valid, from the native library
 
 
-def _native_utf8_check():
-    """The native library's UTF-8 checker when the library is already built (never compiled
-    here: a first bytes batch must not wait for a compiler), else None; looked up once."""
+def use_utf8_check(fn) -> None:
+    """Check buffers with ``fn(buf, nbytes, threads) -> int`` (the native library's checker)."""
     global _utf8_check
-    if _utf8_check is None:
-        _utf8_check = False
-        try:
-            from ..backends import native
-
-            lib = native.library(compile=False)
-            if lib is not None:
-                _utf8_check = lib.lib.gputok_utf8_valid
-        except Exception:  # no compiler, a broken cache: Python's codec
-            pass
-    return _utf8_check or None
+    _utf8_check = fn
 
 
 def valid_documents(buf: bytes, offsets: np.ndarray) -> bool:
@@ -63,7 +53,7 @@ def valid_documents(buf: bytes, offsets: np.ndarray) -> bool:
 
 def valid_utf8(buf: bytes) -> bool:
     """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts)."""
-    check = _native_utf8_check() if len(buf) >= UTF8_NATIVE_MIN else None
+    check = _utf8_check if len(buf) >= UTF8_NATIVE_MIN else None
     if check is not None:
         return bool(check(buf, len(buf), max(1, len(os.sched_getaffinity(0))
                                              if hasattr(os, "sched_getaffinity") else 1)))
