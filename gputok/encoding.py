@@ -9,6 +9,7 @@ import numpy as np
 
 from . import padding
 from .backends import get_backend
+from .backends.device_tables import prefetch as prefetch_tables
 from .backends.numpy import encode_few, encode_text
 from .decode import StreamDecoder, as_int_list, join_bytes
 from .model import Model
@@ -98,6 +99,8 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
+        if model.family is None:
+            prefetch_tables(model)  # a device's first batch finds its tables read
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"

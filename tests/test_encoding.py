@@ -312,3 +312,26 @@ def test_bytes_documents_split_inside_a_character_are_invalid(cl100k, size):
     ids, off = cl100k.encode_batch_arrays(good)
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(2)] == \
         [cl100k.encode_ordinary(d.decode()) for d in good]
+
+
+def test_an_encoding_asks_for_its_cached_device_tables_to_be_read_ahead(monkeypatch):
+    """Building an Encoding hints the OS to read the model's cached device tables
+    (``posix_fadvise(WILLNEED)`` on exactly that file); no file, no hint; no error either way."""
+    import os
+
+    from gputok.backends import device_tables
+
+    enc = gputok.get_encoding("cl100k_base")
+    device_tables.host_tables(enc.model)  # the cache file exists from here on
+    path = device_tables._cache_path(enc.model)
+    assert path is not None and os.path.exists(path)
+    seen = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: (
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), advice)), real(fd, off, n, advice)))
+    gputok.Encoding.from_model(enc.model)
+    assert seen == [(os.path.realpath(path), os.POSIX_FADV_WILLNEED)]
+    seen.clear()
+    monkeypatch.setattr(device_tables, "_cache_path", lambda model: path + ".absent")
+    gputok.Encoding.from_model(enc.model)
+    assert seen == []

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -147,6 +148,32 @@ def _cache_path(model) -> "str | None":
     key = hashlib.sha256(f"{cache_key(model.ranks_digest)}|{FNV_OFFSET:x}|{FNV_PRIME:x}|"
                          f"{MIX1:x}|{MIX2:x}|{TABLES_VERSION}".encode()).hexdigest()[:32]
     return _cache_file(key).replace("merge-table-", "device-tables-").replace(".npz", ".bin")
+
+
+def prefetch(model) -> None:
+    """Ask the OS to read ``model``'s cached tables into the page cache now, in the background
+    (``posix_fadvise(WILLNEED)``, ~10 us here), so the reading overlaps what the caller does
+    before its first batch (reading the corpus). Where the cache was cold (first run after boot,
+    or a machine that reclaims page cache, as the 2-core box does) that batch read its 8-17 MB
+    of tables itself: o200k prose 4 MB took 73 ms with the file cached, 110-340 ms (once 516)
+    without; with the hint, the corpus read in between, 78-116 ms (4 runs each, page cache
+    dropped before each). Only for a model whose vocabulary digest is known (no 0.1 s of
+    hashing here); a no-op without the file or the call."""
+    if model.digest is None or not hasattr(os, "posix_fadvise"):
+        return
+    path = _cache_path(model)
+    if path is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _mapped(path: str) -> "dict | None":
