@@ -314,6 +314,9 @@ def test_bytes_documents_split_inside_a_character_are_invalid(cl100k, size):
         [cl100k.encode_ordinary(d.decode()) for d in good]
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "posix_fadvise") or
+                    not __import__("os").path.isdir("/proc/self/fd"),
+                    reason="posix_fadvise and /proc/self/fd are Linux's (elsewhere no hint is given)")
 def test_an_encoding_asks_for_its_cached_device_tables_to_be_read_ahead(monkeypatch):
     """Building an Encoding hints the OS to read the model's cached device tables
     (``posix_fadvise(WILLNEED)`` on exactly that file); no file, no hint; no error either way."""
