@@ -138,12 +138,7 @@ class Encoding:
     def _encode_large(self, text: str, allowed: frozenset) -> list[int]:
         """One big text through the batch pipeline of the default backend: its many distinct
         pieces merge together (e.g. 5x faster than one by one on base64 blobs)."""
-        backend = get_backend("auto")
-        encode_list = getattr(backend, "encode_list", None)
-        if encode_list is not None:
-            return encode_list(self.model, text, allowed)
-        ids, _ = backend.encode(self.model, Documents([text]), allowed, frozenset())
-        return ids.tolist()
+        return get_backend("auto").encode_list(self.model, text, allowed)
 
     def encode_to_numpy(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
                         disallowed_special: DisallowedSpecial = "all") -> np.ndarray:

@@ -53,6 +53,13 @@ class Backend:
         """Where each stage runs for ``model``: {stage: description}."""
         raise NotImplementedError
 
+    def encode_list(self, model, text: str, allowed: frozenset) -> list:
+        """One text's ids as a Python list (the single-text API)."""
+        from ..stages.pack import Documents
+
+        ids, _ = self.encode(model, Documents([text]), allowed, frozenset())
+        return ids.tolist()
+
     def prepare_ahead(self, model) -> None:
         """Start getting ``model`` ready (its tables on the device) in the background, for a
         caller that knows a batch is coming; nothing by default. Optional: the first batch

@@ -203,7 +203,7 @@ class DeviceBackend(Backend):
         return (ids, off) if keep is None else (ids, off[keep])
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
-        """One text's ids as a Python list (the single-text API). A device whose workspace is
+        """``Backend.encode_list``; besides, a device whose workspace is
         host memory (``dev.trim_idle``: the native CPU) gives its idle workspace back first when
         the text is long (``TRIM_CHARS`` characters or more), so the list is not made beside
         it: a 1 MB base64 blob's ~20 MB of workspace stayed resident under its list (peak 2.4x

@@ -159,7 +159,11 @@ class _Library:
         lib.gputok_jsonl_parse.restype = None
         lib.gputok_utf8_valid.argtypes = [ctypes.c_char_p, ll, i]
         lib.gputok_utf8_valid.restype = i
-        pack.use_utf8_check(lib.gputok_utf8_valid)  # bytes input checked here from now on
+        try:
+            threads = threads_default()
+        except ValueError:  # a bad $GPUTOK_NUM_THREADS is reported where the device is made
+            threads = 1
+        pack.use_utf8_check(lambda buf, n: lib.gputok_utf8_valid(buf, n, threads))  # bytes input
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}
@@ -516,7 +520,7 @@ class NativeDevice:
 
     def release(self) -> None:
         self.synchronize()
-        self.pool.trim()
+        self.trim_idle()
 
     def trim_idle(self) -> None:
         """Free the workspace no chunk is using (``driver.encode_list``, after a long text)."""

@@ -17,7 +17,6 @@ Null entries of an Arrow array are refused (they are not empty documents).
 
 from __future__ import annotations
 
-import os
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -29,11 +28,11 @@ import numpy as np
 # and dropped). Only a buffer found invalid is decoded document by document, to name the first
 # bad one.
 UTF8_NATIVE_MIN = 1 << 16
-_utf8_check = None  # fn(buf, n, threads) -> 1 if valid, from the native library
+_utf8_check = None  # fn(buf, n) -> 1 if valid, from the native library
 
 
 def use_utf8_check(fn) -> None:
-    """Check buffers with ``fn(buf, nbytes, threads) -> int`` (the native library's checker)."""
+    """Check buffers with ``fn(buf, nbytes) -> int`` (the native library's checker)."""
     global _utf8_check
     _utf8_check = fn
 
@@ -55,14 +54,12 @@ def valid_utf8(buf: bytes) -> bool:
     """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts)."""
     check = _utf8_check if len(buf) >= UTF8_NATIVE_MIN else None
     if check is not None:
-        return bool(check(buf, len(buf), max(1, len(os.sched_getaffinity(0))
-                                             if hasattr(os, "sched_getaffinity") else 1)))
+        return bool(check(buf, len(buf)))
     try:
         buf.decode("utf-8")
     except UnicodeDecodeError:
         return False
     return True
-
 
 
 class Packed:
@@ -183,16 +180,9 @@ class Documents:
             if not self._valid:
                 self._validate_buffer()
             return self._buf, self._offsets
-        if self._bytes_list is not None and self.errors == "strict":
+        checked = self._bytes_list is not None and self.errors == "strict"
+        if checked:
             parts = self._bytes_list
-            joined = parts[0] if len(parts) == 1 else b"".join(parts)
-            lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-            offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            if not valid_documents(joined, offsets):
-                for i, b in enumerate(parts):
-                    self._decode(b, i)  # raises, naming the first invalid document
-            return joined, offsets
         elif self._strs is not None:
             parts = list(map(utf8_of, self._strs))
         else:
@@ -200,7 +190,11 @@ class Documents:
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return (parts[0] if len(parts) == 1 else b"".join(parts)), offsets
+        buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        if checked and not valid_documents(buf, offsets):
+            for i, b in enumerate(parts):
+                self._decode(b, i)  # raises, naming the first invalid document
+        return buf, offsets
 
     def _validate_buffer(self) -> None:
         if not valid_documents(self._buf, self._offsets):
