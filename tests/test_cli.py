@@ -219,6 +219,44 @@ def test_interrupt_before_any_shard_says_nothing_is_kept(tmp_path):
     w.release()
 
 
+@pytest.mark.parametrize("where", ["end", "flush"])
+def test_ctrl_c_inside_the_writer_keeps_documents_and_positions_together(tmp_path, where):
+    """A Ctrl-C that lands inside ``ShardWriter.add`` (between taking a batch's documents and
+    recording their input end, or while a shard is written) is held until the writer's state
+    is whole again: the shards then hold exactly the documents their recorded end covers, so a
+    resumed job neither repeats nor skips any."""
+    import os
+    import signal
+
+    from gputok.shards import ShardWriter, read_manifest
+
+    class Ends(list):  # the batch's input positions; reading one sends the Ctrl-C
+        def __getitem__(self, i):
+            if where == "end":
+                os.kill(os.getpid(), signal.SIGINT)
+            return list.__getitem__(self, i)
+
+    out = tmp_path / "o"
+    w = ShardWriter(out, meta={}, n_vocab=100, cap_tokens=10)
+    w.add(np.arange(6, dtype=np.uint32), np.array([0, 3, 6]), [(0, 10), (0, 20)])
+    if where == "flush":
+        real = w._write_manifest
+
+        def manifest_then_ctrl_c():
+            real()
+            os.kill(os.getpid(), signal.SIGINT)
+        w._write_manifest = manifest_then_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        w.add(np.arange(6, dtype=np.uint32), np.array([0, 3, 6]), Ends([(0, 30), (0, 40)]))
+    w._write_manifest = type(w)._write_manifest.__get__(w)
+    w.flush()  # what the job does on an interrupt
+    w.release()
+    m = read_manifest(out)
+    docs = [d for ids, off in read_shards(out) for d in np.split(ids, off[1:-1])]
+    assert m["docs"] == len(docs) == sum(s["docs"] for s in m["shards"])
+    assert tuple(m["shards"][-1]["end"]) == (0, 10 * len(docs))  # the end of the last doc kept
+
+
 def test_version_and_python_m():
     r = _run("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"gputok {gputok.__version__}"
