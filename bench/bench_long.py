@@ -4,8 +4,9 @@ Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a 
 piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
 document of ordinary pieces). Each (library, input, size) runs
 in a fresh process: the encoder is built and warmed up on a small text of the same kind, the
-peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (best
-of ``--repeat``; one run from 1 MB up) and the peak resident memory of the encode is read back.
+peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the
+best call of at least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up) and
+the peak resident memory of the encode is read back.
 Ids are compared between the libraries (a digest of each result) before anything is reported.
 
     python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
@@ -42,6 +43,10 @@ KINDS = {
 }
 
 
+MIN_TIME = 0.3  # seconds of calls per cell below 1 MB (best call reported)
+MAX_CALLS = 1000
+
+
 def _rss_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -75,14 +80,18 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
         before = None
     times = []
     ids = None
-    for _ in range(repeat if nbytes < 1_000_000 else 1):
+    # below 1 MB: at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1
+    # ms: three calls are at the mercy of one scheduler tick); from 1 MB one call
+    start = time.perf_counter()
+    while not times or (nbytes < 1_000_000 and len(times) < MAX_CALLS and (
+            len(times) < repeat or time.perf_counter() - start < MIN_TIME)):
         t0 = time.perf_counter()
         ids = encode(text)
         times.append(time.perf_counter() - t0)
     peak = _rss_kb("VmHWM:") - before if before is not None else None
     digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
-    return {"bytes": nbytes, "s": min(times), "peak_mb": None if peak is None else peak / 1024,
-            "ids": len(ids), "digest": digest}
+    return {"bytes": nbytes, "s": min(times), "calls": len(times),
+            "peak_mb": None if peak is None else peak / 1024, "ids": len(ids), "digest": digest}
 
 
 def run_child(lib, args, kind, n) -> dict:

@@ -17,7 +17,8 @@ from conftest import HF_FILES, NAMED, hf_encoding, hf_oracle, testdata, tiktoken
 from cpu_ref import bpe, hf as hf_ref, patterns
 from cpu_ref.decode import StreamDecoder
 from cpu_ref.encoding import RefEncoding
-from gputok.stages.merge import merge_long, merge_rounds, merge_small
+from gputok.stages.merge import (merge_heap_ids, merge_long, merge_long_ids,
+                                 merge_long_rounds, merge_rounds, merge_small)
 from gputok.stages.table import MergeTable, cache_key
 
 TRAPS = ["aaa", "\t" * 32, " " * 100, "a" * 3000, "", "hello world", "don't", "ab" * 700,
@@ -123,6 +124,65 @@ def test_merge_long_is_not_quadratic():
         assert merge_long(b"a" * n, enc.model.merge_table) == bpe.bpe_tiktoken(b"a" * n, ranks)
     ids = enc.encode("a" * 200_000)
     assert enc.decode(ids) == "a" * 200_000
+
+
+def skewed_ranks(seed: int, alphabet: bytes = b"abc", n_tokens: int = 40) -> dict:
+    """Every byte plus random tokens over a small alphabet with shuffled ranks, so that many a
+    token ranks below one of its parts (a merge can make a pair below the one it merged)."""
+    rng = random.Random(seed)
+    ranks = {bytes([b]): b for b in range(256)}
+    toks = set()
+    while len(toks) < n_tokens:
+        toks.add(bytes(rng.choice(alphabet) for _ in range(rng.randint(2, 6))))
+    order = list(toks)
+    rng.shuffle(order)
+    for k, t in enumerate(order):
+        ranks[t] = 256 + k
+    return ranks
+
+
+def test_merge_long_rounds_then_heap_is_the_sequential_rule():
+    """Long runs merge in rounds (one priority everywhere per sweep) while that is the rule
+    and pays, then the heap goes on: against the literal rule on runs that finish in rounds,
+    runs that stop when a round merges little, and skewed vocabularies where a merge makes a
+    pair below the round's priority (the rounds must stop right there)."""
+    ranks = tiktoken_oracle("cl100k_base")._mergeable_ranks
+    table = gputok.get_encoding("cl100k_base").model.merge_table
+    bid = table.byte_id_list
+    for text in (b"a" * 3001, b" " * 999, b"ab" * 400, b"=-" * 300, b"\xf0\x9f\x98\x80" * 100):
+        expect = bpe.bpe_tiktoken(text, ranks)
+        assert merge_long(text, table) == expect, text[:8]
+        assert merge_heap_ids([bid[b] for b in text], table) == expect
+    ids, finished = merge_long_rounds([bid[b] for b in b"a" * 3001], table)
+    assert finished and ids == bpe.bpe_tiktoken(b"a" * 3001, ranks)  # aa, aaaa, ... in rounds
+    rng = random.Random(5)
+    word = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(2000))
+    ids, finished = merge_long_rounds([bid[b] for b in word], table)
+    assert not finished  # distinct pairs: the first round merges few, the heap goes on
+    assert merge_heap_ids(ids, table) == bpe.bpe_tiktoken(word, ranks) == merge_long(word, table)
+    # "bc" (257) merges first; the pair (a, bc) it makes is "abc" (256): below the round
+    skew = {bytes([b]): b for b in range(256)} | {b"abc": 256, b"bc": 257}
+    sk = MergeTable.from_ranks(skew)
+    text = b"a" + b"bc" * 300
+    ids, finished = merge_long_rounds([sk.byte_id_list[b] for b in text], sk)
+    assert not finished and ids[:4] == [97, 257, 98, 99]  # stopped after the first merge
+    assert len(ids) == len(text) - 1
+    assert merge_long(text, sk) == bpe.bpe_tiktoken(text, skew)
+    # "ab" (257) merges; its right pair (ab, a) is "aba" (256), before the next "ab" merges
+    skew = {bytes([b]): b for b in range(256)} | {b"aba": 256, b"ab": 257}
+    sk = MergeTable.from_ranks(skew)
+    text = b"ab" * 300
+    ids, finished = merge_long_rounds([sk.byte_id_list[b] for b in text], sk)
+    assert not finished and ids[:3] == [257, 97, 98]
+    assert merge_long(text, sk) == bpe.bpe_tiktoken(text, skew)
+    for seed in range(30):
+        skew = skewed_ranks(seed)
+        sk = MergeTable.from_ranks(skew)
+        r = random.Random(seed)
+        for _ in range(4):
+            text = bytes(r.choice(b"abc" if r.random() < 0.5 else b"aab") for _ in
+                         range(r.choice([300, 700, 1500])))
+            assert merge_long(text, sk) == bpe.bpe_tiktoken(text, skew), (seed, text[:20])
 
 
 def test_stream_decoder_matches_decode():

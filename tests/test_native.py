@@ -296,6 +296,39 @@ def test_merge_pieces_is_the_pipeline_for_pieces_cut_on_the_host():
     assert set(be.dev.launches) == {"encode_piece_kind", "encode_merge_short", "encode_merge_long"}
 
 
+def test_long_runs_merge_in_rounds_then_the_heap_as_the_sequential_rule():
+    """``enc_merge_rounds`` then ``enc_merge_heap`` (encode_merge_long) against the literal rule:
+    runs that finish in rounds ("a" * n, spaces, "ab" * n), runs whose rounds merge little
+    (random letters: the heap takes over), and skewed vocabularies whose merges make pairs
+    below the round's priority on either side (the rounds stop there), poisoned workspace."""
+    import random
+
+    from cpu_ref import bpe
+    from test_cpu_ref import skewed_ranks
+
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    rng = random.Random(3)
+    letters = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3000))
+    pieces = ["a" * 5001, " " * 777, "ab" * 900, "=" * 1200, letters]  # one piece each
+    be = backend("3-threads-small-blocks")
+    assert be.merge_pieces(enc.model, [p.encode() for p in pieces]) == [
+        tuple(tk.encode_ordinary(p)) for p in pieces]
+    byte_ranks = {bytes([b]): b for b in range(256)}
+    cases = [(byte_ranks | {b"abc": 256, b"bc": 257},  # a merge's left pair is below it
+              [b"a" + b"bc" * 300, b"bc" * 200 + b"a" + b"bc" * 200]),
+             (byte_ranks | {b"aba": 256, b"ab": 257}, [b"ab" * 300])]  # its right pair is
+    for seed in range(40):
+        r = random.Random(seed)
+        cases.append((skewed_ranks(seed), [bytes(r.choice(b"abc" if k % 2 else b"aab")
+                                                 for _ in range(r.choice([300, 900, 2000])))
+                                           for k in range(4)]))
+    for ranks, raw in cases:
+        model = gputok.Encoding("skewed", pat_str=r"[\s\S]+", mergeable_ranks=ranks,
+                                special_tokens={}).model
+        got = be.merge_pieces(model, raw)
+        assert got == [tuple(bpe.bpe_tiktoken(x, ranks)) for x in raw], sorted(ranks.items())[256:]
+
+
 def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token():
     """A piece longer than every token cannot be one: when all are, ``merge_pieces`` launches
     ``encode_piece_kind`` without the whole-token table (no hash of a long piece); a piece as

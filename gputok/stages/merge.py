@@ -39,6 +39,9 @@ from .table import NO_MERGE, MergeTable, join_bitmap, merged_tokens
 LONG_PIECE = 256  # bytes; longer pieces take merge_long (the kernels get it as a define)
 # parts per block heap of the kernels' long-piece merge (encode_merge.cu); at least 2 * LONG_PIECE
 HEAP_BLOCK = 2048
+# a long run merges in rounds (one priority everywhere per sweep, ``merge_long_rounds``) while a
+# round merges at least one part in this many; then the heap goes on
+ROUND_MIN_SHARE = 8
 VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 
@@ -145,8 +148,80 @@ def merge_long_cut(piece: bytes, table: MergeTable, join: np.ndarray, runs: dict
     return out
 
 
+def merge_long_rounds(ids: list[int], table: MergeTable) -> tuple[list[int], bool]:
+    """The sequential rule in rounds, as the kernels' ``enc_merge_rounds``: the lowest priority
+    r of any pair is merged everywhere in one left-to-right sweep (leftmost first where two r
+    pairs overlap), then the next lowest, ... Each merge is then the rule's own (lowest,
+    leftmost: a merge never makes a pair of its own priority, and the pairs left of the sweep
+    are above r) as long as no merge makes a pair below r (on its left, or on its right before
+    the next part merges on); where one does, or a round merges
+    fewer than one part in ``ROUND_MIN_SHARE``, the rounds stop. (ids, finished): finished when
+    no pair merges, else the heap goes on from these ids (the rule's state after those merges).
+    A run of one character ("a" * n) is a few rounds (aa, aaaa, ...)."""
+    none = int(NO_MERGE)
+    get = table.pairs.get
+    m = len(ids)
+    pr = []
+    for k in range(m - 1):
+        v = get(ids[k] << 32 | ids[k + 1])
+        pr.append(none if v is None else v[0])
+    pr.append(none)
+    best = min(pr) if m else none
+    while best != none:
+        r, best = best, none
+        out: list[int] = []
+        opr: list[int] = []
+        i = merges = 0
+        prev_new, prev_pr = False, none
+        while i < m:
+            tok, pi = ids[i], pr[i]
+            if prev_new:  # the pair the last merge made on its right, before tok merges on
+                v = get(out[-1] << 32 | tok)
+                q = none if v is None else v[0]
+                if q < r:  # below the round: the heap goes on from here
+                    out.extend(ids[i:m])
+                    return out, False
+            cur_new = pi == r
+            if cur_new:
+                tok = get(tok << 32 | ids[i + 1])[1]
+                i += 2
+                merges += 1
+            else:
+                i += 1
+            if out:
+                if cur_new:  # the pair this merge made on its left
+                    v = get(out[-1] << 32 | tok)
+                    p = none if v is None else v[0]
+                else:
+                    p = q if prev_new else prev_pr
+                opr.append(p)
+                best = min(best, p)
+                if p < r:
+                    out.append(tok)
+                    out.extend(ids[i:m])
+                    return out, False
+            out.append(tok)
+            prev_new, prev_pr = cur_new, pi
+        opr.append(none)
+        before = m
+        ids, pr, m = out, opr, len(out)
+        if best != none and merges * ROUND_MIN_SHARE < before:
+            return ids, False
+    return ids, True
+
+
 def merge_long_ids(ids: list[int], table: MergeTable) -> list[int]:
-    """``merge_long`` from initial ids (modified in place)."""
+    """``merge_long`` from initial ids: rounds while they pay (``merge_long_rounds``), then a
+    heap."""
+    ids, finished = merge_long_rounds(ids, table)
+    if finished:
+        return ids
+    return merge_heap_ids(ids, table)
+
+
+def merge_heap_ids(ids: list[int], table: MergeTable) -> list[int]:
+    """The sequential rule in O(n log n) from ids (modified in place): a linked list of parts
+    and a heap with lazy deletion."""
     n = len(ids)
     nxt = list(range(1, n + 1))  # n means "no next"
     prv = list(range(-1, n - 1))

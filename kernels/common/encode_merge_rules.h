@@ -420,6 +420,89 @@ GPUTOK_FN enc_u32 enc_merge_heap(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DE
   return out;
 }
 
+// Long runs, first in rounds: r, the lowest priority of any pair, is merged everywhere in one
+// left-to-right sweep (leftmost first where two r pairs overlap), then the next lowest, and so
+// on: a sequential pass over an array per round instead of three heap updates per merge. This
+// is the sequential rule as long as no merge makes a pair of priority below r: each merge is
+// then the lowest pair, leftmost (the pairs left of the sweep are all above r: a merge never
+// makes a pair of its own priority, since a token is not its own part), and the lowest pair of
+// the next round is the minimum the sweep saw. A new pair below r (a vocabulary whose merged
+// token ranks below a part), on a merge's left or on its right before the next part merges on,
+// ends the rounds there, and so does a round that merged fewer than
+// one part in ENC_ROUND_MIN_SHARE (the sweeps then cost at most that many times the merges):
+// the heap takes over from that state, which is the rule's own state after those merges.
+// pr[k] (workspace, len) is the priority of the pair (k, k + 1). Returns the parts left (at
+// the front of ids); *finished: no pair merges (else the heap goes on from them).
+// Performance notes: "a" * n merges in a few rounds (aa, then aaaa, ...), each a streaming pass,
+// where the heap spent ~60 ns per byte on three sifts and tree updates per merge.
+#ifndef ENC_ROUND_MIN_SHARE
+#define ENC_ROUND_MIN_SHARE 8
+#endif
+GPUTOK_FN enc_u32 enc_merge_rounds(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
+                                   GPUTOK_DEV enc_u32* pr, enc_u32 len,
+                                   GPUTOK_THREAD bool* finished) {
+  enc_u32 m = len, best = ENC_NO_MERGE, merged = 0;
+  for (enc_u32 k = 0; k + 1 < m; ++k) {
+    pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &merged);
+    if (pr[k] < best) best = pr[k];
+  }
+  if (m > 0) pr[m - 1] = ENC_NO_MERGE;  // the last part has no pair (and never equals r)
+  *finished = false;
+  while (best != ENC_NO_MERGE) {
+    const enc_u32 r = best;
+    best = ENC_NO_MERGE;
+    enc_u32 w = 0, i = 0, merges = 0;
+    enc_u32 prev_pr = ENC_NO_MERGE;  // the last output's pair priority before this round
+    bool prev_new = false;           // the last output is a merge of this round
+    while (i < m) {
+      enc_u32 tok = ids[i];
+      const enc_u32 pi = pr[i];
+      enc_u32 q = ENC_NO_MERGE;
+      if (prev_new) {  // the pair the last merge made on its right, before tok merges on
+        q = enc_pair_lookup(t, ids[w - 1], tok, &merged);
+        if (q < r) {  // below the round's priority: the heap goes on from here
+          for (; i < m; ++i) ids[w++] = ids[i];
+          return w;
+        }
+      }
+      const bool cur_new = pi == r;  // i + 1 < m: pr[m - 1] is ENC_NO_MERGE
+      if (cur_new) {
+        if (t.bits & ENC_PAIR_COMPACT) {
+          tok = r;  // a compact table's priority is the merged id (the tiktoken rule)
+        } else {
+          enc_pair_lookup(t, tok, ids[i + 1], &tok);
+        }
+        i += 2;
+        ++merges;
+      } else {
+        i += 1;
+      }
+      if (w > 0) {
+        // the pair (ids[w - 1], tok): the one this merge made on its left, the one the last
+        // made on its right, or unchanged when neither side merged this round
+        const enc_u32 p = cur_new ? enc_pair_lookup(t, ids[w - 1], tok, &merged)
+                                  : (prev_new ? q : prev_pr);
+        pr[w - 1] = p;
+        if (p < best) best = p;
+        if (p < r) {
+          ids[w++] = tok;
+          for (; i < m; ++i) ids[w++] = ids[i];
+          return w;
+        }
+      }
+      ids[w++] = tok;
+      prev_new = cur_new;
+      prev_pr = pi;
+    }
+    pr[w - 1] = ENC_NO_MERGE;
+    const enc_u32 before = m;
+    m = w;
+    if (best != ENC_NO_MERGE && merges * ENC_ROUND_MIN_SHARE < before) return m;
+  }
+  *finished = true;
+  return m;
+}
+
 // May a part ever span the boundary between bytes x and y? Only if some token the merges can
 // make has the bytes x y next to each other: join[] has bit (x << 8 | y) set for every byte pair
 // inside a merged token (gputok/backends/device_tables.py, join_bitmap). Where it is clear no
@@ -467,13 +550,17 @@ GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
     if (run < ENC_LONG_PIECE) {
       got = enc_merge_small(t, ids + a, ws.where + g, run);
     } else {
-      EncBlockHeaps bh;
-      bh.heap = ws.heap + g;
-      bh.where = ws.where + g;
-      bh.tree = ws.tree + 2 * (enc_u64)unit;
-      bh.size = ws.size + unit;
-      bh.nb = 0;
-      got = enc_merge_heap(t, ids + a, ws.nxt + g, ws.prv + g, bh, run);
+      bool finished = false;  // rounds first; where is their pair priorities' workspace
+      got = enc_merge_rounds(t, ids + a, ws.where + g, run, &finished);
+      if (!finished) {
+        EncBlockHeaps bh;
+        bh.heap = ws.heap + g;
+        bh.where = ws.where + g;
+        bh.tree = ws.tree + 2 * (enc_u64)unit;
+        bh.size = ws.size + unit;
+        bh.nb = 0;
+        got = enc_merge_heap(t, ids + a, ws.nxt + g, ws.prv + g, bh, got);
+      }
     }
     for (enc_u32 j = 0; j < got; ++j) ids[out + j] = ids[a + j];
     out += got;
