@@ -329,22 +329,34 @@ def test_long_runs_merge_in_rounds_then_the_heap_as_the_sequential_rule():
         assert got == [tuple(bpe.bpe_tiktoken(x, ranks)) for x in raw], sorted(ranks.items())[256:]
 
 
-def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token():
+@pytest.mark.parametrize("inline", [True, False], ids=["one-call", "launches"])
+def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token(inline):
     """A piece longer than every token cannot be one: when all are, ``merge_pieces`` launches
     ``encode_piece_kind`` without the whole-token table (no hash of a long piece); a piece as
-    long as the longest token still finds it."""
+    long as the longest token still finds it. Both forms of the stage: the native device's
+    one call (``merge_inline``) and the driver's launches (any device)."""
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     longest = max(enc.model.ranks, key=len)
     seen = []
     be = backend("1-thread")
-    real = be.dev.launch
+    if inline:
+        real_inline = be.dev.merge_inline
 
-    def spy(name, grid, block, args):
-        if name == "encode_piece_kind":
-            seen.append(int(args[6]))  # w_bits
-        return real(name, grid, block, args)
+        def spy_inline(tables, data, starts, spec, has_long, whole):
+            seen.append(tables.scalars["w_bits"] if whole else 0)
+            return real_inline(tables, data, starts, spec, has_long, whole)
 
-    be.dev.launch = spy
+        be.dev.merge_inline = spy_inline
+    else:
+        be.dev.merge_inline = None  # the driver's generic form
+        real = be.dev.launch
+
+        def spy(name, grid, block, args):
+            if name == "encode_piece_kind":
+                seen.append(int(args[6]))  # w_bits
+            return real(name, grid, block, args)
+
+        be.dev.launch = spy
     ranks = enc.model.ranks
     for pieces, whole in (([b"a" * 4000, b" " * 900], False), ([longest, b"a" * 4000], True)):
         got = be.merge_pieces(enc.model, pieces)

@@ -236,23 +236,30 @@ class DeviceBackend(Backend):
             return None
         spec = np.full(k + 1, NORMAL, np.uint32)
         spec[k] = GAP  # the sentinel entry
-        data = np.frombuffer(b"".join(pieces), np.uint8)
+        joined = b"".join(pieces)
         dev = self.dev
         with self._lock:
             try:
                 plan = self._plan(model)
-                dev.begin_chunk(n)
-                with dev.stream(0):
-                    d_buf, d_start, d_spec, d_n = dev.upload(
-                        [data, starts.astype(np.uint32), spec, np.array([k + 1], np.uint32)])
-                    longest = plan.tables.scalars.get("w_max_len", 0)
-                    _, count, scratch = self.stages.merge(
-                        plan.tables, n, d_buf, d_start, d_spec, d_n, k + 1, dedup=False,
-                        has_long=bool((lens >= LONG_PIECE).any()),
-                        whole=bool((lens <= longest).any()))
-                    got_count = dev.download("count", count, k)
-                    got_ids = dev.download("scratch", scratch, n)
-                    counts, ids = got_count.result(), got_ids.result()
+                has_long = bool((lens >= LONG_PIECE).any())
+                whole = bool((lens <= plan.tables.scalars.get("w_max_len", 0)).any())
+                inline = getattr(dev, "merge_inline", None)  # the stage as one call (native)
+                if inline is not None:
+                    counts, ids = inline(plan.tables, joined, starts.astype(np.uint32), spec,
+                                         has_long, whole)
+                    counts = counts[:k]  # (the sentinel's is the last)
+                else:
+                    dev.begin_chunk(n)
+                    with dev.stream(0):
+                        d_buf, d_start, d_spec, d_n = dev.upload(
+                            [np.frombuffer(joined, np.uint8), starts.astype(np.uint32), spec,
+                             np.array([k + 1], np.uint32)])
+                        _, count, scratch = self.stages.merge(
+                            plan.tables, n, d_buf, d_start, d_spec, d_n, k + 1, dedup=False,
+                            has_long=has_long, whole=whole)
+                        got_count = dev.download("count", count, k)
+                        got_ids = dev.download("scratch", scratch, n)
+                        counts, ids = got_count.result(), got_ids.result()
             except dev.oom_errors:
                 dev.release()
                 return None

@@ -8,6 +8,8 @@ The module is one shared library made of:
   headers expanded), then a generated launch table (``ENC_HOST_KERNEL(name)`` per kernel);
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
   prefix scans;
+* ``kernels/host_merge.h`` at the end of ``encode_merge.cu``'s unit: the merge stage of a few
+  host-cut pieces as one call (``NativeDevice.merge_inline``), the kernels run in order;
 * the JSON-lines reader (``kernels/host_jsonl.h``, host only: ``corpus.read_batches`` with
   ``packed=True``, what ``gputok encode`` reads with).
 
@@ -42,6 +44,8 @@ from . import kernels
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
 #: have a host form in the runtime instead (NativeDevice.scan)
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
+#: host-only code appended to a kernel file's unit (it calls that file's kernels directly)
+HOST_EXTRAS = {"encode_merge.cu": ("host_merge.h",)}
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
@@ -113,6 +117,8 @@ def translation_units() -> dict[str, str]:
         names = kernels.kernel_names(text)
         stem = f.rsplit(".", 1)[0]
         table = "".join(f"    ENC_HOST_KERNEL({k}),\n" for k in names)
+        for extra in HOST_EXTRAS.get(f, ()):  # host-only launch sequences over this file's kernels
+            text += f'\n#line 1 "{extra}"\n{_read(extra)}'
         units[f"{stem}.cpp"] = _unit_text(
             f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "{f} (constants injected)"\n{text}\n'
             f'#line 1 "<launch table of {f}>"\n'

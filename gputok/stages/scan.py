@@ -90,6 +90,9 @@ __all__ = ["Scanner", "scanner_for_pattern", "is_supported", "SUPPORTED_PATTERNS
 
 _lock = threading.RLock()
 
+# pieces this long on average (characters) are cut by slicing the texts, not by rebuilding the
+# buffer with separators and splitting it (that costs per character, slicing per piece)
+SLICE_MIN_AVG = 16
 _WIDTHS = {1: (np.uint8, "latin-1"), 2: (np.uint16, "utf-16-le"), 4: (np.uint32, "utf-32-le")}
 _SEP_CANDIDATES = ([chr(c) for c in range(0, 9)] + [chr(c) for c in range(0x0E, 0x20)]
                    + ["\x7f", "\ufdd0", "\ufdd1", "\ufffe", "\uffff", "\U0010fffe", "\U0010ffff"])
@@ -178,7 +181,9 @@ class Scanner(Cuts):
         else:
             bounds = np.append(starts - PAD, len(cut))
             counts = (np.diff(np.searchsorted(cutpos, bounds)) + 1).tolist()
-        if sep is None:
+        # long pieces (a run of one character, blobs): slicing the texts beats rebuilding the
+        # whole buffer with separators (10 MB of "a": 115 -> 1 ms)
+        if sep is None or len(cutpos) * SLICE_MIN_AVG < len(cut):
             flat: list = []
             pos = 0
             bl = cutpos.tolist()
