@@ -515,13 +515,17 @@ def test_chunk_workers_cut_the_batch_evenly():
     assert even(off, 400, 10_000, 2).tolist() == [401, 402]
 
 
-def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
+def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread(monkeypatch):
     """A batch of one chunk launches each kernel over all threads: the heavy ones (SPLIT_MIN)
     in blocks small enough for four per thread, the cheap ones in BLOCK-element blocks; a solo
-    worker keeps BLOCK; the ids stay tiktoken's."""
+    worker keeps BLOCK; the ids stay tiktoken's. (Past INLINE_MAX_BYTES: shorter chunks run as
+    one call, test below.)"""
     import base64
     import random
 
+    from gputok.backends import driver
+
+    monkeypatch.setattr(driver, "INLINE_MAX_BYTES", 0)
     be = native.create(threads=2)
     dev = be.dev
     assert dev.launch_shape("encode_merge_short", 2500) == ((8,), (313,))  # 4 a thread
@@ -545,6 +549,42 @@ def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     grid, block = shapes["encode_merge_short"]
     assert grid[0] >= 4 and block[0] < native.BLOCK
     assert shapes["encode_pretok_classify"][1] == (native.BLOCK,)
+
+
+@pytest.mark.parametrize("layout", ["short-text", "chunk-workers", "one-thread"])
+def test_a_chunk_runs_as_one_call_where_it_can(layout, monkeypatch):
+    """``NativeDevice.chunk_inline`` (kernels/host_chunk.h): a chunk cut on the device runs its
+    whole sequence in two calls - a batch of one short chunk, each chunk of a chunk workers'
+    batch, every chunk of a one-thread device - with the launches' ids (specials, marks,
+    duplicates through the dedup set, long pieces, u16 and u32 ids, o200k and cl pre-tokenizers,
+    poisoned workspace); a normaliser check (Qwen2) or a profile keeps the launches."""
+    threads, chunk = {"short-text": (2, None), "chunk-workers": (2, 5000),
+                      "one-thread": (1, 5000)}[layout]
+    be = native.create(threads=threads, **({"chunk_bytes": chunk} if chunk else {}))
+    be.dev.poison = True
+    calls = []
+    real = be.dev.chunk_inline
+    be.dev.chunk_inline = lambda *a: (calls.append(a[1].n), real(*a))[1]
+    docs = e2e_docs()
+    if layout == "short-text":
+        docs = [" ".join(docs)[:12_000]]
+    docs = docs + ["x" + " " * 700 + "y", "<|endoftext|> hello <|endoftext|>"]
+    for name in ("cl100k_base", "o200k_base", "r50k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        calls.clear()
+        ids, off = be.encode(enc.model, Documents(docs), frozenset({"<|endoftext|>"}),
+                             frozenset())
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+            tk.encode_batch(docs, allowed_special={"<|endoftext|>"}), name
+        assert calls and sum(calls) == len("".join(docs).encode())  # every chunk, one call each
+    assert be.dev.launches.get("encode_merge_long") and be.dev.launches.get("encode_dup_counts")
+    qw, hf = hf_encoding("qwen2"), hf_oracle("qwen2")
+    calls.clear()
+    sub = [d for d in docs if "<|" not in d][:5]  # (Qwen2 splits its added tokens always)
+    ids, off = be.encode(qw.model, Documents(sub), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(sub))] == \
+        [e.ids for e in hf.encode_batch(sub, add_special_tokens=False)]
+    assert not calls  # its normaliser's check runs between the launches
 
 
 def test_a_long_single_text_gives_its_idle_workspace_back_before_the_list(monkeypatch):
@@ -653,10 +693,8 @@ def test_arguments_are_checked_before_a_launch():
 
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
-    assert path.exists() and set(units) == {"encode_pretok.cpp", "encode_o200k.cpp",
-                                            "encode_nfc.cpp", "encode_merge.cpp",
-                                            "encode_emit.cpp", "encode_wordpiece.cpp",
-                                            "host_runtime.cpp", "host_jsonl.cpp"}
+    assert path.exists() and set(units) == {"encode_kernels.cpp", "host_runtime.cpp",
+                                            "host_jsonl.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     # found by the sources' stamp without expanding the units; a touched file, a new stamp
@@ -677,12 +715,19 @@ def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_pa
         os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
     monkeypatch.setenv("GPUTOK_NATIVE_FLAGS", "-DGPUTOK_TEST_FLAG=1")
     assert native_build.library_path()[0] != path
-    changed = dict(units, **{"encode_emit.cpp": units["encode_emit.cpp"] + "\n"})
+    changed = dict(units, **{"encode_kernels.cpp": units["encode_kernels.cpp"] + "\n"})
     assert native_build.library_key(cxx, changed, fl) != native_build.library_key(cxx, units, fl)
-    # every unit holds the exact source every device gets (constants injected)
+    # the kernels' unit holds the exact sources every device gets (constants injected; a header
+    # the files share expanded once), every kernel in its file's launch table
     from gputok.backends import kernels
 
-    assert native_build._unit_text(kernels.build_source("encode_merge.cu")[0]) in units["encode_merge.cpp"]
+    text = units["encode_kernels.cpp"]
+    constants = kernels.defines_block(tuple(kernels.kernel_constants().items()))
+    assert native_build._unit_text(constants + kernels.sources(native_build.HOST_FILES)) in text
+    for f in native_build.HOST_FILES:
+        assert f"gputok_native_table_{f.rsplit('.', 1)[0]}" in text
+        for k in kernels.kernel_names(kernels.source(f)):
+            assert f"ENC_HOST_KERNEL({k})" in text
 
 
 def _fake_compiler(tmp_path, body: str) -> str:

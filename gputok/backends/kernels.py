@@ -81,6 +81,13 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.M)
 def source(file: str) -> str:
     """``kernels/<file>`` with local includes expanded, each header once (as ``#pragma once``).
     A quoted include is looked up next to the file that includes it, then in ``kernels/``."""
+    return sources((file,))
+
+
+def sources(files: tuple) -> str:
+    """``source`` of several files one after the other, as one text: a header the files share
+    is expanded once, where the first of them includes it (one translation unit of them all:
+    the native CPU device's)."""
     seen: set = set()
     root = kernel_dir()
 
@@ -98,7 +105,8 @@ def source(file: str) -> str:
 
         return _INCLUDE.sub(include, text)
 
-    return expand(root / file)
+    return "\n".join(f'#line 1 "{f}"\n' + expand(root / f) for f in files) if len(files) > 1 \
+        else expand(root / files[0])
 
 
 def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:

@@ -162,6 +162,13 @@ class _Library:
         lib.gputok_native_merge_inline.argtypes = [ctypes.c_char_p, vp, vp, u, vp, vp, u, vp, u,
                                                    vp, vp, u, i, vp, vp, vp, vp]
         lib.gputok_native_merge_inline.restype = i
+        lib.gputok_native_chunk_pretok.argtypes = [vp, ll, vp, vp, ll, vp, vp, u, i, i, i, i,
+                                                   vp, vp, vp]
+        lib.gputok_native_chunk_pretok.restype = ll
+        lib.gputok_native_chunk_finish.argtypes = [vp, ll, vp, ll, vp, vp, ll, vp, vp, u, vp, u,
+                                                   vp, vp, vp, u, u, vp, vp, vp, vp, vp, vp, i,
+                                                   vp, vp, vp]
+        lib.gputok_native_chunk_finish.restype = i
         try:
             threads = threads_default()
         except ValueError:  # a bad $GPUTOK_NUM_THREADS is reported where the device is made
@@ -498,6 +505,66 @@ class NativeDevice:
         if has_long:
             self._count("encode_merge_long")
         return count[:cap], scratch
+
+    def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0) -> tuple:
+        """One chunk's whole kernel sequence in two calls on this thread (kernels/host_chunk.h:
+        pre-tokenization, entries, merge and emit as ``DeviceBackend._kernels`` launches them,
+        for a chunk cut on the device, its arrays from the same pool): (ids, document offsets
+        (int64, n_docs + 1)). A chunk worker then holds the interpreter's lock for two calls
+        instead of ~20 launches and allocations, and a short text skips them too.
+        ``dedup_slots_per_entry``: the dedup set's size per entry as ``DeviceStages.merge``
+        sizes it (0: no dedup)."""
+        a, sc = tables.arrays, tables.scalars
+        data, off, mpos, mbits, ss, sid = hc.inputs
+        n, n_docs = hc.n, hc.n_docs
+        lib = self.lib.lib
+        o200k = bool(sc.get("o200k"))
+        mark, cls, ent = self.empty(n + 2, np.uint8), self.empty(n + 2, np.uint8), \
+            self.empty(n + 2, np.uint32)
+        cap = int(lib.gputok_native_chunk_pretok(
+            _address(data), n, _address(mpos), _address(mbits), hc.n_marks,
+            _address(a["cls_table"]), _address(a["letters"]), int(sc["n_letters"]), int(o200k),
+            0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
+            0 if o200k else int(sc["end_whole"]), _address(mark), _address(cls), _address(ent)))
+        del mark, cls
+        u16 = np.dtype(out_dtype).itemsize == 2
+        ws = [self.empty(cap, np.uint32), self.empty(cap, np.uint32),
+              self.empty(cap, np.uint32), self.empty(cap + 1, np.uint32),
+              self.empty(n_docs + 1, np.uint32)]
+        out = self.empty(max(n, 1), out_dtype)
+        out_doc = self.empty(n_docs + 1, np.int64)
+        if dedup_slots_per_entry:
+            dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length())
+            slots = self.full(1 << dbits, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64)  # empty
+        else:
+            dbits, slots = 0, self.dummy(np.uint64)
+        addr = self._table_addresses(tables)
+        ran_long = ctypes.c_int(0)
+        status = lib.gputok_native_chunk_finish(
+            _address(data), n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
+            addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
+            _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws], int(u16),
+            _address(out), _address(out_doc), ctypes.byref(ran_long))
+        del slots
+        if status != 0:
+            raise MemoryError(f"native device: no memory for the long pieces of a {n}-byte "
+                              "chunk")
+        names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
+            "encode_pretok_classify", "encode_pretok_spans"]
+        names += ["encode_entries_compact", "encode_doc_entries", "encode_piece_kind",
+                  "encode_merge_short", "encode_emit_u16" if u16 else "encode_emit_u32",
+                  "encode_doc_offsets", "scan_add", "scan_add"]
+        if hc.n_marks:
+            names.append("encode_pretok_marks")
+        if hc.n_spans:
+            names.append("encode_entries_specials")
+        if ran_long.value:
+            names.append("encode_merge_long")
+        if dbits:
+            names.append("encode_dup_counts")
+        for name in names:
+            self._count(name)
+        return out[:int(out_doc[n_docs])], out_doc
 
     def _table_addresses(self, tables) -> tuple:
         """Addresses of a model's merge tables (w_slots, w_tok_bytes, t_slots, byte_ids, join),

@@ -2,14 +2,16 @@
 
 The module is one shared library made of:
 
-* one translation unit per encode kernel file (``kernels/encode_*.cu`` except the block scans of
-  ``encode_scan.cu``): ``kernels/dialect_host.h`` (the CUDA dialect for a host compiler), then
-  the file's exact source as every device gets it (``kernels.build_source``: constants injected,
-  headers expanded), then a generated launch table (``ENC_HOST_KERNEL(name)`` per kernel);
+* one translation unit of every encode kernel file (``kernels/encode_*.cu`` except the block
+  scans of ``encode_scan.cu``): ``kernels/dialect_host.h`` (the CUDA dialect for a host
+  compiler), the constants, then each file's exact source as every device gets it (headers
+  expanded, a header the files share once), then the host-only launch sequences
+  (``HOST_EXTRAS``: ``kernels/host_merge.h``, the merge stage of a few host-cut pieces as one
+  call, ``NativeDevice.merge_inline``; ``kernels/host_chunk.h``, a chunk's whole sequence as one
+  call, ``NativeDevice.chunk_inline``), then a generated launch table per file
+  (``ENC_HOST_KERNEL(name)`` per kernel);
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
   prefix scans;
-* ``kernels/host_merge.h`` at the end of ``encode_merge.cu``'s unit: the merge stage of a few
-  host-cut pieces as one call (``NativeDevice.merge_inline``), the kernels run in order;
 * the JSON-lines reader (``kernels/host_jsonl.h``, host only: ``corpus.read_batches`` with
   ``packed=True``, what ``gputok encode`` reads with).
 
@@ -44,8 +46,8 @@ from . import kernels
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
 #: have a host form in the runtime instead (NativeDevice.scan)
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
-#: host-only code appended to a kernel file's unit (it calls that file's kernels directly)
-HOST_EXTRAS = {"encode_merge.cu": ("host_merge.h",)}
+#: host-only code after the kernels in their unit: launch sequences that call kernels directly
+HOST_EXTRAS = ("host_merge.h", "host_chunk.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
@@ -111,21 +113,23 @@ def _unit_text(text: str) -> str:
 def translation_units() -> dict[str, str]:
     """{file name: full C++ text} of every unit of the library (what the digest covers)."""
     dialect = _read("dialect_host.h")
-    units = {}
+    # every kernel file in one unit (a shared header once): the host-only launch sequences
+    # (HOST_EXTRAS) call kernels of several files, their signatures checked by the compiler
+    text = kernels.defines_block(tuple(kernels.kernel_constants().items())) + \
+        kernels.sources(HOST_FILES)
+    tables = ""
     for f in HOST_FILES:
-        text = kernels.build_source(f)[0]
-        names = kernels.kernel_names(text)
         stem = f.rsplit(".", 1)[0]
-        table = "".join(f"    ENC_HOST_KERNEL({k}),\n" for k in names)
-        for extra in HOST_EXTRAS.get(f, ()):  # host-only launch sequences over this file's kernels
-            text += f'\n#line 1 "{extra}"\n{_read(extra)}'
-        units[f"{stem}.cpp"] = _unit_text(
-            f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "{f} (constants injected)"\n{text}\n'
-            f'#line 1 "<launch table of {f}>"\n'
-            f'extern "C" __attribute__((visibility("default"))) const enc_host_kernel*\n'
-            f"gputok_native_table_{stem}(int* count) {{\n"
-            f"  static const enc_host_kernel table[] = {{\n{table}  }};\n"
-            f"  *count = (int)(sizeof(table) / sizeof(table[0]));\n  return table;\n}}\n")
+        entries = "".join(f"    ENC_HOST_KERNEL({k}),\n"
+                          for k in kernels.kernel_names(kernels.source(f)))
+        tables += (f'extern "C" __attribute__((visibility("default"))) const enc_host_kernel*\n'
+                   f"gputok_native_table_{stem}(int* count) {{\n"
+                   f"  static const enc_host_kernel table[] = {{\n{entries}  }};\n"
+                   f"  *count = (int)(sizeof(table) / sizeof(table[0]));\n  return table;\n}}\n")
+    extras = "".join(f'\n#line 1 "{x}"\n{_read(x)}\n' for x in HOST_EXTRAS)
+    units = {"encode_kernels.cpp": _unit_text(
+        f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "<constants>"\n{text}\n{extras}'
+        f'#line 1 "<launch tables>"\n{tables}')}
     units["host_runtime.cpp"] = _unit_text(f'#line 1 "dialect_host.h"\n{dialect}\n'
                                  f'#line 1 "host_runtime.h"\n{_read("host_runtime.h")}')
     units["host_jsonl.cpp"] = _unit_text(

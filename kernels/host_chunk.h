@@ -1,0 +1,113 @@
+// host_chunk.h: host only. One chunk's whole kernel sequence in two calls, on the calling thread:
+// what DeviceBackend._kernels launches one by one for a chunk whose pieces are cut on the device
+// (pre-tokenization, entries, merge, emit; no normaliser check, BPE models), for the native CPU
+// device's chunk workers (each runs a chunk on one thread anyway: NativeDevice.chunk_inline).
+// A chunk of a many-core batch then holds the Python interpreter's lock for two calls, not for
+// ~20 launches and allocations (~0.3 ms a chunk, which 16 workers would take in turn), and a
+// short text skips them too. Like host_merge.h it calls the kernels themselves, in the launch
+// order of gputok/backends/device_stages.py, their signatures checked by the compiler: no kernel
+// logic here, only the sequence and the two prefix sums (the runtime's, on this thread).
+//
+//   gputok_native_chunk_pretok   pre-tokenization and the entry scan: returns the entry count
+//                                (the caller sizes the entry arrays by it, as the driver does)
+//   gputok_native_chunk_finish   entries, merge (with the dedup set when given), emit
+//
+// Workspace (the caller's arrays, m = n + 2): mark, cls (uint8, m), ent (uint32, m); then, for
+// `cap` entries, pstart, spec, owner (cap), count (cap + 1), doc_entry (n_docs + 1); the
+// merge's scratch is ent's memory. A chunk with a piece of ENC_LONG_PIECE bytes or more takes the long pieces'
+// workspace from malloc (as rare as such pieces; ~20 bytes per byte of the chunk).
+
+extern "C" int gputok_native_scan_u32(unsigned* a, long long n, int exclusive, int threads);
+
+namespace {
+// One block over every range (ENC_GRID_STRIDE runs it as one loop), this thread's launch shape
+// restored after.
+struct EncHostOneBlock {
+  enc_host_dim3 saved[3];
+  EncHostOneBlock() : saved{enc_host_block_idx, enc_host_block_dim, enc_host_grid_dim} {
+    enc_host_block_idx = enc_host_dim3{0, 0, 0};
+    enc_host_block_dim = enc_host_dim3{0x7FFFFFFFu, 1, 1};
+    enc_host_grid_dim = enc_host_dim3{1, 1, 1};
+  }
+  ~EncHostOneBlock() {
+    enc_host_block_idx = saved[0];
+    enc_host_block_dim = saved[1];
+    enc_host_grid_dim = saved[2];
+  }
+};
+}  // namespace
+
+// Pre-tokenization (DeviceStages.pretok) and the entries' scan: ent[i] is the entry index of
+// byte i; returns the entry count.
+extern "C" __attribute__((visibility("default"))) long long gputok_native_chunk_pretok(
+    const enc_u8* buf, enc_i64 n, const enc_u32* mpos, const enc_u8* mbits, enc_i64 n_marks,
+    const enc_u8* cls_table, const enc_u8* letters, enc_u32 n_letters, int o200k, int gpt2,
+    int digit_group, int end_whole, enc_u8* mark, enc_u8* cls, enc_u32* ent) {
+  const EncHostOneBlock shape;
+  const enc_i64 m = n + 2;
+  for (enc_i64 i = 0; i < m; ++i) mark[i] = 0;
+  if (n_marks) encode_pretok_marks(mpos, mbits, n_marks, mark);
+  if (o200k) {
+    encode_o200k_classify(buf, n, mark, cls_table, cls);
+    encode_o200k_spans(buf, n, mark, cls, letters, n_letters, ent);
+  } else {
+    encode_pretok_classify(buf, n, mark, cls_table, cls);
+    encode_pretok_spans(buf, n, mark, cls, letters, n_letters, gpt2, digit_group, end_whole, ent);
+  }
+  gputok_native_scan_u32(ent, m, 1, 1);
+  return ent[n + 1];
+}
+
+// Entries (DeviceStages.entries), merge (DeviceStages.merge; dedup_bits 0: no dedup set, else
+// dedup_slots holds 1 << dedup_bits empty slots) and emit
+// (DeviceStages.emit) of the `cap` entries the pre-tokenization found. *ran_long: whether a long
+// piece was merged. Returns 0, or -1 when the long pieces' workspace could not be allocated.
+extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish(
+    const enc_u8* buf, enc_i64 n, const enc_u32* doc_off, enc_i64 n_docs, const enc_u32* sp_pos,
+    const enc_u32* sp_id, enc_i64 n_spans, const enc_u32* w_slots, const enc_u8* w_tok_bytes,
+    enc_u32 w_bits, const enc_u64* t_slots, enc_u32 t_bits, const enc_u32* byte_ids,
+    const enc_u32* join, enc_u64* dedup_slots, enc_u32 dedup_bits, enc_u32 cap, enc_u32* ent,
+    enc_u32* pstart, enc_u32* spec, enc_u32* owner, enc_u32* count, enc_u32* doc_entry,
+    int out_u16, void* out, enc_i64* out_doc, int* ran_long) {
+  const EncHostOneBlock shape;
+  encode_entries_compact(ent, n, pstart, spec);
+  if (n_spans) encode_entries_specials(ent, sp_pos, sp_id, n_spans, spec);
+  encode_doc_entries(ent, doc_off, n_docs + 1, doc_entry);
+  // the entry scan is done with: its n + 2 words hold the merge's scratch (n), as the launches
+  // free it before the merge allocates (one 4-byte-per-byte array less per chunk in the pool)
+  enc_u32* scratch = ent;
+  count[cap] = 0;  // the spare slot the scan's total lands in
+  encode_piece_kind(buf, pstart, spec, &cap, w_slots, w_tok_bytes, w_bits, dedup_slots,
+                    dedup_bits, owner, count, scratch, (enc_i64)cap);
+  // (prio_ws: the host form of encode_merge_short never touches it, see ENC_HOST_MERGE_LANES)
+  encode_merge_short(buf, pstart, &cap, owner, t_slots, t_bits, byte_ids, scratch, nullptr,
+                     count, (enc_i64)cap);
+  bool has_long = false;
+  for (enc_u32 e = 0; e + 1 < cap && !has_long; ++e)
+    has_long = pstart[e + 1] - pstart[e] >= ENC_LONG_PIECE;
+  *ran_long = has_long;
+  if (has_long) {
+    const enc_u64 units = (enc_u64)n / ENC_LONG_PIECE + 2;
+    // where (the rounds' priorities), next, prev and the block sizes (uint32); keys, tree (uint64)
+    enc_u32* w32 = static_cast<enc_u32*>(malloc(4 * (4 * (enc_u64)n + units)));
+    enc_u64* w64 = static_cast<enc_u64*>(malloc(8 * ((enc_u64)n + 2 * units)));
+    const bool ok = w32 != nullptr && w64 != nullptr;
+    if (ok)
+      encode_merge_long(buf, pstart, &cap, owner, t_slots, t_bits, byte_ids, join, scratch, w32,
+                        w32 + n, w32 + 2 * n, w64, w64 + n, w32 + 3 * n, count, (enc_i64)cap);
+    free(w32);
+    free(w64);
+    if (!ok) return -1;
+  }
+  if (dedup_bits) encode_dup_counts(&cap, owner, count, (enc_i64)cap);
+  gputok_native_scan_u32(count, (long long)cap + 1, 1, 1);
+  if (out_u16) {
+    encode_emit_u16(&cap, pstart, owner, count, scratch, static_cast<enc_u16*>(out),
+                    (enc_i64)cap);
+  } else {
+    encode_emit_u32(&cap, pstart, owner, count, scratch, static_cast<enc_u32*>(out),
+                    (enc_i64)cap);
+  }
+  encode_doc_offsets(doc_entry, count, n_docs + 1, out_doc);
+  return 0;
+}
