@@ -59,7 +59,7 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_chunk_
 }
 
 // Entries (DeviceStages.entries), merge (DeviceStages.merge; dedup_bits 0: no dedup set, else
-// dedup_slots holds 1 << dedup_bits empty slots) and emit
+// dedup_slots has room for 1 << dedup_bits slots, emptied here) and emit
 // (DeviceStages.emit) of the `cap` entries the pre-tokenization found. *ran_long: whether a long
 // piece was merged. Returns 0, or -1 when the long pieces' workspace could not be allocated.
 extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish(
@@ -77,6 +77,8 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish
   // free it before the merge allocates (one 4-byte-per-byte array less per chunk in the pool)
   enc_u32* scratch = ent;
   count[cap] = 0;  // the spare slot the scan's total lands in
+  if (dedup_bits)  // an empty dedup set (filled here: no interpreter lock held for it)
+    for (enc_u64 k = 0; k < ((enc_u64)1 << dedup_bits); ++k) dedup_slots[k] = ENC_EMPTY_KEY;
   encode_piece_kind(buf, pstart, spec, &cap, w_slots, w_tok_bytes, w_bits, dedup_slots,
                     dedup_bits, owner, count, scratch, (enc_i64)cap);
   // (prio_ws: the host form of encode_merge_short never touches it, see ENC_HOST_MERGE_LANES)

@@ -1,8 +1,8 @@
 // host_merge.h: host only. The merge stage of a few pieces the host cut (DeviceBackend.merge_pieces:
 // a run of one character, a blob, with a few pieces around it) as one call: the three kernels of
 // encode_merge.cu that the driver would launch one by one (encode_piece_kind, encode_merge_short,
-// encode_merge_long), run in order on the calling thread as one block over every entry. Appended
-// to encode_merge.cu's translation unit (gputok/backends/native_build.py), so it calls the
+// encode_merge_long), run in order on the calling thread as one block over every entry. After
+// the kernels in their translation unit (gputok/backends/native_build.py), so it calls the
 // kernels themselves, their signatures checked by the compiler: no kernel logic here, only the
 // launch sequence, which on a CPU costs more in Python (~0.15 ms: argument checks, workspace, three
 // launches) than the kernels do on a 10 KB run.

@@ -229,10 +229,12 @@ def _shared_stream(lib: _Library, threads: int, slot: int):
 
 
 def _address(a: np.ndarray) -> int:
-    try:  # a writable contiguous buffer: ~0.5 us (``__array_interface__`` builds a dict: 1.5)
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):  # read-only, empty or strided
-        return a.__array_interface__["data"][0]
+    if a.flags.writeable:
+        try:  # a writable contiguous buffer: ~0.5 us (``__array_interface__`` builds a dict: 1.5)
+            return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # empty or strided
+            pass
+    return a.__array_interface__["data"][0]  # (read-only: no exception to raise and catch, 3.5)
 
 
 class _Ready:
@@ -535,7 +537,7 @@ class NativeDevice:
         out_doc = self.empty(n_docs + 1, np.int64)
         if dedup_slots_per_entry:
             dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length())
-            slots = self.full(1 << dbits, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64)  # empty
+            slots = self.empty(1 << dbits, np.uint64)  # (emptied by the call)
         else:
             dbits, slots = 0, self.dummy(np.uint64)
         addr = self._table_addresses(tables)
