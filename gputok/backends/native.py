@@ -446,9 +446,10 @@ class NativeDevice:
             self._live[t.slot].append(args)
         self._count(name)
 
-    def _count(self, name: str) -> None:
+    def _count(self, *names: str) -> None:
         with self._count_lock:  # chunk workers launch side by side
-            self.launches[name] = self.launches.get(name, 0) + 1
+            for name in names:
+                self.launches[name] = self.launches.get(name, 0) + 1
 
     def scan(self, arr: np.ndarray, n: int, exclusive: bool) -> None:
         """In-place prefix sum of ``arr[:n]`` (uint32, modulo 2^32)."""
@@ -489,12 +490,8 @@ class NativeDevice:
         cap, n = len(spec), len(data)
         units = n // LONG_PIECE + 2
         # one uint32 block: count (cap + 1), scratch (n), then the kernels' workspace (host_merge.h)
-        ws32 = self.pool.empty(2 * cap + 1 + 2 * n + (2 * n + units if has_long else 0),
-                               np.uint32)
-        ws64 = self.pool.empty(n + 2 * units if has_long else 1, np.uint64)
-        if self.poison:
-            ws32.view(np.uint8).fill(0xCD)
-            ws64.view(np.uint8).fill(0xCD)
+        ws32 = self._bare(2 * cap + 1 + 2 * n + (2 * n + units if has_long else 0), np.uint32)
+        ws64 = self._bare(n + 2 * units if has_long else 1, np.uint64)
         count, scratch = ws32[:cap + 1], ws32[cap + 1:cap + 1 + n]
         base32 = _address(ws32)
         addr = self._table_addresses(tables)
@@ -502,10 +499,8 @@ class NativeDevice:
             data, _address(starts), _address(spec), cap, addr[0], addr[1],
             sc["w_bits"] if whole else 0, addr[2], sc["t_bits"], addr[3], addr[4], n,
             has_long, base32, base32 + 4 * (cap + 1), base32 + 4 * (cap + 1 + n), _address(ws64))
-        self._count("encode_piece_kind")
-        self._count("encode_merge_short")
-        if has_long:
-            self._count("encode_merge_long")
+        self._count("encode_piece_kind", "encode_merge_short",
+                    *(("encode_merge_long",) if has_long else ()))
         return count[:cap], scratch
 
     def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0) -> tuple:
@@ -521,8 +516,8 @@ class NativeDevice:
         n, n_docs = hc.n, hc.n_docs
         lib = self.lib.lib
         o200k = bool(sc.get("o200k"))
-        mark, cls, ent = self.empty(n + 2, np.uint8), self.empty(n + 2, np.uint8), \
-            self.empty(n + 2, np.uint32)
+        empty = self._bare  # (the arrays meet no launch: no address cache entries)
+        mark, cls, ent = empty(n + 2, np.uint8), empty(n + 2, np.uint8), empty(n + 2, np.uint32)
         cap = int(lib.gputok_native_chunk_pretok(
             _address(data), n, _address(mpos), _address(mbits), hc.n_marks,
             _address(a["cls_table"]), _address(a["letters"]), int(sc["n_letters"]), int(o200k),
@@ -530,14 +525,13 @@ class NativeDevice:
             0 if o200k else int(sc["end_whole"]), _address(mark), _address(cls), _address(ent)))
         del mark, cls
         u16 = np.dtype(out_dtype).itemsize == 2
-        ws = [self.empty(cap, np.uint32), self.empty(cap, np.uint32),
-              self.empty(cap, np.uint32), self.empty(cap + 1, np.uint32),
-              self.empty(n_docs + 1, np.uint32)]
-        out = self.empty(max(n, 1), out_dtype)
-        out_doc = self.empty(n_docs + 1, np.int64)
+        ws = [empty(cap, np.uint32), empty(cap, np.uint32), empty(cap, np.uint32),
+              empty(cap + 1, np.uint32), empty(n_docs + 1, np.uint32)]
+        out = empty(max(n, 1), out_dtype)
+        out_doc = empty(n_docs + 1, np.int64)
         if dedup_slots_per_entry:
             dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length())
-            slots = self.empty(1 << dbits, np.uint64)  # (emptied by the call)
+            slots = empty(1 << dbits, np.uint64)  # (emptied by the call)
         else:
             dbits, slots = 0, self.dummy(np.uint64)
         addr = self._table_addresses(tables)
@@ -564,8 +558,7 @@ class NativeDevice:
             names.append("encode_merge_long")
         if dbits:
             names.append("encode_dup_counts")
-        for name in names:
-            self._count(name)
+        self._count(*names)
         return out[:int(out_doc[n_docs])], out_doc
 
     def _table_addresses(self, tables) -> tuple:
@@ -585,6 +578,13 @@ class NativeDevice:
         fresh pages on the 2-core box, ~0.5 ms in these). It goes back to the pool when the
         caller drops the last array that uses it."""
         return self.pool.empty(nbytes, np.uint8)
+
+    def _bare(self, n, dtype):
+        """``empty`` for arrays the device's own calls use (no launch: not remembered)."""
+        a = self.pool.empty(n, dtype)
+        if self.poison:
+            a.view(np.uint8).fill(0xCD)
+        return a
 
     def empty(self, n, dtype):
         a = self.pool.empty(n, dtype)
