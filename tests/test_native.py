@@ -377,6 +377,7 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     be = native.create(threads=2)
     monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
     monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "_SHORT_MAX", 0)  # (else short texts: one call, below)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     few = ["a" * 20_000, " " * 9000 + "end", "\U0001F600" * 4000, "x " + "7" * 30 + "b" * 5000,
            "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
@@ -395,6 +396,43 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     assert enc.encode(spec, allowed_special="all") == tk.encode(spec, allowed_special="all")
 
 
+def test_a_short_text_is_one_device_call(monkeypatch):
+    """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters with no
+    special token active: ``DeviceBackend.encode_short``, the whole sequence in one call
+    (prose, code, CJK, emoji, runs, lone surrogates, byte-level HF BPE); active specials, a
+    normaliser (Qwen2's NFC) or a shorter text take the other paths. Ids as the oracles'."""
+    from gputok import backends
+    from gputok.stages import counters
+
+    be = native.create(threads=2)
+    be.dev.poison = True
+    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    docs = e2e_docs()
+    base = " ".join(docs)
+    texts = [base[:600], base[1000:5000], base[-16_000:], "\u65e5\u672c\u8a9e\u306e\u6587" * 150,
+             "\U0001F600" * 700 + " ok", "a" * 3000 + " " * 900 + "b", "x\ud800y " * 200,
+             "tab\tand\r\nlines 123456 " * 40]
+    for name in ("cl100k_base", "o200k_base", "r50k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        for text in texts:
+            before = counters["device.short_texts"]
+            assert enc.encode_ordinary(text) == tk.encode_ordinary(text), (name, text[:30])
+            assert counters["device.short_texts"] == before + 1
+        special = texts[1] + "<|endoftext|>"
+        before = counters["device.short_texts"]
+        assert enc.encode(special, allowed_special="all") == tk.encode(special,
+                                                                      allowed_special="all")
+        assert enc.encode_ordinary(texts[0][:400]) == tk.encode_ordinary(texts[0][:400])
+        assert counters["device.short_texts"] == before  # specials active; under _SHORT_MIN
+    llama, qwen = hf_encoding("llama3"), hf_encoding("qwen2")
+    for enc, hf in ((llama, hf_oracle("llama3")), (qwen, hf_oracle("qwen2"))):
+        before = counters["device.short_texts"]
+        for text in [t for t in texts[:6] if "<|" not in t]:  # (HF splits its added tokens)
+            assert enc.encode_ordinary(text) == hf.encode(text, add_special_tokens=False).ids
+        assert (counters["device.short_texts"] > before) == (enc is llama)
+
+
 def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeypatch):
     """``Encoding.encode`` of a text under the batch path's threshold: with a cold piece cache
     and ``DEVICE_MISSES`` misses or more, every miss merges in one ``merge_pieces`` call; a few
@@ -405,6 +443,7 @@ def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeyp
     be = native.create(threads=2)
     monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
     monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "_SHORT_MAX", 0)  # (else: one call, test below)
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
     text = " ".join(e2e_docs())[:1500]
     enc.model.piece_cache.clear()

@@ -59,11 +59,12 @@ from . import Backend, get_backend
 from .device_stages import DeviceStages, Tables
 from .device_tables import upload_tables
 from .host_pool import huge_block
-from .hostplan import GAP, NORMAL, HostChunk, cut_long_documents, prepare, splice_normalized
+from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_documents, prepare,
+                       splice_normalized)
 from ..stages import counters
 from ..stages.emit import assemble
 from ..stages.merge import LONG_PIECE
-from ..stages.pack import Documents
+from ..stages.pack import Documents, fix_surrogates
 from ..unicode import FORMS
 from ..stages.split import check_buffer, token_spans
 
@@ -79,6 +80,8 @@ CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
 INLINE_MAX_BYTES = 16 << 10
 TRIM_CHARS = 1 << 17  # a text this long gives idle host workspace back (encode_list)
 PRETOK_MODES = ("auto", "device", "scanner", "split")
+_SEGMENT_BITS = np.array([SEG_START, SEG_END], np.uint8)  # encode_short's one segment
+_NONE_U32 = np.zeros(0, np.uint32)
 
 
 @dataclass
@@ -206,6 +209,38 @@ class DeviceBackend(Backend):
         ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype,
                             getattr(self.dev, "host_block", huge_block))
         return (ids, off) if keep is None else (ids, off[keep])
+
+    def encode_short(self, model, text: str) -> "list | None":
+        """One text with no special tokens in it, its whole sequence as one device call where
+        the device has that form (``chunk_inline``) and the model cuts its pieces on the
+        device, with no normaliser: a list of ids; else None. Skips packing, chunk planning
+        and assembly (~50 us): ``Encoding.encode`` takes it for texts of ``SHORT_MIN``
+        characters and more that the host cut would spend longer on than the call."""
+        inline = getattr(self.dev, "chunk_inline", None)
+        if inline is None or model.normalizer or model.kind == "wordpiece" \
+                or self.profile is not None:
+            return None
+        plan = self._plan(model)
+        if plan.mode != "device" or plan.norm_form is not None:
+            return None
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # surrogates: tiktoken's repair first
+            data = fix_surrogates(text).encode("utf-8")
+        n = len(data)
+        if not n or n > CHUNK_LIMIT:
+            return None
+        ends = np.array([0, n], np.uint32)  # one document, one segment, no token spans
+        hc = HostChunk(0, 1, n, "device", [np.frombuffer(data, np.uint8), ends, ends,
+                                            _SEGMENT_BITS, _NONE_U32, _NONE_U32], 1, n_marks=2)
+        st = self.stages
+        with self._lock:
+            ids, _ = inline(plan.tables, hc, model.id_dtype,
+                            st.dedup_slots_per_entry if st.dedup else 0.0)
+        out = ids.tolist()
+        with self._count_lock:
+            counters["device.short_texts"] += 1
+        return out
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """``Backend.encode_list``; besides, a device whose workspace is
