@@ -425,6 +425,14 @@ def test_a_short_text_is_one_device_call(monkeypatch):
                                                                       allowed_special="all")
         assert enc.encode_ordinary(texts[0][:400]) == tk.encode_ordinary(texts[0][:400])
         assert counters["device.short_texts"] == before  # specials active; under _SHORT_MIN
+    # threads side by side (no backend lock around the call)
+    import concurrent.futures
+
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    jobs = [base[k * 700:k * 700 + 600 + 37 * k] for k in range(40)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(enc.encode_ordinary, jobs))
+    assert got == [tk.encode_ordinary(t) for t in jobs]
     llama, qwen = hf_encoding("llama3"), hf_encoding("qwen2")
     for enc, hf in ((llama, hf_oracle("llama3")), (qwen, hf_oracle("qwen2"))):
         before = counters["device.short_texts"]

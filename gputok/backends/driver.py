@@ -234,9 +234,10 @@ class DeviceBackend(Backend):
         hc = HostChunk(0, 1, n, "device", [np.frombuffer(data, np.uint8), ends, ends,
                                             _SEGMENT_BITS, _NONE_U32, _NONE_U32], 1, n_marks=2)
         st = self.stages
-        with self._lock:
-            ids, _ = inline(plan.tables, hc, model.id_dtype,
-                            st.dedup_slots_per_entry if st.dedup else 0.0)
+        # (no backend lock: the call touches only this thread's arrays and the read-only
+        # tables, as each chunk worker's does, so threads' short texts run side by side)
+        ids, _ = inline(plan.tables, hc, model.id_dtype,
+                        st.dedup_slots_per_entry if st.dedup else 0.0)
         out = ids.tolist()
         with self._count_lock:
             counters["device.short_texts"] += 1
