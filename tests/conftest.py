@@ -84,3 +84,24 @@ def cl100k():
     import gputok
 
     return gputok.get_encoding("cl100k_base")
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler for the test, whatever this process inherited (a test run
+    started in the background of a shell without job control has SIGINT ignored, and so does
+    every process it starts); the previous handler is put back after."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def sigint_as_default():
+    """``preexec_fn`` of a child a test sends Ctrl-C to: SIGINT's default action in it (a
+    Python child then installs its own handler), not an ignored SIGINT inherited from the
+    test run (see ``python_sigint``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -220,7 +220,8 @@ def test_interrupt_before_any_shard_says_nothing_is_kept(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["end", "flush"])
-def test_ctrl_c_inside_the_writer_keeps_documents_and_positions_together(tmp_path, where):
+def test_ctrl_c_inside_the_writer_keeps_documents_and_positions_together(tmp_path, where,
+                                                                        python_sigint):
     """A Ctrl-C that lands inside ``ShardWriter.add`` (between taking a batch's documents and
     recording their input end, or while a shard is written) is held until the writer's state
     is whole again: the shards then hold exactly the documents their recorded end covers, so a

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sigint_as_default
 from gputok.shards import read_manifest, read_shards
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ def test_interrupt_keeps_the_encoded_documents(corpus, reference, tmp_path, how,
     inputs = corpus * 32  # ~8 s of work, all in one 20M-token shard unless interrupted
     p = subprocess.Popen(_cmd(inputs, out, "npy", "--shard-tokens", "20M", workers=workers),
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=sigint_as_default)
     for _ in range(200):  # the manifest is written before the first batch
         time.sleep(0.05)
         if (out / "manifest.json").exists():

@@ -217,9 +217,9 @@ class DeviceBackend(Backend):
         and assembly (~50 us): ``Encoding.encode`` takes it for texts of ``SHORT_MIN``
         characters and more that the host cut would spend longer on than the call."""
         inline = getattr(self.dev, "chunk_inline", None)
-        if inline is None or model.normalizer or model.kind == "wordpiece" \
-                or self.profile is not None:
-            return None
+        if inline is None or model.family is not None or model.normalizer \
+                or self.profile is not None or self._host_family(model) is not None:
+            return None  # (a family's own stages: SentencePiece, WordPiece, ...)
         plan = self._plan(model)
         if plan.mode != "device" or plan.norm_form is not None:
             return None
