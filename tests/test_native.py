@@ -292,6 +292,8 @@ def test_merge_pieces_is_the_pipeline_for_pieces_cut_on_the_host():
         be = backend(layout, dedup=True)
         got = be.merge_pieces(enc.model, raw)
         assert got == [tuple(tk.encode_ordinary(p)) for p in pieces], layout
+        assert be.merge_pieces(enc.model, raw, flat=True) == [i for t in got for i in t]
+        assert be.merge_pieces(enc.model, raw[1:2], flat=True) == list(got[1])
     assert be.merge_pieces(enc.model, []) == []
     assert set(be.dev.launches) == {"encode_piece_kind", "encode_merge_short", "encode_merge_long"}
 

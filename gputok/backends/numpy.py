@@ -11,7 +11,7 @@ batch bookkeeping (a short text costs a regex call and a few dict probes).
 from __future__ import annotations
 
 from . import Backend
-from ..stages import dedup, emit, normalize, split
+from ..stages import counters, dedup, emit, normalize, split
 from ..stages.pack import fix_surrogates
 from ..specials import split_text
 
@@ -86,6 +86,11 @@ def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int
     pieces = model.pretokenizer.split_few(fix_surrogates(text), limit)
     if pieces is None:
         return None
+    if device_merge is not None:  # every piece in one call, the ids as one list
+        got = device_merge([p.encode("utf-8") for p in pieces], flat=True)
+        if got is not None:
+            counters["merge.device_pieces"] += len(pieces)
+            return got
     return dedup.flat_ids(dedup.ids_of_pieces(model, pieces, device_merge))
 
 
