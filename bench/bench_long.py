@@ -5,8 +5,9 @@ piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose
 document of ordinary pieces). Each (library, input, size) runs
 in a fresh process: the encoder is built and warmed up on a small text of the same kind, the
 peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the
-best call of at least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up) and
-the peak resident memory of the encode is read back.
+best call of at least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up, its
+first touch of fresh memory included, unless ``--warm-large``) and the peak resident memory of
+the encode is read back.
 Ids are compared between the libraries (a digest of each result) before anything is reported.
 
     python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
@@ -45,6 +46,7 @@ KINDS = {
 
 MIN_TIME = 0.3  # seconds of calls per cell below 1 MB (best call reported)
 MAX_CALLS = 1000
+WARM_LARGE = os.environ.get("BENCH_LONG_WARM_LARGE") == "1"  # set by --warm-large (children)
 
 
 def _rss_kb(field: str) -> int:
@@ -83,7 +85,8 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
     # below 1 MB: at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1
     # ms: three calls are at the mercy of one scheduler tick); from 1 MB one call
     start = time.perf_counter()
-    while not times or (nbytes < 1_000_000 and len(times) < MAX_CALLS and (
+    many = nbytes < 1_000_000 or WARM_LARGE
+    while not times or (many and len(times) < MAX_CALLS and (
             len(times) < repeat or time.perf_counter() - start < MIN_TIME)):
         t0 = time.perf_counter()
         ids = encode(text)
@@ -114,6 +117,9 @@ def main():
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--backend", default="auto",
                    help="gputok's backend (default auto: encode_ordinary's own choice)")
+    p.add_argument("--warm-large", action="store_true",
+                   help="from 1 MB too, the best of several calls (steady state: the first call's "
+                        "first touch of its workspace and output is left out), as below 1 MB")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -121,6 +127,8 @@ def main():
         print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
                                args.repeat, args.backend)))
         return
+    if args.warm_large:
+        os.environ["BENCH_LONG_WARM_LARGE"] = "1"  # (the children read it)
     _common.compile_bytecode()
     print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
           f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
