@@ -19,23 +19,7 @@
 
 extern "C" int gputok_native_scan_u32(unsigned* a, long long n, int exclusive, int threads);
 
-namespace {
-// One block over every range (ENC_GRID_STRIDE runs it as one loop), this thread's launch shape
-// restored after.
-struct EncHostOneBlock {
-  enc_host_dim3 saved[3];
-  EncHostOneBlock() : saved{enc_host_block_idx, enc_host_block_dim, enc_host_grid_dim} {
-    enc_host_block_idx = enc_host_dim3{0, 0, 0};
-    enc_host_block_dim = enc_host_dim3{0x7FFFFFFFu, 1, 1};
-    enc_host_grid_dim = enc_host_dim3{1, 1, 1};
-  }
-  ~EncHostOneBlock() {
-    enc_host_block_idx = saved[0];
-    enc_host_block_dim = saved[1];
-    enc_host_grid_dim = saved[2];
-  }
-};
-}  // namespace
+// (EncHostOneBlock: host_merge.h, before this file in the unit)
 
 // Pre-tokenization (DeviceStages.pretok) and the entries' scan: ent[i] is the entry index of
 // byte i; returns the entry count.

@@ -12,6 +12,24 @@
 // sizes them (NativeDevice.merge_inline). No dedup: every piece merges itself, as
 // merge_pieces asks.
 
+namespace {
+// One block over every range (ENC_GRID_STRIDE runs it as one loop), this thread's launch shape
+// restored after.
+struct EncHostOneBlock {
+  enc_host_dim3 saved[3];
+  EncHostOneBlock() : saved{enc_host_block_idx, enc_host_block_dim, enc_host_grid_dim} {
+    enc_host_block_idx = enc_host_dim3{0, 0, 0};
+    enc_host_block_dim = enc_host_dim3{0x7FFFFFFFu, 1, 1};
+    enc_host_grid_dim = enc_host_dim3{1, 1, 1};
+  }
+  ~EncHostOneBlock() {
+    enc_host_block_idx = saved[0];
+    enc_host_block_dim = saved[1];
+    enc_host_grid_dim = saved[2];
+  }
+};
+}  // namespace
+
 extern "C" __attribute__((visibility("default"))) int gputok_native_merge_inline(
     const enc_u8* buf, const enc_u32* pstart, const enc_u32* spec, enc_u32 n_entries,
     const enc_u32* w_slots, const enc_u8* w_tok_bytes, enc_u32 w_bits, const enc_u64* t_slots,
@@ -28,10 +46,7 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_merge_inline
   enc_u32* size = prv + n;                   // units
   enc_u64* heap = ws_u64;                    // n
   enc_u64* tree = heap + n;                  // 2 * units
-  const enc_host_dim3 saved[3] = {enc_host_block_idx, enc_host_block_dim, enc_host_grid_dim};
-  enc_host_block_idx = enc_host_dim3{0, 0, 0};
-  enc_host_block_dim = enc_host_dim3{n_entries, 1, 1};  // one block over every entry
-  enc_host_grid_dim = enc_host_dim3{1, 1, 1};
+  const EncHostOneBlock shape;
   encode_piece_kind(buf, pstart, spec, &n_entries, w_slots, w_tok_bytes, w_bits, nullptr, 0u,
                     owner, count, scratch, cap);
   encode_merge_short(buf, pstart, &n_entries, owner, t_slots, t_bits, byte_ids, scratch, prio,
@@ -39,8 +54,5 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_merge_inline
   if (has_long)
     encode_merge_long(buf, pstart, &n_entries, owner, t_slots, t_bits, byte_ids, join, scratch,
                       prio, nxt, prv, heap, tree, size, count, cap);
-  enc_host_block_idx = saved[0];
-  enc_host_block_dim = saved[1];
-  enc_host_grid_dim = saved[2];
   return 0;
 }

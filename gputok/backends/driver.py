@@ -216,13 +216,10 @@ class DeviceBackend(Backend):
         device, with no normaliser: a list of ids; else None. Skips packing, chunk planning
         and assembly (~50 us): ``Encoding.encode`` takes it for texts of ``SHORT_MIN``
         characters and more that the host cut would spend longer on than the call."""
-        inline = getattr(self.dev, "chunk_inline", None)
-        if inline is None or model.family is not None or model.normalizer \
-                or self.profile is not None or self._host_family(model) is not None:
+        if getattr(self.dev, "chunk_inline", None) is None or model.family is not None \
+                or model.normalizer or self._host_family(model) is not None:
             return None  # (a family's own stages: SentencePiece, WordPiece, ...)
         plan = self._plan(model)
-        if plan.mode != "device" or plan.norm_form is not None:
-            return None
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:  # surrogates: tiktoken's repair first
@@ -233,15 +230,14 @@ class DeviceBackend(Backend):
         ends = np.array([0, n], np.uint32)  # one document, one segment, no token spans
         hc = HostChunk(0, 1, n, "device", [np.frombuffer(data, np.uint8), ends, ends,
                                             _SEGMENT_BITS, _NONE_U32, _NONE_U32], 1, n_marks=2)
-        st = self.stages
         # (no backend lock: the call touches only this thread's arrays and the read-only
         # tables, as each chunk worker's does, so threads' short texts run side by side)
-        ids, _ = inline(plan.tables, hc, model.id_dtype,
-                        st.dedup_slots_per_entry if st.dedup else 0.0)
-        out = ids.tolist()
+        got = self._inline_chunk(plan, hc, model.id_dtype)
+        if got is None:  # (pieces cut on the host, a normaliser check, a profile)
+            return None
         with self._count_lock:
             counters["device.short_texts"] += 1
-        return out
+        return got[1].tolist()
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """``Backend.encode_list``; besides, a device whose workspace is
