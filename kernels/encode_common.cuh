@@ -24,14 +24,14 @@
 
 // The body of a span kernel (encode_pretok_spans, encode_o200k_spans): THE SPAN WALK
 // (common/encode_pretok_rules.h) at every byte of [0, n), the sentinel entry at n, and
-// ent[n + 1] = 0, which ends the scan.
-template <class T>
-__device__ __forceinline__ void enc_span_kernel(const T& t, enc_i64 n, enc_u32* ent) {
+// flag 0 at n + 1, which ends the scan; the flags go to `out` (EncEntFlags: the ent array).
+template <class T, class S>
+__device__ __forceinline__ void enc_span_kernel(const T& t, enc_i64 n, S& out) {
   ENC_GRID_STRIDE(i, n + 2) {
     if (i >= n) {
-      ent[i] = i == n;
+      enc_ent_put(out, i, i == n ? 1u : 0u);
     } else {
-      const enc_i64 next = enc_spans_at(t, i, ent);
+      const enc_i64 next = enc_spans_into(t, i, out);
       ENC_SKIP_TO(i, next);  // a CPU loop skips the span's bytes (their threads do nothing)
     }
   }

@@ -31,12 +31,24 @@ extern "C" __global__ void encode_o200k_classify(const enc_u8* __restrict__ buf,
   ENC_GRID_STRIDE(i, n + 1) { cls[i] = o200k_classify_at(buf, n, mark, cls_table, i); }
 }
 
+// The spans kernel's body, its flags to `out` (the kernel: EncEntFlags over ent; the native CPU
+// device's one-call chunk: the list of starts, kernels/host_chunk.h).
+template <class S>
+__device__ __forceinline__ void enc_o200k_spans_into(const enc_u8* __restrict__ buf, enc_i64 n,
+                                                     const enc_u8* __restrict__ mark,
+                                                     const enc_u8* __restrict__ cls,
+                                                     const enc_u8* __restrict__ letters,
+                                                     enc_u32 n_letters, S& out) {
+  O2Text t;
+  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
+  enc_span_kernel(t, n, out);
+}
+
 extern "C" __global__ void encode_o200k_spans(const enc_u8* __restrict__ buf, enc_i64 n,
                                               const enc_u8* __restrict__ mark,
                                               const enc_u8* __restrict__ cls,
                                               const enc_u8* __restrict__ letters,
                                               enc_u32 n_letters, enc_u32* __restrict__ ent) {
-  O2Text t;
-  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
-  enc_span_kernel(t, n, ent);
+  EncEntFlags out{ent};
+  enc_o200k_spans_into(buf, n, mark, cls, letters, n_letters, out);
 }

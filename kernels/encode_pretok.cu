@@ -47,18 +47,32 @@ extern "C" __global__ void encode_pretok_classify(const enc_u8* __restrict__ buf
   ENC_GRID_STRIDE(i, n + 1) { cls[i] = enc_classify_at(buf, n, mark, cls_table, i); }
 }
 
+// The spans kernel's body, its flags to `out` (the kernel: EncEntFlags over ent; the native CPU
+// device's one-call chunk: the list of starts, kernels/host_chunk.h).
+template <class S>
+__device__ __forceinline__ void enc_pretok_spans_into(const enc_u8* __restrict__ buf, enc_i64 n,
+                                                      const enc_u8* __restrict__ mark,
+                                                      const enc_u8* __restrict__ cls,
+                                                      const enc_u8* __restrict__ letters,
+                                                      enc_u32 n_letters, int gpt2,
+                                                      int digit_group, int end_whole, S& out) {
+  EncClText t;
+  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
+  t.gpt2 = gpt2;
+  t.digit_group = digit_group;
+  t.end_whole = end_whole;
+  enc_span_kernel(t, n, out);
+}
+
 extern "C" __global__ void encode_pretok_spans(const enc_u8* __restrict__ buf, enc_i64 n,
                                                const enc_u8* __restrict__ mark,
                                                const enc_u8* __restrict__ cls,
                                                const enc_u8* __restrict__ letters,
                                                enc_u32 n_letters, int gpt2, int digit_group,
                                                int end_whole, enc_u32* __restrict__ ent) {
-  EncClText t;
-  enc_span_text(t, buf, mark, cls, letters, n_letters, n);
-  t.gpt2 = gpt2;
-  t.digit_group = digit_group;
-  t.end_whole = end_whole;
-  enc_span_kernel(t, n, ent);
+  EncEntFlags out{ent};
+  enc_pretok_spans_into(buf, n, mark, cls, letters, n_letters, gpt2, digit_group, end_whole,
+                        out);
 }
 
 extern "C" __global__ void encode_entries_compact(const enc_u32* __restrict__ scan, enc_i64 n,

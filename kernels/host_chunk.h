@@ -6,23 +6,57 @@
 // ~20 launches and allocations (~0.3 ms a chunk, which 16 workers would take in turn), and a
 // short text skips them too. Like host_merge.h it calls the kernels themselves, in the launch
 // order of gputok/backends/device_stages.py, their signatures checked by the compiler: no kernel
-// logic here, only the sequence and the two prefix sums (the runtime's, on this thread).
+// logic here, only the sequence, the entries as a list of starts (EncHostStarts: what the flags'
+// scan and compaction give, in a sequential walk's form) and the prefix sum of the counts (the
+// runtime's, on this thread).
 //
-//   gputok_native_chunk_pretok   pre-tokenization and the entry scan: returns the entry count
-//                                (the caller sizes the entry arrays by it, as the driver does)
+//   gputok_native_chunk_pretok   pre-tokenization, the entries' starts listed as found: returns
+//                                the entry count (the caller sizes the entry arrays by it, as
+//                                the driver does)
 //   gputok_native_chunk_finish   entries, merge (with the dedup set when given), emit
 //
-// Workspace (the caller's arrays, m = n + 2): mark, cls (uint8, m), ent (uint32, m); then, for
-// `cap` entries, pstart, spec, owner (cap), count (cap + 1), doc_entry (n_docs + 1); the
-// merge's scratch is ent's memory. A chunk with a piece of ENC_LONG_PIECE bytes or more takes the long pieces'
-// workspace from malloc (as rare as such pieces; ~20 bytes per byte of the chunk).
+// Workspace (the caller's arrays, m = n + 2): mark, cls (uint8, m), ent (uint32, m: the starts,
+// then the merge's scratch); then, for `cap` entries, pstart, spec, owner (cap), count
+// (cap + 1), doc_entry (n_docs + 1). A chunk with a piece of ENC_LONG_PIECE bytes or more takes
+// the long pieces' workspace from malloc (as rare as such pieces; ~20 bytes per byte of the
+// chunk).
 
 extern "C" int gputok_native_scan_u32(unsigned* a, long long n, int exclusive, int threads);
 
 // (EncHostOneBlock: host_merge.h, before this file in the unit)
 
-// Pre-tokenization (DeviceStages.pretok) and the entries' scan: ent[i] is the entry index of
-// byte i; returns the entry count.
+namespace {
+// The entry starts of a chunk as THE SPAN WALK finds them walking the chunk in order on one
+// thread (enc_span_kernel under EncHostOneBlock): a list, written over the flag array's own
+// memory (the k-th start is at a byte >= k, so the list never overtakes the walk). This is the
+// flags' exclusive scan and compaction (encode_scan.cu, encode_entries_compact) in the form a
+// sequential walk has: entry e is the e-th start.
+struct EncHostStarts {
+  enc_u32* at;
+  enc_u32 n;
+};
+
+__forceinline__ void enc_ent_put(EncHostStarts& out, enc_i64 i, enc_u32 flag) {
+  if (flag) out.at[out.n++] = (enc_u32)i;
+}
+
+// The first entry whose start is at byte `pos` or after (the flags' exclusive scan at pos):
+// a binary search of the ascending starts.
+__forceinline__ enc_u32 enc_host_entry_at(const enc_u32* pstart, enc_u32 cap, enc_u32 pos) {
+  enc_u32 lo = 0, hi = cap;
+  while (lo < hi) {
+    const enc_u32 mid = lo + (hi - lo) / 2;
+    if (pstart[mid] < pos)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+}  // namespace
+
+// Pre-tokenization (DeviceStages.pretok) with its entries listed as found: ent[0 .. count)
+// holds the byte of each entry's start (the sentinel's, n, last); returns the entry count.
 extern "C" __attribute__((visibility("default"))) long long gputok_native_chunk_pretok(
     const enc_u8* buf, enc_i64 n, const enc_u32* mpos, const enc_u8* mbits, enc_i64 n_marks,
     const enc_u8* cls_table, const enc_u8* letters, enc_u32 n_letters, int o200k, int gpt2,
@@ -31,15 +65,16 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_chunk_
   const enc_i64 m = n + 2;
   for (enc_i64 i = 0; i < m; ++i) mark[i] = 0;
   if (n_marks) encode_pretok_marks(mpos, mbits, n_marks, mark);
+  EncHostStarts starts{ent, 0};
   if (o200k) {
     encode_o200k_classify(buf, n, mark, cls_table, cls);
-    encode_o200k_spans(buf, n, mark, cls, letters, n_letters, ent);
+    enc_o200k_spans_into(buf, n, mark, cls, letters, n_letters, starts);
   } else {
     encode_pretok_classify(buf, n, mark, cls_table, cls);
-    encode_pretok_spans(buf, n, mark, cls, letters, n_letters, gpt2, digit_group, end_whole, ent);
+    enc_pretok_spans_into(buf, n, mark, cls, letters, n_letters, gpt2, digit_group, end_whole,
+                          starts);
   }
-  gputok_native_scan_u32(ent, m, 1, 1);
-  return ent[n + 1];
+  return starts.n;
 }
 
 // Entries (DeviceStages.entries), merge (DeviceStages.merge; dedup_bits 0: no dedup set, else
@@ -54,11 +89,20 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish
     enc_u32* pstart, enc_u32* spec, enc_u32* owner, enc_u32* count, enc_u32* doc_entry,
     int out_u16, void* out, enc_i64* out_doc, int* ran_long) {
   const EncHostOneBlock shape;
-  encode_entries_compact(ent, n, pstart, spec);
-  if (n_spans) encode_entries_specials(ent, sp_pos, sp_id, n_spans, spec);
-  encode_doc_entries(ent, doc_off, n_docs + 1, doc_entry);
-  // the entry scan is done with: its n + 2 words hold the merge's scratch (n), as the launches
-  // free it before the merge allocates (one 4-byte-per-byte array less per chunk in the pool)
+  // the entries (encode_entries_compact, encode_entries_specials, encode_doc_entries) from the
+  // list of starts: a special token's entry takes its id, the sentinel's is a gap; a document
+  // and a special token start at the first entry at or after their byte
+  for (enc_u32 e = 0; e < cap; ++e) {
+    pstart[e] = ent[e];
+    spec[e] = ENC_NORMAL;
+  }
+  spec[cap - 1] = ENC_GAP;
+  for (enc_i64 k = 0; k < n_spans; ++k)
+    spec[enc_host_entry_at(pstart, cap, sp_pos[k])] = sp_id[k];
+  for (enc_i64 d = 0; d <= n_docs; ++d)
+    doc_entry[d] = enc_host_entry_at(pstart, cap, doc_off[d]);
+  // the starts are copied out: their n + 2 words hold the merge's scratch (n), as the launches
+  // free the entry scan before the merge allocates (one 4-byte-per-byte array less per chunk)
   enc_u32* scratch = ent;
   count[cap] = 0;  // the spare slot the scan's total lands in
   if (dedup_bits)  // an empty dedup set (filled here: no interpreter lock held for it)

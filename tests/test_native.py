@@ -237,6 +237,14 @@ def test_every_kernel_runs_on_real_volumes():
     expect = tk.encode_batch(docs, allowed_special={"<|endoftext|>"}, num_threads=2)
     got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
     assert sum(a != b for a, b in zip(got, expect)) == 0
+    # a chunk worker runs a chunk as one call (kernels/host_chunk.h: the entries as a list of
+    # starts); the stage-by-stage launches (a profile's, as CUDA's) scan and compact the flags
+    few = docs[::25] + docs[-2:]
+    be.profile = []
+    ids, off = be.encode(enc.model, Documents(few), frozenset(["<|endoftext|>"]), frozenset())
+    be.profile = None
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(few))] == \
+        tk.encode_batch(few, allowed_special={"<|endoftext|>"}, num_threads=2)
     r50k, tk50 = gputok.get_encoding("r50k_base"), tiktoken_oracle("r50k_base")  # uint16 ids
     ids, off = be.encode(r50k.model, Documents(docs[::10]), frozenset(), frozenset())
     assert ids.dtype == np.uint16

@@ -547,13 +547,11 @@ class NativeDevice:
                               "chunk")
         names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
             "encode_pretok_classify", "encode_pretok_spans"]
-        names += ["encode_entries_compact", "encode_doc_entries", "encode_piece_kind",
-                  "encode_merge_short", "encode_emit_u16" if u16 else "encode_emit_u32",
-                  "encode_doc_offsets", "scan_add", "scan_add"]
+        names += ["encode_piece_kind", "encode_merge_short",
+                  "encode_emit_u16" if u16 else "encode_emit_u32", "encode_doc_offsets",
+                  "scan_add"]
         if hc.n_marks:
             names.append("encode_pretok_marks")
-        if hc.n_spans:
-            names.append("encode_entries_specials")
         if ran_long.value:
             names.append("encode_merge_long")
         if dbits:

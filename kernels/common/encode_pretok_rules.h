@@ -53,11 +53,24 @@ GPUTOK_FN enc_u8 enc_classify_at(const GPUTOK_DEV enc_u8* buf, enc_i64 n,
 // whatever the order. Returns the first byte after those it wrote for a span start (the bytes
 // between belong to its span: their own threads write nothing), else i + 1; a sequential loop
 // may go on there (ENC_SKIP_TO), a GPU ignores it.
-template <class T>
-GPUTOK_FN enc_i64 enc_spans_at(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+//
+// The flags go to a sink S through enc_ent_put(out, i, flag): EncEntFlags is the flag array
+// every device scans; the native CPU device's one-call chunk (kernels/host_chunk.h) walks the
+// chunk in order on one thread and takes the starts as a list instead (its sink, found by
+// argument-dependent lookup), which is the flags' scan and compaction done as they are written.
+struct EncEntFlags {
+  GPUTOK_DEV enc_u32* ent;
+};
+
+GPUTOK_FN void enc_ent_put(GPUTOK_THREAD EncEntFlags& out, enc_i64 i, enc_u32 flag) {
+  out.ent[i] = flag;
+}
+
+template <class T, class S>
+GPUTOK_FN enc_i64 enc_spans_into(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_THREAD S& out) {
   const enc_u8 m = t.mark[i];
   if (m & ENC_OUTSIDE) {
-    ent[i] = (m & ENC_SPECIAL_START) ? 1u : 0u;
+    enc_ent_put(out, i, (m & ENC_SPECIAL_START) ? 1u : 0u);
     return i + 1;
   }
   const enc_u8 c = t.cls[i];
@@ -66,13 +79,19 @@ GPUTOK_FN enc_i64 enc_spans_at(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_DEV e
   if (!enc_span_start(t, p, c)) return i + 1;
   enc_i64 pos = i;
   while (true) {
-    ent[pos] = 1u;
+    enc_ent_put(out, pos, 1u);
     const enc_i64 end = enc_span_match(t, pos);
-    for (enc_i64 q = pos + 1; q < end; ++q) ent[q] = 0u;
+    for (enc_i64 q = pos + 1; q < end; ++q) enc_ent_put(out, q, 0u);
     pos = end;
     const enc_u8 k = enc_span_at(t, pos);
     if (k == ENC_X || enc_span_start(t, t.cls[enc_span_prev(t, pos)], k)) return pos;
   }
+}
+
+template <class T>
+GPUTOK_FN enc_i64 enc_spans_at(GPUTOK_THREAD const T& t, enc_i64 i, GPUTOK_DEV enc_u32* ent) {
+  EncEntFlags out{ent};
+  return enc_spans_into(t, i, out);
 }
 
 // A span text's common fields (EncClText, O2Text): the chunk, its marks, classes and
