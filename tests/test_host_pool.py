@@ -166,6 +166,36 @@ def test_huge_blocks_get_huge_pages_where_the_kernel_offers_them():
     assert got > 0 or _fragmented()
 
 
+def test_a_short_last_unit_gets_a_huge_page_a_long_one_does_not():
+    """A block's last partial 2 MB unit is backed by a huge page when that adds at most 1/8 of
+    the block (a chunk's entry arrays), else it stays in 4 KB pages (memory, not page faults)."""
+    import mmap
+
+    from gputok.backends.host_pool import HUGE_PAGE, TAIL_WASTE, huge_block
+
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        mode = ""
+    if _anon_huge_kb() is None or "[never]" in mode or not hasattr(mmap, "MADV_HUGEPAGE") \
+            or not mode:
+        import pytest
+        pytest.skip("no transparent huge pages on this system")
+    short = 2 * HUGE_PAGE - 2 * HUGE_PAGE // (2 * TAIL_WASTE)  # 1/16 short of two units
+    long_tail = HUGE_PAGE + HUGE_PAGE // 4  # 3/4 of a unit short: 60% more
+    for n, units in ((short, 2), (long_tail, 1)):
+        before = _anon_huge_kb()
+        a = huge_block(n)
+        assert a.shape == (n,)
+        a[::4096] = 1
+        a[-1] = 2
+        got = _anon_huge_kb() - before
+        assert got <= units * HUGE_PAGE // 1024
+        assert got == units * HUGE_PAGE // 1024 or _fragmented()
+        del a
+        gc.collect()
+
+
 def _fragmented() -> bool:
     """Whether no free 2 MB block is left (the kernel then falls back to 4 KB pages)."""
     try:

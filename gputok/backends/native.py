@@ -517,23 +517,30 @@ class NativeDevice:
         lib = self.lib.lib
         o200k = bool(sc.get("o200k"))
         empty = self._bare  # (the arrays meet no launch: no address cache entries)
-        mark, cls, ent = empty(n + 2, np.uint8), empty(n + 2, np.uint8), empty(n + 2, np.uint32)
+        # the small arrays of a chunk share blocks: one block of 2 MB pages where a chunk has
+        # several 1 MB arrays, whose 4 KB pages were most of a fresh process's first page faults
+        marks = empty(2 * (n + 2), np.uint8)
+        mark, cls, ent = marks[:n + 2], marks[n + 2:], empty(n + 2, np.uint32)
         cap = int(lib.gputok_native_chunk_pretok(
             _address(data), n, _address(mpos), _address(mbits), hc.n_marks,
             _address(a["cls_table"]), _address(a["letters"]), int(sc["n_letters"]), int(o200k),
             0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
             0 if o200k else int(sc["end_whole"]), _address(mark), _address(cls), _address(ent)))
-        del mark, cls
+        del marks, mark, cls
         u16 = np.dtype(out_dtype).itemsize == 2
-        ws = [empty(cap, np.uint32), empty(cap, np.uint32), empty(cap, np.uint32),
-              empty(cap + 1, np.uint32), empty(n_docs + 1, np.uint32)]
         out = empty(max(n, 1), out_dtype)
         out_doc = empty(n_docs + 1, np.int64)
-        if dedup_slots_per_entry:
-            dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length())
-            slots = empty(1 << dbits, np.uint64)  # (emptied by the call)
-        else:
-            dbits, slots = 0, self.dummy(np.uint64)
+        # one block: the dedup set (emptied by the call), then pstart, spec, owner (cap),
+        # count (cap + 1), doc_entry (n_docs + 1)
+        dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length()) \
+            if dedup_slots_per_entry else 0
+        n_slots = 1 << dbits if dbits else 0
+        sizes = (cap, cap, cap, cap + 1, n_docs + 1)
+        block = empty(n_slots + (sum(sizes) + 1) // 2, np.uint64)
+        slots = block[:n_slots] if dbits else self.dummy(np.uint64)
+        words = block[n_slots:].view(np.uint32)
+        ends = np.cumsum((0,) + sizes).tolist()
+        ws = [words[a:b] for a, b in zip(ends, ends[1:])]
         addr = self._table_addresses(tables)
         ran_long = ctypes.c_int(0)
         status = lib.gputok_native_chunk_finish(
@@ -541,7 +548,7 @@ class NativeDevice:
             addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
             _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws], int(u16),
             _address(out), _address(out_doc), ctypes.byref(ran_long))
-        del slots
+        del slots, block, words, ws
         if status != 0:
             raise MemoryError(f"native device: no memory for the long pieces of a {n}-byte "
                               "chunk")
