@@ -166,9 +166,10 @@ class _Library:
                                                    vp, vp, vp]
         lib.gputok_native_chunk_pretok.restype = ll
         lib.gputok_native_chunk_finish.argtypes = [vp, ll, vp, ll, vp, vp, ll, vp, vp, u, vp, u,
-                                                   vp, vp, vp, u, u, vp, vp, vp, vp, vp, vp, i,
-                                                   vp, vp, vp]
+                                                   vp, vp, vp, u, u, vp, vp, vp, vp, vp, vp, vp]
         lib.gputok_native_chunk_finish.restype = i
+        lib.gputok_native_chunk_emit.argtypes = [u, vp, vp, vp, vp, vp, ll, i, vp, vp]
+        lib.gputok_native_chunk_emit.restype = None
         try:
             threads = threads_default()
         except ValueError:  # a bad $GPUTOK_NUM_THREADS is reported where the device is made
@@ -504,11 +505,12 @@ class NativeDevice:
         return count[:cap], scratch
 
     def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0) -> tuple:
-        """One chunk's whole kernel sequence in two calls on this thread (kernels/host_chunk.h:
+        """One chunk's whole kernel sequence in three calls on this thread (kernels/host_chunk.h:
         pre-tokenization, entries, merge and emit as ``DeviceBackend._kernels`` launches them,
-        for a chunk cut on the device, its arrays from the same pool): (ids, document offsets
-        (int64, n_docs + 1)). A chunk worker then holds the interpreter's lock for two calls
-        instead of ~20 launches and allocations, and a short text skips them too.
+        for a chunk cut on the device, its arrays from the same pool, the output sized by the
+        id count): (ids, document offsets (int64, n_docs + 1)). A chunk worker then holds the
+        interpreter's lock for three calls instead of ~20 launches and allocations, and a short
+        text skips them too.
         ``dedup_slots_per_entry``: the dedup set's size per entry as ``DeviceStages.merge``
         sizes it (0: no dedup)."""
         a, sc = tables.arrays, tables.scalars
@@ -527,9 +529,6 @@ class NativeDevice:
             0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
             0 if o200k else int(sc["end_whole"]), _address(mark), _address(cls), _address(ent)))
         del marks, mark, cls
-        u16 = np.dtype(out_dtype).itemsize == 2
-        out = empty(max(n, 1), out_dtype)
-        out_doc = empty(n_docs + 1, np.int64)
         # one block: the dedup set (emptied by the call), then pstart, spec, owner (cap),
         # count (cap + 1), doc_entry (n_docs + 1)
         dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length()) \
@@ -546,12 +545,19 @@ class NativeDevice:
         status = lib.gputok_native_chunk_finish(
             _address(data), n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
             addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
-            _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws], int(u16),
-            _address(out), _address(out_doc), ctypes.byref(ran_long))
-        del slots, block, words, ws
+            _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws],
+            ctypes.byref(ran_long))
         if status != 0:
             raise MemoryError(f"native device: no memory for the long pieces of a {n}-byte "
                               "chunk")
+        u16 = np.dtype(out_dtype).itemsize == 2
+        pstart, _, owner, count, doc_entry = ws
+        out = empty(max(int(count[cap]), 1), out_dtype)
+        out_doc = empty(n_docs + 1, np.int64)
+        lib.gputok_native_chunk_emit(cap, _address(pstart), _address(owner), _address(count),
+                                     _address(ent), _address(doc_entry), n_docs, int(u16),
+                                     _address(out), _address(out_doc))
+        del slots, block, words, ws, pstart, owner, count, doc_entry, ent
         names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
             "encode_pretok_classify", "encode_pretok_spans"]
         names += ["encode_piece_kind", "encode_merge_short",
