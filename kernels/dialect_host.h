@@ -74,6 +74,30 @@ extern __thread enc_host_dim3 enc_host_grid_dim;
     if ((next) > (i) + 1) (i) = (next) - 1; \
   } while (0)
 
+// THE BYTES HASH and enc_bytes_equal read strings a word at a time (common/encode_rules.h); a
+// CPU loads the word whole. Bytes [k, k + 8) of a string of len >= k + 8 are in it; a shorter
+// tail of a string of 8 bytes or more is the end of the string's last 8 bytes; a string shorter
+// than 8 bytes is read as 8 bytes where those do not cross a 4 KB boundary (no page past the
+// string's own can be touched, whatever buffer it is in), byte by byte where they would.
+#define ENC_WORD_AT 1
+__forceinline__ unsigned long long enc_host_load8(const unsigned char* p) {
+  unsigned long long w;
+  __builtin_memcpy(&w, p, 8);
+  return w;  // (x86-64 and arm64: little-endian)
+}
+
+__forceinline__ unsigned long long enc_word_at(const unsigned char* p, unsigned k,
+                                               unsigned len) {
+  const unsigned r = len - k;
+  if (r >= 8) return enc_host_load8(p + k);
+  if (len >= 8) return enc_host_load8(p + len - 8) >> (8 * (8 - r));
+  if (((unsigned long long)(__UINTPTR_TYPE__)(p + k) & 4095u) <= 4088u)
+    return enc_host_load8(p + k) & ((1ull << (8 * r)) - 1);
+  unsigned long long w = 0;
+  for (unsigned j = 0; j < r; ++j) w |= (unsigned long long)p[k + j] << (8 * j);
+  return w;
+}
+
 // Memory-level parallelism is the CPU's latency hiding (a GPU switches warps instead): kernels
 // mark loads they will need soon (encode_common.cuh, enc_pair_prefetch).
 #define ENC_PREFETCH(p) __builtin_prefetch(p)

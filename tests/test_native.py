@@ -964,3 +964,40 @@ def test_a_library_not_built_yet_is_not_compiled_when_asked_not_to(monkeypatch, 
     monkeypatch.setattr(native_build, "_compile", lambda *a: pytest.fail("compiled"))
     assert native_build.build(compile=False) is None
     assert native.library(compile=False) is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "PROT_READ"), reason="no mmap protection")
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_short_pieces_ending_at_an_unreadable_page_are_read_within_theirs(name):
+    """The native device reads a piece of under 8 bytes as one 8-byte word only where that does
+    not cross into the next 4 KB page (kernels/dialect_host.h, enc_word_at): documents ending
+    just before a page that cannot be read, with short pieces of every length at the end, encode
+    as tiktoken's with no fault (whole-token lookups, dedup and merges all compare such words)."""
+    import ctypes
+    import mmap
+
+    from gputok.stages.pack import Packed
+
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    be = native.create(threads=1)
+    for tail in ["a", " é", "end", "zq!", " 12", "xyzw", " qwxz", "\u4e2d\u6587", "qqqqqqq"]:
+        m = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        view = ctypes.c_char.from_buffer(m)
+        base = ctypes.addressof(view)
+        head = "word " * 20 + tail  # a document ending exactly at the page's end, after filler
+        raw = head.encode()
+        filler = b" " * (page - len(raw))
+        m[:page] = filler + raw
+        assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE
+        try:
+            ids, off = be.encode(enc.model, Documents(Packed(m, [0, len(filler), page])),
+                                 frozenset(), frozenset())
+            got = [ids[off[i]:off[i + 1]].tolist() for i in range(2)]
+        finally:
+            assert libc.mprotect(base + page, page, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+        assert got == [tk.encode_ordinary(filler.decode()), tk.encode_ordinary(head)], tail
+        del got, ids, off, view
+        m.close()

@@ -23,8 +23,8 @@ from ..stages.table import join_bitmap, merged_tokens  # noqa: F401  (the kernel
 EMPTY_SLOT = 0xFFFFFFFF
 PAIR_COMPACT = 0x100  # in t_bits: the merge table has 8-byte slots (pair_slots)
 PAIR_ID_BITS = 21
-FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
+BYTES_SEED = 0xCBF29CE484222325
+WORD_MUL = 0x9E3779B97F4A7C15
 MIX1, MIX2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # a 64-bit finalizer (murmur3's)
 _M64 = (1 << 64) - 1
 
@@ -32,11 +32,13 @@ i32, u32 = np.int32, np.uint32
 
 
 def bytes_hash(data: bytes) -> int:
-    """``enc_bytes_hash`` of kernels/encode_common.cuh: FNV-1a over the bytes, then a 64-bit
-    finalizer so that the top bits (the slot) depend on every byte."""
-    h = FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & _M64
+    """``enc_bytes_hash`` of kernels/common/encode_rules.h: from ``BYTES_SEED ^ len``, each
+    8-byte little-endian word (the last one zero-padded) xor-ed in and the state multiplied by
+    ``WORD_MUL``, then a 64-bit finalizer so that the top bits (the slot) depend on every
+    byte."""
+    h = BYTES_SEED ^ len(data)
+    for k in range(0, len(data), 8):
+        h = ((h ^ int.from_bytes(data[k:k + 8], "little")) * WORD_MUL) & _M64
     for mul in (MIX1, MIX2):
         h ^= h >> 33
         h = (h * mul) & _M64
@@ -49,15 +51,21 @@ def bytes_hash_many(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     order = np.argsort(-lens, kind="stable")  # longest first: the active set is a prefix
     starts = offsets[:-1].astype(np.int64)[order]
     ls = lens[order]
-    h = np.full(len(lens), FNV_OFFSET, np.uint64)
-    prime = np.uint64(FNV_PRIME)
-    for pos in range(int(ls[0]) if len(ls) else 0):
+    h = np.uint64(BYTES_SEED) ^ ls.astype(np.uint64)
+    mul = np.uint64(WORD_MUL)
+    last = max(len(data) - 1, 0)
+    for pos in range(0, int(ls[0]) if len(ls) else 0, 8):
         k = int(np.searchsorted(-ls, -pos, "left"))  # tokens longer than pos
-        h[:k] ^= data[starts[:k] + pos].astype(np.uint64)
-        h[:k] *= prime
-    for mul in (MIX1, MIX2):
+        word = np.zeros(k, np.uint64)
+        for j in range(8):
+            at = starts[:k] + pos + j
+            byte = data[np.minimum(at, last)].astype(np.uint64)
+            byte[ls[:k] <= pos + j] = 0  # past the token's end: zero padding
+            word |= byte << np.uint64(8 * j)
+        h[:k] = (h[:k] ^ word) * mul
+    for m in (MIX1, MIX2):
         h ^= h >> np.uint64(33)
-        h *= np.uint64(mul)
+        h *= np.uint64(m)
     h ^= h >> np.uint64(33)
     out = np.empty_like(h)
     out[order] = h
@@ -134,7 +142,7 @@ def pair_slots(table) -> tuple[np.ndarray, int]:
 
 
 #: bump when whole_table or join_bitmap change: old cache files are ignored
-TABLES_VERSION = 4
+TABLES_VERSION = 5
 _CACHED = {"t_slots", "byte_ids", "slots", "tok_bytes", "join"}
 
 
@@ -145,7 +153,7 @@ def _cache_path(model) -> "str | None":
         return None
     from ..stages.table import _cache_file, cache_key
 
-    key = hashlib.sha256(f"{cache_key(model.ranks_digest)}|{FNV_OFFSET:x}|{FNV_PRIME:x}|"
+    key = hashlib.sha256(f"{cache_key(model.ranks_digest)}|{BYTES_SEED:x}|{WORD_MUL:x}|"
                          f"{MIX1:x}|{MIX2:x}|{TABLES_VERSION}".encode()).hexdigest()[:32]
     return _cache_file(key).replace("merge-table-", "device-tables-").replace(".npz", ".bin")
 

@@ -47,7 +47,7 @@ def kernel_constants() -> dict:
         "ENC_EMPTY_SLOT": dt.EMPTY_SLOT, "ENC_HASH_MUL": int(table.HASH_MUL),
         "ENC_LONG_PIECE": merge.LONG_PIECE, "ENC_HEAP_BLOCK": merge.HEAP_BLOCK,
         "ENC_ROUND_MIN_SHARE": merge.ROUND_MIN_SHARE,
-        "ENC_FNV_OFFSET": dt.FNV_OFFSET, "ENC_FNV_PRIME": dt.FNV_PRIME, "ENC_MIX1": dt.MIX1,
+        "ENC_BYTES_SEED": dt.BYTES_SEED, "ENC_WORD_MUL": dt.WORD_MUL, "ENC_MIX1": dt.MIX1,
         "ENC_MIX2": dt.MIX2,
         "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,
         "ENC_PAIR_COMPACT": dt.PAIR_COMPACT, "ENC_PAIR_ID_BITS": dt.PAIR_ID_BITS,
