@@ -1,21 +1,22 @@
-// host_chunk.h: host only. One chunk's whole kernel sequence in three calls, on the calling thread:
-// what DeviceBackend._kernels launches one by one for a chunk whose pieces are cut on the device
-// (pre-tokenization, entries, merge, emit; no normaliser check, BPE models), for the native CPU
-// device's chunk workers (each runs a chunk on one thread anyway: NativeDevice.chunk_inline).
-// A chunk of a many-core batch then holds the Python interpreter's lock for three calls, not for
-// ~20 launches and allocations (~0.3 ms a chunk, which 16 workers would take in turn), and a
-// short text skips them too. Like host_merge.h it calls the kernels themselves, in the launch
-// order of gputok/backends/device_stages.py, their signatures checked by the compiler: no kernel
-// logic here, only the sequence, the entries as a list of starts (EncHostStarts: what the flags'
-// scan and compaction give, in a sequential walk's form) and the prefix sum of the counts (the
+// host_chunk.h: host only. One chunk's whole kernel sequence in two calls (three for a big
+// chunk), on the calling thread: what DeviceBackend._kernels launches one by one for a chunk
+// whose pieces are cut on the device (pre-tokenization, entries, merge, emit; no normaliser
+// check, BPE models), for the native CPU device's chunk workers (each runs a chunk on one thread
+// anyway: NativeDevice.chunk_inline). A chunk of a many-core batch then holds the Python
+// interpreter's lock for two or three calls, not for ~20 launches and allocations (~0.3 ms a
+// chunk, which 16 workers would take in turn), and a short text skips them too. Like
+// host_merge.h it calls the kernels themselves, in the launch order of
+// gputok/backends/device_stages.py, their signatures checked by the compiler: no kernel logic
+// here, only the sequence, the entries as a list of starts (EncHostStarts: what the flags' scan
+// and compaction give, in a sequential walk's form) and the prefix sum of the counts (the
 // runtime's, on this thread).
 //
 //   gputok_native_chunk_pretok   pre-tokenization, the entries' starts listed as found: returns
 //                                the entry count (the caller sizes the entry arrays by it, as
 //                                the driver does)
 //   gputok_native_chunk_finish   entries, merge (with the dedup set when given), the counts'
-//                                scan: the chunk's id count
-//   gputok_native_chunk_emit     emit, into an output of exactly that size
+//                                scan: the chunk's id count; a small chunk's emit too
+//   gputok_native_chunk_emit     a big chunk's emit, into an output of exactly that size
 //
 // Workspace (the caller's arrays, m = n + 2): mark, cls (uint8, m), ent (uint32, m: the starts,
 // then the merge's scratch); then, for `cap` entries, pstart, spec, owner (cap), count
@@ -79,17 +80,36 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_chunk_
   return starts.n;
 }
 
+// Emit (DeviceStages.emit) of a finished chunk into `out` (count[cap] ids: a big chunk's caller
+// sizes it so, as a bound of one id per byte would page in ~4 bytes per byte, mostly unwritten).
+extern "C" __attribute__((visibility("default"))) void gputok_native_chunk_emit(
+    enc_u32 cap, const enc_u32* pstart, const enc_u32* owner, const enc_u32* count,
+    const enc_u32* scratch, const enc_u32* doc_entry, enc_i64 n_docs, int out_u16, void* out,
+    enc_i64* out_doc) {
+  const EncHostOneBlock shape;
+  if (out_u16) {
+    encode_emit_u16(&cap, pstart, owner, count, scratch, static_cast<enc_u16*>(out),
+                    (enc_i64)cap);
+  } else {
+    encode_emit_u32(&cap, pstart, owner, count, scratch, static_cast<enc_u32*>(out),
+                    (enc_i64)cap);
+  }
+  encode_doc_offsets(doc_entry, count, n_docs + 1, out_doc);
+}
+
 // Entries (DeviceStages.entries), merge (DeviceStages.merge; dedup_bits 0: no dedup set, else
 // dedup_slots has room for 1 << dedup_bits slots, emptied here) and the id counts' scan of the
-// `cap` entries the pre-tokenization found. *ran_long: whether a long piece was merged. Returns
-// 0, or -1 when the long pieces' workspace could not be allocated.
+// `cap` entries the pre-tokenization found, then the emit into `out` when it is given (a small
+// chunk's caller sizes it by the bound, one id per byte, and saves a call). *ran_long: whether a
+// long piece was merged. Returns 0, or -1 when the long pieces' workspace could not be
+// allocated.
 extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish(
     const enc_u8* buf, enc_i64 n, const enc_u32* doc_off, enc_i64 n_docs, const enc_u32* sp_pos,
     const enc_u32* sp_id, enc_i64 n_spans, const enc_u32* w_slots, const enc_u8* w_tok_bytes,
     enc_u32 w_bits, const enc_u64* t_slots, enc_u32 t_bits, const enc_u32* byte_ids,
     const enc_u32* join, enc_u64* dedup_slots, enc_u32 dedup_bits, enc_u32 cap, enc_u32* ent,
     enc_u32* pstart, enc_u32* spec, enc_u32* owner, enc_u32* count, enc_u32* doc_entry,
-    int* ran_long) {
+    int* ran_long, int out_u16, void* out, enc_i64* out_doc) {
   const EncHostOneBlock shape;
   // the entries (encode_entries_compact, encode_entries_specials, encode_doc_entries) from the
   // list of starts: a special token's entry takes its id, the sentinel's is a gap; a document
@@ -133,22 +153,8 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish
   }
   if (dedup_bits) encode_dup_counts(&cap, owner, count, (enc_i64)cap);
   gputok_native_scan_u32(count, (long long)cap + 1, 1, 1);  // count[cap]: the chunk's id count
+  if (out != nullptr)
+    gputok_native_chunk_emit(cap, pstart, owner, count, scratch, doc_entry, n_docs, out_u16, out,
+                             out_doc);
   return 0;
-}
-
-// Emit (DeviceStages.emit) of a finished chunk into `out`, sized by count[cap] (the caller's
-// exact output: a bound of one id per byte would page in ~4 bytes per byte, mostly unwritten).
-extern "C" __attribute__((visibility("default"))) void gputok_native_chunk_emit(
-    enc_u32 cap, const enc_u32* pstart, const enc_u32* owner, const enc_u32* count,
-    const enc_u32* scratch, const enc_u32* doc_entry, enc_i64 n_docs, int out_u16, void* out,
-    enc_i64* out_doc) {
-  const EncHostOneBlock shape;
-  if (out_u16) {
-    encode_emit_u16(&cap, pstart, owner, count, scratch, static_cast<enc_u16*>(out),
-                    (enc_i64)cap);
-  } else {
-    encode_emit_u32(&cap, pstart, owner, count, scratch, static_cast<enc_u32*>(out),
-                    (enc_i64)cap);
-  }
-  encode_doc_offsets(doc_entry, count, n_docs + 1, out_doc);
 }

@@ -81,6 +81,7 @@ from .driver import DeviceBackend
 from .host_pool import HostPool
 
 CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
+EXACT_OUT_BYTES = 1 << 16  # chunks above this get an output of their id count (chunk_inline)
 STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
 #                       (~50 us on the shared box) is not worth it for a few ms of work
 BLOCK = 1 << 14  # elements per work item of a launch
@@ -166,7 +167,8 @@ class _Library:
                                                    vp, vp, vp]
         lib.gputok_native_chunk_pretok.restype = ll
         lib.gputok_native_chunk_finish.argtypes = [vp, ll, vp, ll, vp, vp, ll, vp, vp, u, vp, u,
-                                                   vp, vp, vp, u, u, vp, vp, vp, vp, vp, vp, vp]
+                                                   vp, vp, vp, u, u, vp, vp, vp, vp, vp, vp, vp,
+                                                   i, vp, vp]
         lib.gputok_native_chunk_finish.restype = i
         lib.gputok_native_chunk_emit.argtypes = [u, vp, vp, vp, vp, vp, ll, i, vp, vp]
         lib.gputok_native_chunk_emit.restype = None
@@ -505,12 +507,13 @@ class NativeDevice:
         return count[:cap], scratch
 
     def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0) -> tuple:
-        """One chunk's whole kernel sequence in three calls on this thread (kernels/host_chunk.h:
+        """One chunk's whole kernel sequence in two calls on this thread (kernels/host_chunk.h:
         pre-tokenization, entries, merge and emit as ``DeviceBackend._kernels`` launches them,
-        for a chunk cut on the device, its arrays from the same pool, the output sized by the
-        id count): (ids, document offsets (int64, n_docs + 1)). A chunk worker then holds the
-        interpreter's lock for three calls instead of ~20 launches and allocations, and a short
-        text skips them too.
+        for a chunk cut on the device, its arrays from the same pool; a chunk over
+        ``EXACT_OUT_BYTES`` emits in a third call, into an output sized by its id count):
+        (ids, document offsets (int64, n_docs + 1)). A chunk worker then holds the
+        interpreter's lock for two or three calls instead of ~20 launches and allocations, and
+        a short text skips them too.
         ``dedup_slots_per_entry``: the dedup set's size per entry as ``DeviceStages.merge``
         sizes it (0: no dedup)."""
         a, sc = tables.arrays, tables.scalars
@@ -542,22 +545,28 @@ class NativeDevice:
         ws = [words[a:b] for a, b in zip(ends, ends[1:])]
         addr = self._table_addresses(tables)
         ran_long = ctypes.c_int(0)
+        u16 = np.dtype(out_dtype).itemsize == 2
+        out_doc = empty(n_docs + 1, np.int64)
+        # a small chunk emits in the same call into an output of one id per byte; a big one
+        # gets an output of its id count, from the pages it will write (a third call)
+        out = empty(max(n, 1), out_dtype) if n <= EXACT_OUT_BYTES else None
         status = lib.gputok_native_chunk_finish(
             _address(data), n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
             addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
             _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws],
-            ctypes.byref(ran_long))
+            ctypes.byref(ran_long), int(u16), None if out is None else _address(out),
+            _address(out_doc))
         if status != 0:
             raise MemoryError(f"native device: no memory for the long pieces of a {n}-byte "
                               "chunk")
-        u16 = np.dtype(out_dtype).itemsize == 2
-        pstart, _, owner, count, doc_entry = ws
-        out = empty(max(int(count[cap]), 1), out_dtype)
-        out_doc = empty(n_docs + 1, np.int64)
-        lib.gputok_native_chunk_emit(cap, _address(pstart), _address(owner), _address(count),
-                                     _address(ent), _address(doc_entry), n_docs, int(u16),
-                                     _address(out), _address(out_doc))
-        del slots, block, words, ws, pstart, owner, count, doc_entry, ent
+        if out is None:
+            pstart, _, owner, count, doc_entry = ws
+            out = empty(max(int(count[cap]), 1), out_dtype)
+            lib.gputok_native_chunk_emit(cap, _address(pstart), _address(owner),
+                                         _address(count), _address(ent), _address(doc_entry),
+                                         n_docs, int(u16), _address(out), _address(out_doc))
+            del pstart, owner, count, doc_entry
+        del slots, block, words, ws, ent
         names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
             "encode_pretok_classify", "encode_pretok_spans"]
         names += ["encode_piece_kind", "encode_merge_short",
