@@ -22,11 +22,11 @@ Without a compiler the backend is unavailable (``gputok info`` says why) and ``"
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
 
 Performance notes (2-core shared VM whose second core is mostly taken by other work;
-bench/results/encode-native-*.md has the runs): ~35-40 MB/s per core on prose and code, ~25 on
-multilingual text (tiktoken 0.14: ~8-15). Kernel time per byte on one core (cl100k prose,
-ns): whole-token lookup 7, span matcher 5.6, short merges 4.4, entry compaction 2.1, classes
-1.1, scans 0.7, emit 0.7; multilingual text spends most in the short merges (o200k: 16). Every
-hash probe is a cache miss on 8-24 MB tables. Decisions:
+bench/results/encode-native-*.md and native-*.md have the runs): ~60 MB/s per core on prose and
+code, ~35 on multilingual text (tiktoken 0.14: ~10-16; one thread, CPU time, warm). Time on one
+core, o200k prose: whole-token lookup 23%, span walk 22%, short merges 19%, classes 4%, emit
+3%; multilingual text spends 41% in the short merges. Every hash probe is a cache miss on 8 MB
+tables. Decisions:
 * dedup on (``create``): each distinct piece that is not a whole token merges once per chunk;
   a hash insert per such piece costs less than the merges it saves (multilingual -20%, code -8%,
   prose even);
@@ -53,6 +53,16 @@ hash probe is a cache miss on 8-24 MB tables. Decisions:
 * ``encode_piece_kind`` hashes each piece 16 entries ahead and prefetches its table slots
   (``ENC_HOST_PREFETCH_AHEAD``, dialect_host.h): +4-7% on multilingual text, even elsewhere.
   Tried and dropped: tables copied into 2 MB (transparent huge) pages, no gain measured.
+* a chunk worker's chunk is one sequence of calls (``chunk_inline``, kernels/host_chunk.h),
+  whose span walk goes through the chunk in order on one thread and lists the entries' starts
+  as it finds them, where the launches write a flag per byte for a scan and a compaction (-12%
+  on o200k prose, one thread); a chunk's small arrays share two blocks and a big chunk's output
+  is sized by its id count: a fresh process's first 4 MB batch touches ~10 MB less new memory,
+  whose first touch (zeroing, in a VM backing it) is most of what the first batch costs over
+  the next;
+* THE BYTES HASH reads a piece a word at a time, and the native device loads that word whole
+  (``enc_word_at``, dialect_host.h; a piece under 8 bytes where the 8 bytes stay in its 4 KB
+  page): a short piece's whole-token lookup has no byte loop to mispredict (-24% in it);
 * on 16 cores (Xeon, bench/results/cuda-h200-2026-11-27.md) one thread runs 32 MB/s and 16
   threads 190-205 MB/s on prose, 100-110 on multilingual text (4.4x and 3.5-4x tiktoken's batch
   API on as many threads, warm): the workers are busy ~70% of the chunk loop and each runs at
