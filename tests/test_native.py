@@ -696,17 +696,17 @@ def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
 
     monkeypatch.setattr(driver, "MIN_CHUNK", 1000)  # half of 6000 is still a device chunk
     enc = gputok.get_encoding("cl100k_base")
-    docs = e2e_docs() * 4
+    docs = [d.encode() for d in e2e_docs() * 4]  # (bytes: packed as one batch first)
     want = native.create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
                                                              frozenset(), frozenset())
     be = native.create(threads=2, chunk_bytes=6000)
     real, calls = be._whole_chunk, []
 
-    def fails_once(plan, hc, dtype):
+    def fails_once(plan, hc, dtype, *rest):
         calls.append(hc.n)
         if len(calls) == 4:
             raise MemoryError("injected")
-        return real(plan, hc, dtype)
+        return real(plan, hc, dtype, *rest)
 
     be._whole_chunk = fails_once
     ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
@@ -714,6 +714,14 @@ def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
     np.testing.assert_array_equal(off, want[1])
     # chunks queued before the error was seen ran at full size; the retry at half
     assert calls[-1] <= 3000 and not be.fallbacks
+    # str documents packed chunk by chunk: the batch starts over on the batch path (which
+    # halves its chunks if that runs out of memory too), same ids
+    calls.clear()
+    ids, off = be.encode(enc.model, Documents([d.decode() for d in docs]), frozenset(),
+                         frozenset())
+    np.testing.assert_array_equal(ids, want[0])
+    np.testing.assert_array_equal(off, want[1])
+    assert len(calls) > 4 and not be.fallbacks
 
 
 # ---------------------------------------------------------------- 3. the module
@@ -1001,3 +1009,37 @@ def test_short_pieces_ending_at_an_unreadable_page_are_read_within_theirs(name):
         assert got == [tk.encode_ordinary(filler.decode()), tk.encode_ordinary(head)], tail
         del got, ids, off, view
         m.close()
+
+
+def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids():
+    """A batch of str documents over several chunks is packed one chunk at a time while the
+    workers run the chunks before (``DeviceBackend._encode_streamed``), with the ids of the
+    whole-batch path: ASCII and non-ASCII documents, empty ones, lone surrogates (repaired the
+    tiktoken way). Batches that need the whole batch's bytes take the batch path."""
+    from gputok.stages import counters
+    from gputok.stages.pack import utf8_of
+
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    be = native.create(threads=2, chunk_bytes=4000)
+    docs = e2e_docs()[:40] + ["", "caf\u00e9 \u4e2d\u6587 \U0001F600", "\ud83d lone", ""] * 3
+    docs += ["plain ascii text " * 30] * 5
+
+    def run(texts, allowed=frozenset(), disallowed=frozenset()):
+        before = counters["device.streamed_batches"]
+        ids, off = be.encode(enc.model, Documents(texts), allowed, disallowed)
+        return ([ids[off[i]:off[i + 1]].tolist() for i in range(len(texts))],
+                counters["device.streamed_batches"] - before)
+
+    got, streamed = run(docs)
+    assert streamed == 1 and got == tk.encode_ordinary_batch(docs, num_threads=2)
+    # the same documents as bytes, with a special token to find, or one to refuse, or one
+    # document longer than a chunk: the whole batch first, the same ids
+    assert run([utf8_of(d) for d in docs]) == (got, 0)
+    special = docs + ["a <|endoftext|> b"]
+    expect = tk.encode_batch(special, allowed_special={"<|endoftext|>"}, num_threads=2)
+    assert run(special, allowed=frozenset(["<|endoftext|>"])) == (expect, 0)
+    assert run(docs, disallowed=frozenset(["<|endoftext|>"])) == (got, 0)
+    with pytest.raises(ValueError, match="endoftext"):
+        run(special, disallowed=frozenset(["<|endoftext|>"]))
+    long = docs + ["word " * 2000]
+    assert run(long) == (tk.encode_ordinary_batch(long, num_threads=2), 0)

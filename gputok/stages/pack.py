@@ -161,6 +161,10 @@ class Documents:
                 f"document {index} is not valid UTF-8 (byte offset {e.start}: "
                 f"{e.reason}); pass errors='replace' to decode invalid bytes as U+FFFD") from None
 
+    def strs(self) -> "Sequence[str] | None":
+        """The documents as given, when they were given as str (else None)."""
+        return self._strs
+
     def iter_str(self) -> Iterator[str]:
         """Documents as valid Python str (surrogates already repaired the tiktoken way)."""
         if self._strs is not None:
