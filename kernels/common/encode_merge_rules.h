@@ -174,13 +174,24 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
   enc_u32 m;
   for (enc_u32 k = r.lo; k < r.hi; ++k) pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &m);
   enc_u32 len = r.len;
-  enc_u32 best = ENC_NO_MERGE, at = 0;
-  for (enc_u32 k = 0; k + 1 < len; ++k) {
-    if (pr[k] < best) {
-      best = pr[k];
-      at = k;
-    }
+  // THE COMPARATOR (lowest priority, then leftmost) as one integer minimum of priority << 32 |
+  // position, kept in two running minima (even and odd pairs): half the loop-carried chain of
+  // one compare-and-select per pair
+  enc_u64 m0 = ENC_U64_MAX, m1 = ENC_U64_MAX;
+  enc_u32 q = 0;
+  for (; q + 2 < len; q += 2) {
+    const enc_u64 a0 = ((enc_u64)pr[q] << 32) | (enc_u64)q;
+    const enc_u64 a1 = ((enc_u64)pr[q + 1] << 32) | (enc_u64)(q + 1);
+    m0 = a0 < m0 ? a0 : m0;
+    m1 = a1 < m1 ? a1 : m1;
   }
+  if (q + 1 < len) {
+    const enc_u64 a0 = ((enc_u64)pr[q] << 32) | (enc_u64)q;
+    m0 = a0 < m0 ? a0 : m0;
+  }
+  const enc_u64 key = m0 < m1 ? m0 : m1;
+  const enc_u32 best = len > 1 ? (enc_u32)(key >> 32) : ENC_NO_MERGE;
+  const enc_u32 at = (enc_u32)key;
   if (best == ENC_NO_MERGE) {
     r.lo = r.hi = 0;
     return false;
