@@ -552,7 +552,7 @@ class NativeDevice:
         slots = block[:n_slots] if dbits else self.dummy(np.uint64)
         words = block[n_slots:].view(np.uint32)
         ends = np.cumsum((0,) + sizes).tolist()
-        ws = [words[a:b] for a, b in zip(ends, ends[1:])]
+        ws = [words[lo:hi] for lo, hi in zip(ends, ends[1:])]
         addr = self._table_addresses(tables)
         ran_long = ctypes.c_int(0)
         u16 = np.dtype(out_dtype).itemsize == 2
