@@ -82,6 +82,7 @@ TRIM_CHARS = 1 << 17  # a text this long gives idle host workspace back (encode_
 PRETOK_MODES = ("auto", "device", "scanner", "split")
 _SEGMENT_BITS = np.array([SEG_START, SEG_END], np.uint8)  # encode_short's one segment
 _NONE_U32 = np.zeros(0, np.uint32)
+_NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64), _NONE_U32)  # (starts, ends, ids)
 
 
 @dataclass
@@ -237,32 +238,26 @@ class DeviceBackend(Backend):
             return None
         if plan.mode != "device" or plan.normalizer or plan.kind == "wordpiece":
             return None
+        budget = self._chunk_budget()
+        chars = [len(s) for s in strs]  # (UTF-8 has 1 to 4 bytes a character)
+        if 4 * sum(chars) <= budget or max(chars) > budget:
+            return None  # surely one chunk, or a document over one: before any UTF-8 is made
         known = [None if s.isascii() else utf8_of(s) for s in strs]
         doc_off = np.zeros(len(strs) + 1, np.int64)
-        np.cumsum([len(s) if b is None else len(b) for s, b in zip(strs, known)],
-                  out=doc_off[1:])
-        budget = self._chunk_budget()
+        np.cumsum([c if b is None else len(b) for c, b in zip(chars, known)], out=doc_off[1:])
         if int(np.diff(doc_off).max()) > budget:
             return None  # a document the batch path cuts at safe points
         if self._chunk_end(doc_off, 0, budget) >= len(strs):
             return None  # one chunk: the batch path's one-call form, on this thread
         ends = self._even_ends(doc_off, 0, budget, workers)
-        if ends is None:
-            ends, d0 = [], 0
-            while d0 < len(strs):
-                d0 = self._chunk_end(doc_off, d0, budget)
-                ends.append(d0)
-        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
 
         def chunks():
-            d0 = 0
-            for d1 in map(int, ends):
+            for d0, d1 in self._chunk_ranges(doc_off, 0, budget, ends):
                 data = b"".join([s.encode() if b is None else b
                                  for s, b in zip(strs[d0:d1], known[d0:d1])])
                 hc = prepare(plan.mode, plan.pretok, data, doc_off[d0:d1 + 1] - doc_off[d0],
-                             none, 0, d1 - d0)
+                             _NO_SPANS, 0, d1 - d0)
                 yield d0, d1, replace(hc, d0=d0, d1=d1)
-                d0 = d1
 
         parts: list = []
         with self._lock:
@@ -384,11 +379,10 @@ class DeviceBackend(Backend):
         Returns {"bytes", "docs", "mode", "ms": {stage: best ms}, "total_ms"}."""
         buf, doc_off = Documents(texts).packed()
         doc_off = np.asarray(doc_off, np.int64)
-        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
         with self._lock:
             plan = self._plan(model)
             d1 = self._chunk_end(doc_off, 0, self._chunk_budget())
-            hc = prepare(plan.mode, plan.pretok, buf, doc_off, none, 0, d1,
+            hc = prepare(plan.mode, plan.pretok, buf, doc_off, _NO_SPANS, 0, d1,
                          () if plan.norm_form else plan.normalizer)
             best: dict = {}
             with self.dev.stream(0):
@@ -634,6 +628,16 @@ class DeviceBackend(Backend):
         for: (d0, d1, host chunk), or (d0, d1, None) for one document too big for uint32
         positions (``_oversized``). ``ends``: the chunks' end documents (``_even_ends``), else
         each chunk takes the documents that fit ``budget``."""
+        for d0, d1 in self._chunk_ranges(doc_off, start, budget, ends):
+            if int(doc_off[d1] - doc_off[d0]) > CHUNK_LIMIT:
+                yield d0, d1, None
+            else:
+                yield d0, d1, prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
+                                      () if plan.norm_form else plan.normalizer)
+
+    def _chunk_ranges(self, doc_off, start: int, budget: int, ends=None):
+        """(d0, d1) of each chunk from document ``start`` on: ``ends`` (``_even_ends``), else
+        each chunk takes the documents that fit ``budget``."""
         n_docs = len(doc_off) - 1
         d0 = start
         k = 0
@@ -643,11 +647,7 @@ class DeviceBackend(Backend):
             else:
                 d1 = int(ends[k])
                 k += 1
-            if int(doc_off[d1] - doc_off[d0]) > CHUNK_LIMIT:
-                yield d0, d1, None
-            else:
-                yield d0, d1, prepare(plan.mode, plan.pretok, buf, doc_off, spans, d0, d1,
-                                      () if plan.norm_form else plan.normalizer)
+            yield d0, d1
             d0 = d1
 
     def _oversized(self, model, buf, doc_off, d0: int, d1: int, allowed) -> tuple:
