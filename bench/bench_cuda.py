@@ -130,6 +130,9 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     if args.backend != "numpy":
         row["where"] = be.describe(enc.model)
         print(f"  {row['where']}")
+    if args.kernels_only:
+        kernel_row(row, be, enc, docs, args)
+        return row
 
     def ours(batch=docs, backend=be):
         return enc.encode_batch_arrays(batch, disallowed_special=(), backend=backend)
@@ -184,22 +187,26 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     row["MB/s"]["tiktoken 1 thread"] = smb / t
     print(f"  {'tiktoken 1 thread':<40} {smb / t:10.1f} MB/s  (on {smb:.1f} MB)")
 
-    # ---- kernel-only, per stage
-    if args.backend == "cuda":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            k = be.time_kernels(enc.model, docs, repeat=args.repeat)
-        row["kernels"] = k
-        kmb = k["bytes"] / 1e6
-        row["MB/s"]["gputok cuda kernels only"] = kmb / (k["total_ms"] / 1e3)
-        stages = ", ".join(f"{s} {v:.2f} ms" for s, v in k["ms"].items())
-        print(f"  kernels only on one {kmb:.0f} MB chunk ({k['mode']} pre-tokenization): "
-              f"{kmb / (k['total_ms'] / 1e3):.0f} MB/s; {stages}")
-    else:
-        row["notes"].append("kernel-only timings need the cuda backend (skipped)")
+    kernel_row(row, be, enc, docs, args)
     base = row["MB/s"][f"gputok {args.backend} (str in)"]
     row["ratio"] = {label: base / v for label, v in row["MB/s"].items()}
     return row
+
+
+def kernel_row(row: dict, be, enc, docs, args) -> None:
+    """Kernel-only throughput of one chunk already on the GPU, per stage (into ``row``)."""
+    if args.backend != "cuda":
+        row["notes"].append("kernel-only timings need the cuda backend (skipped)")
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        k = be.time_kernels(enc.model, docs, repeat=args.repeat)
+    row["kernels"] = k
+    kmb = k["bytes"] / 1e6
+    row["MB/s"]["gputok cuda kernels only"] = kmb / (k["total_ms"] / 1e3)
+    stages = ", ".join(f"{s} {v:.2f} ms" for s, v in k["ms"].items())
+    print(f"  kernels only on one {kmb:.0f} MB chunk ({k['mode']} pre-tokenization): "
+          f"{kmb / (k['total_ms'] / 1e3):.0f} MB/s; {stages}")
 
 
 def markdown(res: dict) -> str:
@@ -213,7 +220,8 @@ def markdown(res: dict) -> str:
             out += [f"{row['where']}", ""]
         out += ["| | MB/s | gputok (str in) / this |", "|---|---:|---:|"]
         for label, v in row["MB/s"].items():
-            out.append(f"| {label} | {v:,.1f} | {row['ratio'][label]:.2f}x |")
+            ratio = row.get("ratio", {}).get(label)
+            out.append(f"| {label} | {v:,.1f} | " + (f"{ratio:.2f}x |" if ratio else "- |"))
         if "kernels" in row:
             k = row["kernels"]
             out += ["", f"Kernel-only, one chunk of {k['bytes'] / 1e6:.0f} MB on the GPU "
@@ -242,6 +250,9 @@ def main(argv=None) -> int:
                    help="MB for the one-thread tiktoken run")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", help="write results here (markdown; JSON next to it)")
+    p.add_argument("--kernels-only", action="store_true",
+                   help="only the per-stage kernel timings (no parity check, no peers): for "
+                        "A/B runs of two source trees on one machine; parity is the GPU tests'")
     args = p.parse_args(argv)
 
     device = "none (dry run with the numpy backend)"

@@ -7,6 +7,9 @@ loaded and the workspace pool is filled by a first pass), best of ``--repeat``:
   ``encode_ordinary_batch`` with as many threads, on the same documents (ids checked identical);
 * the native batch's phases on the calling thread: packing the documents into one UTF-8 buffer,
   preparing the chunks (handed to the workers one by one), the chunk loop, assembling the result;
+  a batch of str documents that the device packs chunk by chunk (``_encode_streamed``) has no
+  packing phase: its chunk loop packs and prepares each chunk while the workers run the ones
+  before (its prepare time is inside the loop);
 * the workers' busy time: the sum over chunks of each chunk's wall time on its worker, over
   (threads x the chunk loop's wall time) = how busy the workers were while the loop ran.
 
@@ -38,6 +41,7 @@ class _Phases:
         self._wrap(driver, "prepare", "prepare")
         self._wrap(driver, "assemble", "assemble")
         self._wrap(be, "_encode", "chunk loop")
+        self._wrap(be, "_encode_streamed", "streamed loop")
         inner = be._whole_chunk
 
         def whole(*a, **k):
@@ -91,7 +95,7 @@ def run(name: str, kind: str, args) -> list:
         tk_best = _common.best_of(lambda: tk.encode_ordinary_batch(docs, num_threads=t),
                                   args.repeat)
         phases, busy = best_ph
-        loop = phases.get("chunk loop", 0.0)
+        loop = phases.get("chunk loop", 0.0) + phases.get("streamed loop", 0.0)
         util = busy / (t * loop) if loop and busy else float("nan")
         row = {"threads": t, "native_MBps": mb / best, "tiktoken_MBps": mb / tk_best,
                "ratio": tk_best / best, "ms": {k: v * 1e3 for k, v in phases.items()},

@@ -3,17 +3,21 @@
 #
 #     GPUTOK_TEST_DATA=~/.cache/gputok-test-data OUT=/tmp/gpu bash bench/gpu_check.sh [steps]
 #
-# steps (default all, in this order): smoke (one tiny encode per kernel family: stops the run
-# when the device path is broken), tests (tests/test_cuda_gpu.py and the GPU training kernels),
-# bench (bench/bench_cuda.py), native (bench/bench_encode.py, native CPU device against
-# tiktoken on all of this machine's cores). Every step has its own time limit (env
-# SMOKE_S / TEST_S / BENCH_S / NATIVE_S) and writes its log under $OUT.
+# steps (default all but kernels, in this order): smoke (one tiny encode per kernel family: stops
+# the run when the device path is broken), tests (tests/test_cuda_gpu.py and the GPU training
+# kernels), bench (bench/bench_cuda.py), native (bench/bench_encode.py, native CPU device
+# against tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native
+# device at 1-16 threads against tiktoken, with the batch's phases). kernels: the per-stage
+# kernel times alone (bench_cuda.py --kernels-only); with AB_TREE=<another checkout of gputok>
+# it alternates that tree and this one (A B A B) on the same GPU, the bench scripts of this
+# tree run against the other's package. Every step has its own time limit (env SMOKE_S /
+# TEST_S / BENCH_S / NATIVE_S / SCALING_S / KERNELS_S) and writes its log under $OUT.
 set -u
 OUT="${OUT:-/tmp/gputok-gpu}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export GPUTOK_CORPUS_MB="${GPUTOK_CORPUS_MB:-4}" GPUTOK_FUZZ_EXAMPLES="${GPUTOK_FUZZ_EXAMPLES:-100}"
-steps="${*:-smoke tests bench native}"
+steps="${*:-smoke tests bench native scaling}"
 
 {
   date -u +"%Y-%m-%d %H:%M:%S UTC"
@@ -74,6 +78,28 @@ EOF
         --runners "gputok native batch" "tiktoken per doc" "tiktoken batch" "HF tokenizers batch" \
         --json "$OUT/native.json" 2>&1 | tee "$OUT/native.log"
       echo "native: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    scaling)
+      timeout "${SCALING_S:-150}" python3 bench/bench_scaling.py --threads 1 2 4 8 16 \
+        --mb "${SCALING_MB:-8}" --repeat 2 --kinds prose multilingual \
+        --json "$OUT/scaling.json" 2>&1 | tee "$OUT/scaling.log"
+      echo "scaling: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    kernels)
+      trees="$PWD"
+      if [ -n "${AB_TREE:-}" ]; then
+        cp bench/bench_cuda.py bench/_common.py "$AB_TREE/bench/"
+        trees="$AB_TREE $PWD $AB_TREE $PWD"
+      fi
+      i=0
+      for tree in $trees; do
+        i=$((i + 1))
+        echo "== kernels run $i: $tree"
+        (cd "$tree" && timeout "${KERNELS_S:-120}" python3 bench/bench_cuda.py --kernels-only \
+          --size-mb "${KERNEL_MB:-128}" --repeat "${REPEAT:-5}" \
+          --encodings cl100k_base o200k_base --out "$OUT/kernels-$i.md")
+      done 2>&1 | tee "$OUT/kernels.log"
+      echo "kernels: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
