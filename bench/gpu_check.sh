@@ -8,9 +8,9 @@
 # kernels), bench (bench/bench_cuda.py), native (bench/bench_encode.py, native CPU device
 # against tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native
 # device at 1-16 threads against tiktoken, with the batch's phases). kernels: the per-stage
-# kernel times alone (bench_cuda.py --kernels-only); with AB_TREE=<another checkout of gputok>
-# it alternates that tree and this one (A B A B) on the same GPU, the bench scripts of this
-# tree run against the other's package. Every step has its own time limit (env SMOKE_S /
+# kernel times alone (bench_cuda.py --kernels-only), of each checkout of gputok in KERNEL_TREES
+# (default this one) in turn, KERNEL_ROUNDS times (A B C A B C: an A/B on one GPU; this tree's
+# bench scripts run against each tree's package). Every step has its own time limit (env SMOKE_S /
 # TEST_S / BENCH_S / NATIVE_S / SCALING_S / KERNELS_S) and writes its log under $OUT.
 set -u
 OUT="${OUT:-/tmp/gputok-gpu}"
@@ -86,18 +86,19 @@ EOF
       echo "scaling: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     kernels)
-      trees="$PWD"
-      if [ -n "${AB_TREE:-}" ]; then
-        cp bench/bench_cuda.py bench/_common.py "$AB_TREE/bench/"
-        trees="$AB_TREE $PWD $AB_TREE $PWD"
-      fi
-      i=0
+      trees="${KERNEL_TREES:-$PWD}"
       for tree in $trees; do
-        i=$((i + 1))
-        echo "== kernels run $i: $tree"
-        (cd "$tree" && timeout "${KERNELS_S:-120}" python3 bench/bench_cuda.py --kernels-only \
-          --size-mb "${KERNEL_MB:-128}" --repeat "${REPEAT:-5}" \
-          --encodings cl100k_base o200k_base --out "$OUT/kernels-$i.md")
+        [ "$tree" = "$PWD" ] || cp bench/bench_cuda.py bench/_common.py "$tree/bench/"
+      done
+      i=0
+      for round in $(seq "${KERNEL_ROUNDS:-1}"); do
+        for tree in $trees; do
+          i=$((i + 1))
+          echo "== kernels run $i (round $round): $tree"
+          (cd "$tree" && timeout "${KERNELS_S:-120}" python3 bench/bench_cuda.py --kernels-only \
+            --size-mb "${KERNEL_MB:-128}" --repeat "${REPEAT:-5}" \
+            --encodings cl100k_base o200k_base --out "$OUT/kernels-$i.md")
+        done
       done 2>&1 | tee "$OUT/kernels.log"
       echo "kernels: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;

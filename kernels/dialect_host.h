@@ -98,6 +98,10 @@ __forceinline__ unsigned long long enc_word_at(const unsigned char* p, unsigned 
   return w;
 }
 
+// The merge step's scan for the lowest pair (common/encode_merge_rules.h, enc_merge_step) as
+// 64-bit keys in two running minima: an out-of-order core overlaps the two chains.
+#define ENC_SCAN_TWO_MINIMA 1
+
 // Memory-level parallelism is the CPU's latency hiding (a GPU switches warps instead): kernels
 // mark loads they will need soon (encode_common.cuh, enc_pair_prefetch).
 #define ENC_PREFETCH(p) __builtin_prefetch(p)

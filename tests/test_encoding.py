@@ -285,6 +285,30 @@ def test_utf8_check_is_pythons_decoder():
     assert check(run, len(run), 3) == 0
 
 
+def test_utf8_codec_check_by_slices(monkeypatch):
+    """Without the native checker, a buffer over ``pack.DECODE_SLICE`` is checked by Python's
+    incremental decoder a slice at a time: a character cut by a slice's end carries over, and a
+    bad byte anywhere (before, at, after a cut; a truncated character at the very end) is found,
+    as ``bytes.decode`` finds it."""
+    from gputok.stages import pack
+
+    monkeypatch.setattr(pack, "_utf8_check", None)
+    monkeypatch.setattr(pack, "DECODE_SLICE", 64)
+    unit = "ab😀é€c".encode()  # 12 bytes: 64-byte slices cut inside characters
+    big = unit * 40
+    assert pack.valid_utf8(big) and _decodes(big)
+    for at in range(0, len(big), 7):
+        for bad in (b"\xff", b"\x80", b"\xc3", b"\xed\xa0\x80"):
+            b = big[:at] + bad + big[at + len(bad):]
+            assert pack.valid_utf8(b) == _decodes(b), (at, bad)
+    for cut in range(1, 4):  # the buffer ends inside a character
+        b = big + "😀".encode()[:cut]
+        assert not pack.valid_utf8(b)
+    docs = [("😀" * 30).encode(), b"ok", ("é" * 40).encode()[:-1], b"x"]  # the third is cut
+    with pytest.raises(ValueError, match="document 2"):
+        gputok.get_encoding("cl100k_base").encode_batch_arrays(docs, backend="numpy")
+
+
 def _decodes(b: bytes) -> bool:
     try:
         b.decode("utf-8")

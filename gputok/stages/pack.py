@@ -17,6 +17,7 @@ Null entries of an Arrow array are refused (they are not empty documents).
 
 from __future__ import annotations
 
+import codecs
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -50,13 +51,27 @@ def valid_documents(buf: bytes, offsets: np.ndarray) -> bool:
     return valid_utf8(buf)
 
 
+DECODE_SLICE = 1 << 20  # bytes decoded at a time by the codec's check
+
+
 def valid_utf8(buf: bytes) -> bool:
-    """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts)."""
-    check = _utf8_check if len(buf) >= UTF8_NATIVE_MIN else None
+    """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts). Without
+    the native checker, Python's incremental decoder over ``DECODE_SLICE`` slices (a character
+    cut by a slice's end carries over): decoding a 32 MB buffer at once made a 32 MB str in fresh
+    pages, 4.8x slower than decoding its documents one by one (a CUDA batch of bytes ran at half
+    the rate of the same text as str)."""
+    n = len(buf)
+    check = _utf8_check if n >= UTF8_NATIVE_MIN else None
     if check is not None:
-        return bool(check(buf, len(buf)))
+        return bool(check(buf, n))
     try:
-        buf.decode("utf-8")
+        if n <= DECODE_SLICE:
+            buf.decode("utf-8")
+        else:
+            decode = codecs.getincrementaldecoder("utf-8")().decode
+            view = memoryview(buf)
+            for i in range(0, n, DECODE_SLICE):
+                decode(view[i:i + DECODE_SLICE], i + DECODE_SLICE >= n)
     except UnicodeDecodeError:
         return False
     return True

@@ -174,9 +174,10 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
   enc_u32 m;
   for (enc_u32 k = r.lo; k < r.hi; ++k) pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &m);
   enc_u32 len = r.len;
+#ifdef ENC_SCAN_TWO_MINIMA
   // THE COMPARATOR (lowest priority, then leftmost) as one integer minimum of priority << 32 |
   // position, kept in two running minima (even and odd pairs): half the loop-carried chain of
-  // one compare-and-select per pair
+  // one compare-and-select per pair, for an out-of-order CPU (kernels/dialect_host.h)
   enc_u64 m0 = ENC_U64_MAX, m1 = ENC_U64_MAX;
   enc_u32 q = 0;
   for (; q + 2 < len; q += 2) {
@@ -192,6 +193,19 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
   const enc_u64 key = m0 < m1 ? m0 : m1;
   const enc_u32 best = len > 1 ? (enc_u32)(key >> 32) : ENC_NO_MERGE;
   const enc_u32 at = (enc_u32)key;
+#else
+  // THE COMPARATOR (lowest priority, then leftmost: strict <) in one running minimum of 32-bit
+  // compares: a GPU thread issues in order, and the 64-bit keys of the CPU's form cost it two
+  // compares and two selects a pair (its merge stage ran 11-13% slower on an H200,
+  // bench/results/gpu-h200-onecall-2026-11-27.md)
+  enc_u32 best = ENC_NO_MERGE, at = 0;
+  for (enc_u32 k = 0; k + 1 < len; ++k) {
+    if (pr[k] < best) {
+      best = pr[k];
+      at = k;
+    }
+  }
+#endif
   if (best == ENC_NO_MERGE) {
     r.lo = r.hi = 0;
     return false;

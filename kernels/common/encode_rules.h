@@ -185,10 +185,18 @@ GPUTOK_FN enc_u64 enc_bytes_hash(const GPUTOK_DEV enc_u8* p, enc_u32 len) {
   return h;
 }
 
+// Equal bytes: a device that loads whole words (ENC_WORD_AT) compares words; one that loads
+// bytes compares bytes, stopping at the first difference (assembling two words from byte loads
+// only to compare them costs a GPU thread shifts it need not do).
 GPUTOK_FN bool enc_bytes_equal(const GPUTOK_DEV enc_u8* a, const GPUTOK_DEV enc_u8* b,
                                enc_u32 len) {
+#ifdef ENC_WORD_AT
   for (enc_u32 k = 0; k < len; k += 8)
     if (enc_word_at(a, k, len) != enc_word_at(b, k, len)) return false;
+#else
+  for (enc_u32 k = 0; k < len; ++k)
+    if (a[k] != b[k]) return false;
+#endif
   return true;
 }
 
