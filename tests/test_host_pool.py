@@ -44,6 +44,28 @@ def test_dtypes_and_small_arrays():
     assert len(pool.empty(0, np.uint32)) == 0
 
 
+def test_workspace_takes_a_bigger_block_than_a_kept_array():
+    """Workspace (the default, ``WORK_SLACK``) takes an idle block up to twice its size: a
+    batch's smaller last chunks run in the blocks its first ones gave back; an array the caller
+    keeps (``slack=SLACK``, a batch's ids) takes one at most 1.25x its size, else a new one."""
+    from gputok.backends.host_pool import SLACK, WORK_SLACK
+
+    assert SLACK == 1.25 and WORK_SLACK == 2.0
+    pool = HostPool()
+    big = pool.empty(4 << 20, np.uint8)
+    first = _addr(big)
+    del big
+    gc.collect()
+    kept = pool.empty(3 << 20, np.uint8, SLACK)  # 4 MB is 1.33x too big: a new block
+    assert _addr(kept) != first and pool.misses == 2
+    work = pool.empty((2 << 20) + 1, np.uint8)  # within 2x: the idle 4 MB block
+    assert _addr(work) == first and pool.hits == 1
+    del work
+    gc.collect()
+    small = pool.empty((2 << 20) - (1 << 16), np.uint8)  # past 2x: a new block
+    assert _addr(small) != first and pool.hits == 1
+
+
 def test_cap_and_trim():
     pool = HostPool(cap=3 << 20)
     arrays = [pool.empty(1 << 20, np.uint8) for _ in range(5)]  # five 1 MB blocks

@@ -511,8 +511,7 @@ class _StreamsOnly(native.NativeDevice):
 
 def test_chunk_workers_match_the_streams_and_one_thread():
     """Batches of several chunks run on the chunk workers (each chunk start to end on one
-    worker thread, ``solo`` launches; the batch cut into a multiple of their number of chunks of
-    about one size); ids and offsets are those of the two-stream path and of one thread, with
+    worker thread, ``solo`` launches; guided chunk sizes, ``_guided_ends``); ids and offsets are those of the two-stream path and of one thread, with
     empty documents between chunks and a batch of one chunk (which stays on the calling
     thread)."""
     import threading
@@ -557,19 +556,29 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     assert ran_on == [] and ids.tolist() == [t for d in docs[:3] for t in tk.encode_ordinary(d)]
 
 
-def test_chunk_workers_cut_the_batch_evenly():
-    """The workers' chunks: a multiple of their number, each at the document boundary nearest
-    an equal split, none over the budget by more than a quarter (else the greedy cut)."""
-    even = DeviceBackend._even_ends
-    off = np.cumsum([0] + [100] * 402)  # 40,200 bytes, budget 10,000: 5 greedy chunks
-    ends = even(off, 0, 10_000, 2)
+def test_chunk_workers_chunks_are_guided():
+    """The workers' chunks (``_guided_ends``): each about the bytes left over the workers
+    (``GUIDED_SHARE``), at most the budget, at least ``GUIDED_MIN``, cut at the nearest document
+    boundary that keeps it within the budget: they shrink toward the end of the batch, and every
+    document is in exactly one chunk."""
+    from gputok.backends import driver
+
+    guided = DeviceBackend._guided_ends
+    assert driver.GUIDED_SHARE == 1 and driver.GUIDED_MIN == 128 << 10
+    off = np.cumsum([0] + [1000] * 4000)  # 4 MB of 1 KB documents, budget 1 MB, two workers
+    ends = guided(off, 0, 1 << 20, 2)
     sizes = np.diff(off[np.concatenate([[0], ends])])
-    assert len(ends) == 6 and ends[-1] == 402 and sizes.max() - sizes.min() <= 100
-    assert sizes.max() <= 10_000 * 5 // 4
-    assert even(off, 100, 10_000, 2).tolist() == [175, 251, 326, 402]  # from document 100 on
-    assert even(off, 0, 10_000, 3).tolist() == [67, 134, 201, 268, 335, 402]
-    assert even(np.array([0, 50_000, 50_100]), 0, 10_000, 2) is None  # a document too big
-    assert even(off, 400, 10_000, 2).tolist() == [401, 402]
+    assert ends[-1] == 4000 and (np.diff(ends) > 0).all()
+    assert sizes.max() <= 1 << 20 and sizes[0] == 1_049_000 - 1000  # the budget's last boundary
+    assert (np.diff(sizes[:-1]) <= 0).all()  # never growing (the last one takes what is left)
+    assert (sizes[:-1] >= (128 << 10) - 1000).all()  # GUIDED_MIN at the nearest boundary
+    left = 4_000_000 - int(off[ends[2]])
+    assert abs(int(sizes[3]) - left // 2) <= 500  # the bytes left over the workers
+    assert sizes.sum() == 4_000_000
+    assert guided(off, 3900, 1 << 20, 2).tolist() == [4000]  # 100 KB left: one chunk
+    assert guided(off, 0, 1 << 20, 16)[0] == 250  # 16 workers: 4 MB / 16 from the start
+    big = np.array([0, 900_000, 1_900_000, 1_950_000])  # documents near the budget
+    assert guided(big, 0, 1 << 20, 2).tolist() == [1, 2, 3]
 
 
 def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread(monkeypatch):
@@ -1043,3 +1052,21 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids():
         run(special, disallowed=frozenset(["<|endoftext|>"]))
     long = docs + ["word " * 2000]
     assert run(long) == (tk.encode_ordinary_batch(long, num_threads=2), 0)
+    # a document within the budget in characters and over it in bytes is a chunk alone
+    wide = docs[:20] + ["\u4e2d\u6587" * 750] + docs[20:]
+    assert run(wide) == (tk.encode_ordinary_batch(wide, num_threads=2), 1)
+    # the chunks as they are encoded: every document once, in order, each chunk within the
+    # budget unless it is one document, sizes guided (shrinking toward the end)
+    chars = [len(d) for d in wide]
+    pieces = list(DeviceBackend._streamed_pieces(wide, chars, sum(chars), 4000, 2))
+    assert [p[0] for p in pieces] == [0] + [p[1] for p in pieces[:-1]] and pieces[-1][1] == len(wide)
+    for d0, d1, data, off in pieces:
+        assert data == b"".join(utf8_of(d) for d in wide[d0:d1])
+        assert off.tolist() == np.cumsum([0] + [len(utf8_of(d)) for d in wide[d0:d1]]).tolist()
+        assert len(data) <= 4000 or d1 - d0 == 1
+    assert any(len(p[2]) > 4000 for p in pieces)  # (the wide one)
+    many = ["x" * 999 + "\u00e9"] * 4000  # 4 MB in 1 KB documents, budget 1 MB, two workers
+    sizes = [len(p[2]) for p in DeviceBackend._streamed_pieces(many, [1000] * 4000, 4_000_000,
+                                                               1 << 20, 2)]
+    assert sum(sizes) == 4_004_000 and max(sizes) <= 1 << 20
+    assert sizes[0] > 1_000_000 and sizes[3] < 600_000 and sizes[-2] < 200_000

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
 import os
 import threading
 import weakref
@@ -78,11 +79,21 @@ CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
 # kernels cut over every core (``launch_shape``): on the 2-core box 4 KB of prose took 0.26 ->
 # 0.18 ms, 10 KB 0.44 -> 0.30, and from ~30 KB (base64) or ~100 KB (prose) the two cores won
 INLINE_MAX_BYTES = 16 << 10
+# Chunk workers' chunks are guided (_guided_target): each takes the bytes left over
+# GUIDED_SHARE times the workers, at most the budget and at least GUIDED_MIN bytes
+GUIDED_SHARE = 1
+GUIDED_MIN = 128 << 10
 TRIM_CHARS = 1 << 17  # a text this long gives idle host workspace back (encode_list)
 PRETOK_MODES = ("auto", "device", "scanner", "split")
 _SEGMENT_BITS = np.array([SEG_START, SEG_END], np.uint8)  # encode_short's one segment
 _NONE_U32 = np.zeros(0, np.uint32)
 _NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64), _NONE_U32)  # (starts, ends, ids)
+
+
+def _guided_target(left: int, budget: int, workers: int) -> int:
+    """A chunk worker's next chunk size in bytes: the bytes ``left`` over ``GUIDED_SHARE`` x
+    ``workers``, at most ``budget``, at least ``GUIDED_MIN`` (or the budget, if smaller)."""
+    return int(max(min(budget, left // (GUIDED_SHARE * workers)), min(GUIDED_MIN, budget)))
 
 
 @dataclass
@@ -218,51 +229,53 @@ class DeviceBackend(Backend):
                          ) -> "tuple | None":
         """A batch of str documents on a device with chunk workers, each chunk's UTF-8 made
         just before a worker takes it rather than the whole batch's first (``packed``, on this
-        thread alone while the workers wait: 6-9 ms of a fresh process's 4 MB batch, 2-4 ms
-        warm): the workers run the chunks before while this thread packs the next (a serial
-        phase less, which many cores feel; on 2 cores the rate did not move, the packing then
-        taking a core from a worker instead of leaving one idle). Only where nothing needs the
+        thread alone while the workers wait): the workers run the chunks before while this
+        thread encodes the next, and the first chunk starts once its own documents are encoded
+        (while a worker maps the model's tables on a model's first batch), where encoding every
+        non-ASCII document up front to place the cuts kept both workers idle for the first
+        5-11 ms of a fresh process's 4 MB batch. Chunks are guided (``_guided_target``, from
+        the characters left times the bytes per character so far). Only where nothing needs the
         whole batch's bytes: no special token to find or refuse, every document within the
-        chunk budget, pieces cut on the device (one-call chunks), no normaliser; a non-ASCII
-        document is encoded up front (its UTF-8 length), an ASCII one with its chunk. None: not
-        such a batch (or out of memory: the batch path starts over)."""
+        chunk budget in characters, pieces cut on the device (one-call chunks), no normaliser.
+        None: not such a batch (or out of memory: the batch path starts over)."""
         strs = docs.strs()
         workers = getattr(self.dev, "chunk_workers", 0)
         if strs is None or len(strs) < 2 or workers < 2 or disallowed \
                 or getattr(self.dev, "chunk_inline", None) is None or self.profile is not None \
-                or model.active_tokens(allowed) or self._host_family(model) is not None:
+                or model.active_tokens(allowed) or self._host_family(model) is not None \
+                or model.normalizer or model.kind == "wordpiece":
             return None
+        try:
+            if self._mode(model)[0] != "device":
+                return None
+        except ValueError:  # a pre-tokenization mode the model cannot run: the batch path says so
+            return None
+        budget = self._chunk_budget()
+        chars = [len(s) for s in strs]  # (UTF-8 has 1 to 4 bytes a character)
+        total = sum(chars)
+        if 4 * total <= budget or max(chars) > budget or 4 * max(chars) > CHUNK_LIMIT:
+            return None  # surely one chunk, or a document over one: before any UTF-8 is made
+        pieces = self._streamed_pieces(strs, chars, total, budget, workers)
+        first = next(pieces)  # (this thread encodes while a worker maps the tables)
         try:
             plan = self.model_plan(model)
         except self.dev.oom_errors:
             return None
-        if plan.mode != "device" or plan.normalizer or plan.kind == "wordpiece":
-            return None
-        budget = self._chunk_budget()
-        chars = [len(s) for s in strs]  # (UTF-8 has 1 to 4 bytes a character)
-        if 4 * sum(chars) <= budget or max(chars) > budget:
-            return None  # surely one chunk, or a document over one: before any UTF-8 is made
-        known = [None if s.isascii() else utf8_of(s) for s in strs]
-        doc_off = np.zeros(len(strs) + 1, np.int64)
-        np.cumsum([c if b is None else len(b) for c, b in zip(chars, known)], out=doc_off[1:])
-        if int(np.diff(doc_off).max()) > budget:
-            return None  # a document the batch path cuts at safe points
-        if self._chunk_end(doc_off, 0, budget) >= len(strs):
-            return None  # one chunk: the batch path's one-call form, on this thread
-        ends = self._even_ends(doc_off, 0, budget, workers)
 
         def chunks():
-            for d0, d1 in self._chunk_ranges(doc_off, 0, budget, ends):
-                data = b"".join([s.encode() if b is None else b
-                                 for s, b in zip(strs[d0:d1], known[d0:d1])])
-                hc = prepare(plan.mode, plan.pretok, data, doc_off[d0:d1 + 1] - doc_off[d0],
-                             _NO_SPANS, 0, d1 - d0)
+            for d0, d1, data, off in itertools.chain((first,), pieces):
+                hc = prepare(plan.mode, plan.pretok, data, off, _NO_SPANS, 0, d1 - d0)
                 yield d0, d1, replace(hc, d0=d0, d1=d1)
 
         parts: list = []
         with self._lock:
             try:
-                self._run_workers(model, plan, chunks(), parts, workers, None)
+                if first[1] == len(strs):  # one chunk after all: on this thread, no hand-off
+                    _, _, hc = next(chunks())
+                    parts.append(self._inline_chunk(plan, hc, model.id_dtype)
+                                 or self._whole_chunk(plan, hc, model.id_dtype))
+                else:
+                    self._run_workers(model, plan, chunks(), parts, workers, None)
             except self.dev.oom_errors:
                 self.dev.release()
                 return None
@@ -270,6 +283,38 @@ class DeviceBackend(Backend):
             counters["device.streamed_batches"] += 1
         return assemble(parts, len(strs), model.id_dtype,
                         getattr(self.dev, "host_block", huge_block))
+
+    @staticmethod
+    def _streamed_pieces(strs, chars: list, total: int, budget: int, workers: int):
+        """The str batch's chunks as they are encoded: (d0, d1, UTF-8 bytes, int64 offsets of
+        the chunk's documents from 0). Guided sizes (``_guided_target``) from the characters
+        left times the bytes per character encoded so far; a chunk stops before a document that
+        would take it past ``budget`` (a document over the budget in bytes, at most 4 times it
+        in characters, is a chunk alone)."""
+        n = len(strs)
+        done_chars = done_bytes = 0
+        d = 0
+        carry = None  # a document encoded for a chunk it did not fit
+        while d < n:
+            ratio = done_bytes / done_chars if done_chars else 1.0
+            target = _guided_target(int((total - done_chars) * ratio), budget, workers)
+            d0, parts, size = d, [], 0
+            while d < n:
+                b = carry if carry is not None else utf8_of(strs[d])
+                carry = None
+                if parts and size + len(b) > budget:
+                    carry = b
+                    break
+                parts.append(b)
+                size += len(b)
+                done_chars += chars[d]
+                d += 1
+                if size >= target:
+                    break
+            done_bytes += size
+            off = np.zeros(len(parts) + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=off[1:])
+            yield d0, d, b"".join(parts), off
 
     def encode_short(self, model, text: str) -> "list | None":
         """One text with no special tokens in it, its whole sequence as one device call where
@@ -479,28 +524,29 @@ class DeviceBackend(Backend):
         return int(max(min(cap, fit, CHUNK_LIMIT), 1))
 
     @staticmethod
-    def _even_ends(doc_off, start: int, budget: int, workers: int) -> "np.ndarray | None":
-        """Chunk ends (document indices) that cut the batch from document ``start`` into a
-        multiple of ``workers`` chunks of about one size, each at the document boundary nearest
-        an equal split, so the last round keeps every worker busy (4.02 MB cut greedily into
-        1 MB chunks left a small fifth chunk running alone: ~6% of the batch's time). None when
-        that would make a chunk over 1.25 ``budget`` (large documents): the greedy cut then."""
-        base = int(doc_off[start])
-        total = int(doc_off[-1]) - base
-        k = -(-total // max(budget, 1))
-        k = -(-k // workers) * workers
-        want = base + (np.arange(1, k + 1, dtype=np.int64) * total) // k
-        ends = np.searchsorted(doc_off, want, "left")  # first boundary at or after each split
-        before = np.maximum(ends - 1, start)
-        nearer = (want - doc_off[before]) <= (doc_off[ends] - want)
-        ends = np.where(nearer & (before > start), before, ends)
-        ends[-1] = len(doc_off) - 1
-        ends = ends[ends > start]  # non-decreasing: drop repeats (np.unique's first call
-        ends = ends[np.diff(ends, prepend=start) > 0]  # imports numpy.ma, ~9 ms)
-        sizes = np.diff(doc_off[np.concatenate([[start], ends])])
-        if len(ends) == 0 or int(sizes.max()) > budget + budget // 4:
-            return None
-        return ends
+    def _guided_ends(doc_off, start: int, budget: int, workers: int) -> np.ndarray:
+        """Chunk ends (document indices) for chunk workers from document ``start`` on: each
+        chunk takes about the bytes left over ``GUIDED_SHARE`` x ``workers`` (at most
+        ``budget``, at least ``GUIDED_MIN``; ``_guided_target``), cut at the document boundary
+        nearest that without passing the budget, so the last chunks are small and the workers
+        finish together whatever each chunk costs. Chunks of one size (4.02 MB of prose in four
+        1 MB chunks on two workers) left a worker idle for 4-13 ms of a 40-60 ms batch: a chunk's
+        cost follows its text, not only its bytes. (A document is at most ``budget`` here:
+        ``cut_long_documents`` cut the longer ones.)"""
+        n_docs = len(doc_off) - 1
+        last = int(doc_off[-1])
+        ends = []
+        d = start
+        while d < n_docs:
+            at = int(doc_off[d])
+            want = at + _guided_target(last - at, budget, workers)
+            d1 = int(np.searchsorted(doc_off, want, "left"))  # first boundary at or after
+            if d1 > n_docs or (d1 > d + 1 and (want - int(doc_off[d1 - 1]) <= int(doc_off[d1]) - want
+                                               or int(doc_off[d1]) - at > budget)):
+                d1 -= 1  # the boundary before is nearer, or the one after passes the budget
+            d = max(d1, d + 1)
+            ends.append(d)
+        return np.array(ends, np.int64)
 
     @staticmethod
     def _chunk_end(doc_off, d0: int, budget: int) -> int:
@@ -558,7 +604,7 @@ class DeviceBackend(Backend):
         workers = getattr(self.dev, "chunk_workers", 0)
         n_docs = len(doc_off) - 1
         if workers > 1 and self._chunk_end(doc_off, start, budget) < n_docs:  # several chunks
-            ends = self._even_ends(doc_off, start, budget, workers)
+            ends = self._guided_ends(doc_off, start, budget, workers)
 
             def oversized(d0, d1):
                 return self._oversized(model, buf, doc_off, d0, d1, allowed)
@@ -626,7 +672,7 @@ class DeviceBackend(Backend):
     def _chunks(self, plan, buf, doc_off, spans, start: int, budget: int, ends=None):
         """The batch's chunks from document ``start`` on, in order, each prepared when asked
         for: (d0, d1, host chunk), or (d0, d1, None) for one document too big for uint32
-        positions (``_oversized``). ``ends``: the chunks' end documents (``_even_ends``), else
+        positions (``_oversized``). ``ends``: the chunks' end documents (``_guided_ends``), else
         each chunk takes the documents that fit ``budget``."""
         for d0, d1 in self._chunk_ranges(doc_off, start, budget, ends):
             if int(doc_off[d1] - doc_off[d0]) > CHUNK_LIMIT:
@@ -636,7 +682,7 @@ class DeviceBackend(Backend):
                                       () if plan.norm_form else plan.normalizer)
 
     def _chunk_ranges(self, doc_off, start: int, budget: int, ends=None):
-        """(d0, d1) of each chunk from document ``start`` on: ``ends`` (``_even_ends``), else
+        """(d0, d1) of each chunk from document ``start`` on: ``ends`` (``_guided_ends``), else
         each chunk takes the documents that fit ``budget``."""
         n_docs = len(doc_off) - 1
         d0 = start

@@ -11,9 +11,13 @@ so the holder lives exactly as long as the array and every view of it. When the 
 the holder's ``__del__`` returns the block to the pool. Nothing is recycled while any array
 (a queued kernel's argument, a chunk's ids not yet copied out) still refers to it.
 
-A request takes the smallest idle block that fits and is at most 1.25x too big (a chunk's
-arrays change size a little from chunk to chunk; a bigger block would keep pages an earlier use
-touched resident for nothing). Idle blocks are kept up to ``cap`` bytes (about one chunk's
+A request takes the smallest idle block that fits and is at most ``slack`` times too big: 2x
+for workspace (``WORK_SLACK``: a batch's chunks shrink toward its end, guided sizes, and the
+smaller last ones run in blocks the first ones gave back instead of faulting in fresh ones; the
+pages are resident either way. A fresh process's first 4 MB o200k batch made 34-44 MB of new
+blocks at 1.25x, 30-32 at 2x, 27-40 at 4x, where one chunk's small arrays took blocks its next
+chunk's big ones then missed), 1.25x for an array the caller keeps (``SLACK``: a batch's ids,
+whose block a bigger idle one would hold resident beyond what they use). Idle blocks are kept up to ``cap`` bytes (about one chunk's
 workspace), or up to the bytes still in use when that is more: the stages of one big chunk (a
 10 MB blob with no safe cut point needs ~300 MB) then reuse each other's freed arrays resident
 instead of faulting in fresh ones (emoji 10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05
@@ -40,7 +44,8 @@ import numpy as np
 
 MIN_POOLED = 1 << 16  # bytes; smaller arrays come from malloc's own free lists
 CAP_DEFAULT = 48 << 20  # idle bytes kept: about one chunk's workspace (native.CHUNK_BYTES)
-SLACK = 1.25  # a block serves requests down to 1/SLACK of its size
+SLACK = 1.25  # a block serves requests down to 1/SLACK of its size (arrays the caller keeps)
+WORK_SLACK = 2.0  # and workspace requests down to 1/WORK_SLACK of it
 KEEP_IN_USE = 1  # while more is in use, idle blocks up to that much (times this) are kept
 HUGE_PAGE = 2 << 20  # a transparent huge page (x86-64 and arm64 with 4 KB base pages)
 HUGE_MIN = HUGE_PAGE  # smaller blocks stay in 4 KB pages (no whole 2 MB unit)
@@ -96,8 +101,8 @@ class _Holder:
 
 class HostPool:
     """``empty(n, dtype)``: a contiguous array of ``n`` elements, from the smallest idle block
-    that fits (and is at most ``SLACK`` times too big), else a new one (contents undefined, as
-    ``np.empty``)."""
+    that fits (and is at most ``slack`` times too big: ``WORK_SLACK`` unless told), else a new
+    one (contents undefined, as ``np.empty``)."""
 
     def __init__(self, cap: int = CAP_DEFAULT):
         self.cap = int(cap)
@@ -109,7 +114,7 @@ class HostPool:
         self.hits = 0
         self.misses = 0
 
-    def empty(self, n: int, dtype) -> np.ndarray:
+    def empty(self, n: int, dtype, slack: float = WORK_SLACK) -> np.ndarray:
         dt = np.dtype(dtype)
         nbytes = int(n) * dt.itemsize
         if nbytes < MIN_POOLED:
@@ -117,7 +122,7 @@ class HostPool:
         block = None
         with self._lock:
             k = bisect.bisect_left(self._idle, (nbytes,))
-            if k < len(self._idle) and self._idle[k][0] <= nbytes * SLACK:
+            if k < len(self._idle) and self._idle[k][0] <= nbytes * slack:
                 size, _, block = self._idle.pop(k)
                 self._idle_bytes -= size
                 self.hits += 1

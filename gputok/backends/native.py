@@ -88,7 +88,7 @@ import numpy as np
 from ..stages import pack
 from . import native_build
 from .driver import DeviceBackend
-from .host_pool import HostPool
+from .host_pool import SLACK, HostPool
 
 CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
 EXACT_OUT_BYTES = 1 << 16  # chunks above this get an output of their id count (chunk_inline)
@@ -607,7 +607,7 @@ class NativeDevice:
         whose pages the batch's chunks have just used (a 4 MB batch's 4 MB of ids: ~5 ms in
         fresh pages on the 2-core box, ~0.5 ms in these). It goes back to the pool when the
         caller drops the last array that uses it."""
-        return self.pool.empty(nbytes, np.uint8)
+        return self.pool.empty(nbytes, np.uint8, SLACK)
 
     def _bare(self, n, dtype):
         """``empty`` for arrays the device's own calls use (no launch: not remembered)."""
