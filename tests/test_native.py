@@ -1020,13 +1020,22 @@ def test_short_pieces_ending_at_an_unreadable_page_are_read_within_theirs(name):
         m.close()
 
 
-def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids():
+@pytest.mark.parametrize("packer", ["native", "python"])
+def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeypatch):
     """A batch of str documents over several chunks is packed one chunk at a time while the
     workers run the chunks before (``DeviceBackend._encode_streamed``), with the ids of the
     whole-batch path: ASCII and non-ASCII documents, empty ones, lone surrogates (repaired the
-    tiktoken way). Batches that need the whole batch's bytes take the batch path."""
+    tiktoken way), by the native str packer (``pack.StrLayout``) and by Python's encoder where
+    there is none. Batches that need the whole batch's bytes take the batch path."""
+    from gputok.backends import driver
     from gputok.stages import counters
     from gputok.stages.pack import utf8_of
+
+    native.library()  # (loads the library: the native packer where this CPython's layout fits)
+    if packer == "python":
+        monkeypatch.setattr(driver, "str_layout", lambda: None)
+    else:
+        assert driver.str_layout() is not None
 
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
     be = native.create(threads=2, chunk_bytes=4000)
@@ -1070,3 +1079,45 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids():
                                                                1 << 20, 2)]
     assert sum(sizes) == 4_004_000 and max(sizes) <= 1 << 20
     assert sizes[0] > 1_000_000 and sizes[3] < 600_000 and sizes[-2] < 200_000
+
+
+def test_str_layout_packs_what_python_encodes():
+    """``pack.StrLayout`` (kernels/host_pack.h) reads each str's characters where CPython keeps
+    them: the UTF-8 of every kind of str (ASCII, Latin-1, UCS-2, UCS-4, empty, long) is
+    exactly ``utf8_of``'s, in any slice of the batch; a lone or paired surrogate is encoded by
+    Python (tiktoken's repair) and packed as bytes; str subclasses and other objects are not
+    taken (None: the caller encodes)."""
+    import random
+
+    from gputok.stages import pack
+
+    native.library()
+    layout = pack.str_layout()
+    assert layout is not None and layout.usable
+    rng = random.Random(11)
+    ranges = [(0x20, 0x7F), (0x80, 0xFF), (0x100, 0x7FF), (0x800, 0xD7FF), (0xE000, 0xFFFF),
+              (0x10000, 0x10FFFF)]
+
+    def rand_text():
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            lo, hi = rng.choice(ranges)
+            parts.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(0, 40))))
+        return "".join(parts)
+
+    docs = ["", "ascii only", "caf\u00e9 \u00ff", "\u0100\u4e2d\u6587", "\U0001F600 x",
+            "a\ud83d\ude00 \ud800", "\udfff", "x" * 100_000, "\u00e9" * 70_000,
+            "\u4e2d" * 50_000 + "\U0001F600"] + [rand_text() for _ in range(400)]
+    units = layout.units(docs)
+    want = [pack.utf8_of(d) for d in docs]
+    assert units[3].tolist() == [len(w) for w in want]
+    for d0, d1 in ((0, len(docs)), (3, 9), (5, 6), (7, 7), (100, 410)):
+        out = np.empty(sum(len(w) for w in want[d0:d1]) + 1, np.uint8)
+        n = layout.pack(units, d0, d1, out)
+        assert out[:n].tobytes() == b"".join(want[d0:d1])
+
+    class Sub(str):
+        pass
+
+    assert layout.units(["a", Sub("b")]) is None and layout.units(["a", b"b"]) is None
+    assert layout.units([]) is None

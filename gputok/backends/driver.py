@@ -65,7 +65,7 @@ from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_docu
 from ..stages import counters
 from ..stages.emit import assemble
 from ..stages.merge import LONG_PIECE
-from ..stages.pack import Documents, fix_surrogates, utf8_of
+from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
 from ..unicode import FORMS
 from ..stages.split import check_buffer, token_spans
 
@@ -255,7 +255,12 @@ class DeviceBackend(Backend):
         total = sum(chars)
         if 4 * total <= budget or max(chars) > budget or 4 * max(chars) > CHUNK_LIMIT:
             return None  # surely one chunk, or a document over one: before any UTF-8 is made
-        pieces = self._streamed_pieces(strs, chars, total, budget, workers)
+        layout = str_layout()
+        units = layout.units(strs) if layout is not None else None
+        if units is not None:  # the native str packer: no interpreter lock held while packing
+            pieces = self._native_pieces(layout, units, budget, workers)
+        else:
+            pieces = self._streamed_pieces(strs, chars, total, budget, workers)
         first = next(pieces)  # (this thread encodes while a worker maps the tables)
         try:
             plan = self.model_plan(model)
@@ -283,6 +288,23 @@ class DeviceBackend(Backend):
             counters["device.streamed_batches"] += 1
         return assemble(parts, len(strs), model.id_dtype,
                         getattr(self.dev, "host_block", huge_block))
+
+    def _native_pieces(self, layout, units: tuple, budget: int, workers: int):
+        """``_streamed_pieces`` with the native str packer (``pack.StrLayout``): the UTF-8
+        lengths of every document first (one call, no copy), so the cuts are ``_guided_ends``'
+        on exact sizes; each chunk's bytes written into a workspace block by one call that does
+        not hold the interpreter's lock (the chunk workers' calls return to it meanwhile)."""
+        nbytes = units[3]
+        doc_off = np.zeros(len(nbytes) + 1, np.int64)
+        np.cumsum(nbytes, out=doc_off[1:])
+        block = getattr(self.dev, "host_block", huge_block)
+        d0 = 0
+        for d1 in self._guided_ends(doc_off, 0, budget, workers).tolist():
+            size = int(doc_off[d1] - doc_off[d0])
+            dst = block(max(size, 1))
+            layout.pack(units, d0, d1, dst)
+            yield d0, d1, dst[:size], doc_off[d0:d1 + 1] - doc_off[d0]
+            d0 = d1
 
     @staticmethod
     def _streamed_pieces(strs, chars: list, total: int, budget: int, workers: int):

@@ -187,6 +187,11 @@ class _Library:
         except ValueError:  # a bad $GPUTOK_NUM_THREADS is reported where the device is made
             threads = 1
         pack.use_utf8_check(lambda buf, n: lib.gputok_utf8_valid(buf, n, threads))  # bytes input
+        lib.gputok_str_layout.argtypes = [vp, ll, i, i, i, i, vp, vp, vp, vp]
+        lib.gputok_str_layout.restype = None
+        lib.gputok_pack_utf8.argtypes = [vp, vp, vp, ll, vp]
+        lib.gputok_pack_utf8.restype = ll
+        pack.use_str_layout(lib.gputok_str_layout, lib.gputok_pack_utf8)  # str batches
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}

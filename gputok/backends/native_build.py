@@ -13,7 +13,8 @@ The module is one shared library made of:
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
   prefix scans;
 * the JSON-lines reader (``kernels/host_jsonl.h``, host only: ``corpus.read_batches`` with
-  ``packed=True``, what ``gputok encode`` reads with).
+  ``packed=True``, what ``gputok encode`` reads with) and the str packer (``kernels/host_pack.h``:
+  Python str documents as UTF-8 without the interpreter's lock, ``stages/pack.py``).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library into the cache (``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
@@ -134,7 +135,8 @@ def translation_units() -> dict[str, str]:
                                  f'#line 1 "host_runtime.h"\n{_read("host_runtime.h")}')
     units["host_jsonl.cpp"] = _unit_text(
         f'#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
-        f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}')
+        f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
+        f'#line 1 "host_pack.h"\n{_read("host_pack.h")}')
     return units
 
 

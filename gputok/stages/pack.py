@@ -77,6 +77,110 @@ def valid_utf8(buf: bytes) -> bool:
     return True
 
 
+class StrLayout:
+    """Python str documents as UTF-8 in the native library, without the interpreter's lock
+    (kernels/host_pack.h): where CPython keeps each str's characters (PEP 393: the state word's
+    kind, compact and ascii bits, the length, the characters after an ASCII str's header or a
+    compact str's), found from ``sys.getsizeof`` and checked on probe strings of every kind by
+    reading them back (``usable``: False on any other layout, and then nothing uses it).
+    ``units(strs)`` locates a batch (documents the packer does not take - a surrogate, a str
+    subclass's or legacy string's characters kept elsewhere - are encoded here, ``utf8_of``);
+    ``pack(units, d0, d1, dst)`` writes documents d0..d1-1 into ``dst``. Encoding each
+    document with ``str.encode`` and joining them held the interpreter's lock for the whole
+    batch's bytes, twice copied: chunk workers returning from a native call then waited for the
+    packing thread to reach a switch point (up to 5 ms each time)."""
+
+    STATE_OFF, LEN_OFF = 32, 16  # (CPython's PyASCIIObject on 64-bit builds; checked below)
+
+    def __init__(self, layout_fn, pack_fn):
+        import sys
+
+        self._layout, self._pack = layout_fn, pack_fn
+        self.ascii_head = sys.getsizeof("") - 1  # header, then len + 1 bytes
+        probe = "\xe9" * 3  # (made here: no cached UTF-8 counted by getsizeof)
+        self.compact_head = sys.getsizeof(probe) - 4
+        self.bytes_head = sys.getsizeof(b"") - 1
+        self.usable = sys.implementation.name == "cpython" and self._check()
+
+    def _check(self) -> bool:
+        import ctypes
+
+        probes = ["ascii text", "caf\xe9 \xff" * 2, "\u0100\u4e2d\u6587 x", "\U0001F600 \u4e2d",
+                  "", "a" * 300, "\ud83d lone"]
+        try:
+            b = bytes(bytearray(b"xyz"))
+            if ctypes.string_at(id(b) + self.bytes_head, 3) != b"xyz":
+                return False
+            for p in probes[:4]:  # the characters where the offsets say
+                if p.isascii():
+                    want, at = p.encode("ascii"), self.ascii_head
+                else:
+                    width = 4 if max(map(ord, p)) > 0xFFFF else (2 if max(map(ord, p)) > 0xFF else 1)
+                    want = p.encode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[width])
+                    at = self.compact_head
+                if ctypes.string_at(id(p) + at, len(want)) != want:
+                    return False
+            u = self._locate(probes)
+            want_len = [len(p.encode()) if i != len(probes) - 1 else -1
+                        for i, p in enumerate(probes)]
+            if u is None or u[3].tolist() != want_len:
+                return False
+            k = len(probes) - 1  # all but the surrogate
+            out = np.empty(sum(want_len[:k]) + 1, np.uint8)
+            got = self.pack(u, 0, k, out)
+            return out[:got].tobytes() == "".join(probes[:k]).encode()
+        except Exception:  # (anything off: not this layout)
+            return False
+
+    def _locate(self, strs) -> "tuple | None":
+        n = len(strs)
+        obj = np.fromiter(map(id, strs), np.int64, n)
+        addr, units, nbytes = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        kind = np.empty(n, np.int8)
+        self._layout(obj.ctypes.data, n, self.STATE_OFF, self.LEN_OFF, self.ascii_head,
+                     self.compact_head, addr.ctypes.data, kind.ctypes.data, units.ctypes.data,
+                     nbytes.ctypes.data)
+        return addr, kind, units, nbytes
+
+    def units(self, strs: Sequence[str]) -> "tuple | None":
+        """(addr, kind, units, UTF-8 lengths, references) of a batch of str (None: not all
+        exactly str). The references (the strs, and the bytes encoded here) must outlive every
+        ``pack`` of these units."""
+        keep = list(strs)  # (a list the caller changes meanwhile cannot free a str we read)
+        if not keep or set(map(type, keep)) != {str}:
+            return None
+        addr, kind, units, nbytes = self._locate(keep)
+        for i in np.flatnonzero(nbytes < 0).tolist():  # surrogates, legacy strings: here
+            b = utf8_of(keep[i])
+            keep.append(b)
+            addr[i], kind[i], units[i], nbytes[i] = id(b) + self.bytes_head, 0, len(b), len(b)
+        return addr, kind, units, nbytes, keep
+
+    def pack(self, units: tuple, d0: int, d1: int, dst: np.ndarray) -> int:
+        """Documents d0..d1-1 of ``units`` as UTF-8 into ``dst`` (uint8, their length at
+        least); returns the bytes written."""
+        addr, kind, count = units[0], units[1], units[2]
+        return int(self._pack(addr[d0:].ctypes.data, kind[d0:].ctypes.data,
+                              count[d0:].ctypes.data, d1 - d0, dst.ctypes.data))
+
+
+_str_layout: "StrLayout | None" = None
+
+
+def use_str_layout(layout_fn, pack_fn) -> None:
+    """Pack str documents with the native library's ``gputok_str_layout`` / ``gputok_pack_utf8``
+    (kept only where ``StrLayout`` finds CPython's layout as it expects)."""
+    global _str_layout
+    got = StrLayout(layout_fn, pack_fn)
+    _str_layout = got if got.usable else None
+
+
+def str_layout() -> "StrLayout | None":
+    """The native str packer, where the native library is loaded and this interpreter's str
+    layout checked out; else None."""
+    return _str_layout
+
+
 class Packed:
     """Documents as one UTF-8 buffer: document ``i`` is ``buf[offsets[i]:offsets[i + 1]]``.
     The maker vouches that ``buf`` is valid UTF-8 (it is not checked again).

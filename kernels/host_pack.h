@@ -1,0 +1,144 @@
+// host_pack.h: Python str documents as UTF-8 without the interpreter's lock (stages/pack.py,
+// StrLayout; the native CPU device's chunk-by-chunk packing, DeviceBackend._encode_streamed).
+// Host only: part of the native CPU device's library, no GPU runs it.
+//
+// gputok_str_layout finds each str's characters in place (the caller holds a reference to
+// every str while the library reads it) and their UTF-8 length; gputok_pack_utf8 writes them. A
+// document is (address, kind, units): kind 1, 2 or 4 is a str's code units (PEP 393: Latin-1,
+// UCS-2 or UCS-4); kind 0 is bytes already UTF-8 (an ASCII str's own characters, or the caller's
+// encoding of a document this packer does not take). Byte for byte what str.encode("utf-8")
+// gives; a str holding a surrogate code point has no UTF-8 form here (tiktoken repairs it:
+// stages/pack.py, fix_surrogates), so its length is reported as -1 and the caller encodes that
+// document itself (kind 0).
+#include <cstring>
+
+namespace enc_pack {
+
+// Branch-free sums the compiler vectorises (a branch per code unit, or one 64-bit sum, stayed
+// scalar: ~1 ns a unit): one byte per unit, one more from U+0080, one more from U+0800 (and
+// from U+10000), summed in 32-bit parts of 64K units; a surrogate anywhere makes it -1.
+#if defined(__GNUC__) && !defined(__clang__)
+#define ENC_PACK_VECTOR __attribute__((optimize("O3")))  // (the library builds at -O2)
+#else
+#define ENC_PACK_VECTOR
+#endif
+template <typename T>
+ENC_PACK_VECTOR inline long long utf8_length_of(const T* s, long long n) {
+  long long len = n;
+  unsigned bad = 0;
+  for (long long i = 0; i < n;) {
+    const long long e = n - i > 65536 ? i + 65536 : n;
+    unsigned part = 0;
+    for (; i < e; ++i) {
+      const unsigned c = s[i];
+      part += (unsigned)(c >= 0x80u) + (unsigned)(c >= 0x800u) + (unsigned)(c >= 0x10000u);
+      bad |= (unsigned)(c - 0xD800u < 0x800u);
+    }
+    len += part;
+  }
+  return bad ? -1 : len;
+}
+
+inline long long utf8_length(const void* p, int kind, long long n) {
+  if (kind == 0) return n;
+  if (kind == 1) return utf8_length_of((const unsigned char*)p, n);
+  if (kind == 2) return utf8_length_of((const unsigned short*)p, n);
+  return utf8_length_of((const unsigned*)p, n);
+}
+
+inline unsigned char* put(unsigned char* q, unsigned c) {
+  if (c < 0x80u) {
+    *q++ = (unsigned char)c;
+  } else if (c < 0x800u) {
+    *q++ = (unsigned char)(0xC0u | (c >> 6));
+    *q++ = (unsigned char)(0x80u | (c & 0x3Fu));
+  } else if (c < 0x10000u) {
+    *q++ = (unsigned char)(0xE0u | (c >> 12));
+    *q++ = (unsigned char)(0x80u | ((c >> 6) & 0x3Fu));
+    *q++ = (unsigned char)(0x80u | (c & 0x3Fu));
+  } else {
+    *q++ = (unsigned char)(0xF0u | (c >> 18));
+    *q++ = (unsigned char)(0x80u | ((c >> 12) & 0x3Fu));
+    *q++ = (unsigned char)(0x80u | ((c >> 6) & 0x3Fu));
+    *q++ = (unsigned char)(0x80u | (c & 0x3Fu));
+  }
+  return q;
+}
+
+template <typename T>
+inline unsigned char* encode(unsigned char* q, const T* s, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    const unsigned c = s[i];
+    if (c < 0x80u) {  // a run of ASCII code units, one byte each
+      *q++ = (unsigned char)c;
+      continue;
+    }
+    q = put(q, c);
+  }
+  return q;
+}
+
+}  // namespace enc_pack
+
+// Documents [0, n) as UTF-8, one after another, into dst (the sum of their lengths, every
+// length known: no -1). Returns the bytes written.
+ENC_HOST_EXPORT long long gputok_pack_utf8(const long long* addr, const signed char* kind,
+                                           const long long* units, long long n,
+                                           unsigned char* dst) {
+  unsigned char* q = dst;
+  for (long long i = 0; i < n; ++i) {
+    const void* p = (const void*)addr[i];
+    const long long m = units[i];
+    switch (kind[i]) {
+      case 0:
+        std::memcpy(q, p, (size_t)m);
+        q += m;
+        break;
+      case 1:
+        q = enc_pack::encode(q, (const unsigned char*)p, m);
+        break;
+      case 2:
+        q = enc_pack::encode(q, (const unsigned short*)p, m);
+        break;
+      default:
+        q = enc_pack::encode(q, (const unsigned*)p, m);
+        break;
+    }
+  }
+  return (long long)(q - dst);
+}
+
+// Where CPython keeps each of n str objects' characters (stages/pack.py, StrLayout: the offsets
+// of the state word, the length, an ASCII str's characters and another compact str's, found
+// and checked on probe strings when the library is loaded): addr, kind (0 for an ASCII str: its
+// characters are its UTF-8), units and the UTF-8 length (-1: a surrogate code point; -2: not a
+// compact str, whose characters live elsewhere). The state word's bits 2-4 are the kind, bit 5
+// "compact", bit 6 "ascii" (PEP 393, CPython 3.3 on).
+ENC_HOST_EXPORT void gputok_str_layout(const long long* obj, long long n, int state_off,
+                                       int len_off, int ascii_head, int compact_head,
+                                       long long* addr, signed char* kind, long long* units,
+                                       long long* len) {
+  for (long long i = 0; i < n; ++i) {
+    const unsigned char* p = (const unsigned char*)obj[i];
+    unsigned state;
+    long long m;
+    std::memcpy(&state, p + state_off, sizeof state);
+    std::memcpy(&m, p + len_off, sizeof m);
+    const int k = (int)((state >> 2) & 7u);
+    const bool compact = (state >> 5) & 1u, ascii = (state >> 6) & 1u;
+    units[i] = m;
+    if (!compact || !(k == 1 || k == 2 || k == 4) || m < 0) {
+      addr[i] = 0;
+      kind[i] = 0;
+      len[i] = -2;
+    } else if (ascii) {
+      addr[i] = (long long)(p + ascii_head);
+      kind[i] = 0;
+      len[i] = m;
+    } else {
+      addr[i] = (long long)(p + compact_head);
+      kind[i] = (signed char)k;
+      len[i] = enc_pack::utf8_length(p + compact_head, k, m);
+    }
+  }
+}
