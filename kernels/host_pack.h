@@ -65,15 +65,48 @@ inline unsigned char* put(unsigned char* q, unsigned c) {
   return q;
 }
 
+// ASCII runs a word at a time: 8 Latin-1 units, 4 UCS-2 or 2 UCS-4 units whose high bits are
+// all clear become that many bytes (a unit at a time ran at ~1 GB/s, behind Python's encoder).
+inline bool ascii_word(const unsigned char* s, unsigned char* q) {
+  unsigned long long w;
+  std::memcpy(&w, s, 8);
+  if (w & 0x8080808080808080ull) return false;
+  std::memcpy(q, &w, 8);
+  return true;
+}
+
+inline bool ascii_word(const unsigned short* s, unsigned char* q) {
+  unsigned long long w;
+  std::memcpy(&w, s, 8);
+  if (w & 0xFF80FF80FF80FF80ull) return false;
+  q[0] = (unsigned char)w;
+  q[1] = (unsigned char)(w >> 16);
+  q[2] = (unsigned char)(w >> 32);
+  q[3] = (unsigned char)(w >> 48);
+  return true;
+}
+
+inline bool ascii_word(const unsigned* s, unsigned char* q) {
+  unsigned long long w;
+  std::memcpy(&w, s, 8);
+  if (w & 0xFFFFFF80FFFFFF80ull) return false;
+  q[0] = (unsigned char)w;
+  q[1] = (unsigned char)(w >> 32);
+  return true;
+}
+
 template <typename T>
 inline unsigned char* encode(unsigned char* q, const T* s, long long n) {
-  for (long long i = 0; i < n; ++i) {
-    const unsigned c = s[i];
-    if (c < 0x80u) {  // a run of ASCII code units, one byte each
-      *q++ = (unsigned char)c;
+  const long long step = 8 / (long long)sizeof(T);
+  long long i = 0;
+  while (i < n) {
+    if (i + step <= n && ascii_word(s + i, q)) {
+      i += step;
+      q += step;
       continue;
     }
-    q = put(q, c);
+    const unsigned c = s[i++];
+    q = c < 0x80u ? (*q = (unsigned char)c, q + 1) : put(q, c);
   }
   return q;
 }

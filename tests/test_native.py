@@ -511,9 +511,9 @@ class _StreamsOnly(native.NativeDevice):
 
 def test_chunk_workers_match_the_streams_and_one_thread():
     """Batches of several chunks run on the chunk workers (each chunk start to end on one
-    worker thread, ``solo`` launches; guided chunk sizes, ``_guided_ends``); ids and offsets are those of the two-stream path and of one thread, with
-    empty documents between chunks and a batch of one chunk (which stays on the calling
-    thread)."""
+    worker thread, ``solo`` launches; guided chunk sizes, ``_guided_ends``); ids and offsets
+    are those of the two-stream path and of one thread, with empty documents between chunks
+    and a batch of one chunk (which stays on the calling thread)."""
     import threading
 
     from gputok.stages import counters
@@ -1068,7 +1068,8 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
     # budget unless it is one document, sizes guided (shrinking toward the end)
     chars = [len(d) for d in wide]
     pieces = list(DeviceBackend._streamed_pieces(wide, chars, sum(chars), 4000, 2))
-    assert [p[0] for p in pieces] == [0] + [p[1] for p in pieces[:-1]] and pieces[-1][1] == len(wide)
+    assert [p[0] for p in pieces] == [0] + [p[1] for p in pieces[:-1]]
+    assert pieces[-1][1] == len(wide)
     for d0, d1, data, off in pieces:
         assert data == b"".join(utf8_of(d) for d in wide[d0:d1])
         assert off.tolist() == np.cumsum([0] + [len(utf8_of(d)) for d in wide[d0:d1]]).tolist()

@@ -233,10 +233,13 @@ class DeviceBackend(Backend):
         thread encodes the next, and the first chunk starts once its own documents are encoded
         (while a worker maps the model's tables on a model's first batch), where encoding every
         non-ASCII document up front to place the cuts kept both workers idle for the first
-        5-11 ms of a fresh process's 4 MB batch. Chunks are guided (``_guided_target``, from
-        the characters left times the bytes per character so far). Only where nothing needs the
-        whole batch's bytes: no special token to find or refuse, every document within the
-        chunk budget in characters, pieces cut on the device (one-call chunks), no normaliser.
+        5-11 ms of a fresh process's 4 MB batch. The native str packer (``pack.StrLayout``, where
+        the native library is loaded on CPython) measures every document's UTF-8 first and
+        writes each chunk's without holding the interpreter's lock; else Python encodes each
+        chunk's documents (``_streamed_pieces``). Chunks are guided (``_guided_ends``). Only
+        where nothing needs the whole batch's bytes: no special token to find or refuse, every
+        document within the chunk budget in characters, pieces cut on the device (one-call
+        chunks), no normaliser.
         None: not such a batch (or out of memory: the batch path starts over)."""
         strs = docs.strs()
         workers = getattr(self.dev, "chunk_workers", 0)
@@ -297,7 +300,7 @@ class DeviceBackend(Backend):
         nbytes = units[3]
         doc_off = np.zeros(len(nbytes) + 1, np.int64)
         np.cumsum(nbytes, out=doc_off[1:])
-        block = getattr(self.dev, "host_block", huge_block)
+        block = getattr(self.dev, "work_block", huge_block)
         d0 = 0
         for d1 in self._guided_ends(doc_off, 0, budget, workers).tolist():
             size = int(doc_off[d1] - doc_off[d0])
@@ -563,8 +566,10 @@ class DeviceBackend(Backend):
             at = int(doc_off[d])
             want = at + _guided_target(last - at, budget, workers)
             d1 = int(np.searchsorted(doc_off, want, "left"))  # first boundary at or after
-            if d1 > n_docs or (d1 > d + 1 and (want - int(doc_off[d1 - 1]) <= int(doc_off[d1]) - want
-                                               or int(doc_off[d1]) - at > budget)):
+            if d1 > n_docs:
+                d1 = n_docs  # the batch ends before the target
+            elif d1 > d + 1 and (want - int(doc_off[d1 - 1]) <= int(doc_off[d1]) - want
+                                 or int(doc_off[d1]) - at > budget):
                 d1 -= 1  # the boundary before is nearer, or the one after passes the budget
             d = max(d1, d + 1)
             ends.append(d)

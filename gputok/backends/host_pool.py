@@ -17,11 +17,12 @@ smaller last ones run in blocks the first ones gave back instead of faulting in 
 pages are resident either way. A fresh process's first 4 MB o200k batch made 34-44 MB of new
 blocks at 1.25x, 30-32 at 2x, 27-40 at 4x, where one chunk's small arrays took blocks its next
 chunk's big ones then missed), 1.25x for an array the caller keeps (``SLACK``: a batch's ids,
-whose block a bigger idle one would hold resident beyond what they use). Idle blocks are kept up to ``cap`` bytes (about one chunk's
-workspace), or up to the bytes still in use when that is more: the stages of one big chunk (a
-10 MB blob with no safe cut point needs ~300 MB) then reuse each other's freed arrays resident
-instead of faulting in fresh ones (emoji 10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05
-s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed, biggest
+whose block a bigger idle one would hold resident beyond what they use).
+
+Idle blocks are kept up to ``cap`` bytes (about one chunk's workspace), or up to the bytes still
+in use when that is more: the stages of one big chunk (a 10 MB blob with no safe cut point needs
+~300 MB) then reuse each other's freed arrays resident instead of faulting in fresh ones (emoji
+10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05 s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed, biggest
 first. So peak memory stays that of fresh arrays plus about one chunk; ``trim()`` drops them
 all. Thread safe: holders may die on any thread.
 

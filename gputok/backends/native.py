@@ -614,6 +614,11 @@ class NativeDevice:
         caller drops the last array that uses it."""
         return self.pool.empty(nbytes, np.uint8, SLACK)
 
+    def work_block(self, nbytes: int) -> np.ndarray:
+        """Host memory for a chunk's input (the str packer's bytes, ``_native_pieces``): a
+        workspace block (``WORK_SLACK``), back to the pool when the chunk is done."""
+        return self.pool.empty(nbytes, np.uint8)
+
     def _bare(self, n, dtype):
         """``empty`` for arrays the device's own calls use (no launch: not remembered)."""
         a = self.pool.empty(n, dtype)

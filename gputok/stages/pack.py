@@ -115,7 +115,8 @@ class StrLayout:
                 if p.isascii():
                     want, at = p.encode("ascii"), self.ascii_head
                 else:
-                    width = 4 if max(map(ord, p)) > 0xFFFF else (2 if max(map(ord, p)) > 0xFF else 1)
+                    top = max(map(ord, p))
+                    width = 4 if top > 0xFFFF else (2 if top > 0xFF else 1)
                     want = p.encode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[width])
                     at = self.compact_head
                 if ctypes.string_at(id(p) + at, len(want)) != want:
