@@ -1050,15 +1050,23 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
 
     got, streamed = run(docs)
     assert streamed == 1 and got == tk.encode_ordinary_batch(docs, num_threads=2)
-    # the same documents as bytes, with a special token to find, or one to refuse, or one
-    # document longer than a chunk: the whole batch first, the same ids
+    # special tokens refused (none there): chunk by chunk too; one there: the batch path's
+    # error, naming the same document, wherever its chunk is
+    eot = frozenset(["<|endoftext|>"])
+    assert run(docs, disallowed=eot) == (got, 1)
+    for at in (0, 7, len(docs) - 2, len(docs)):
+        bad = docs[:at] + ["a <|endoftext|> b"] + docs[at:]
+        with pytest.raises(ValueError, match=f"^document {at}: .*endoftext"):
+            run(bad, disallowed=eot)
+        with pytest.raises(ValueError) as whole:
+            be.encode(enc.model, Documents([utf8_of(d) for d in bad]), frozenset(), eot)
+        assert str(whole.value).startswith(f"document {at}: ")
+    # the same documents as bytes, with a special token to find, or one document longer than a
+    # chunk: the whole batch first, the same ids
     assert run([utf8_of(d) for d in docs]) == (got, 0)
     special = docs + ["a <|endoftext|> b"]
     expect = tk.encode_batch(special, allowed_special={"<|endoftext|>"}, num_threads=2)
     assert run(special, allowed=frozenset(["<|endoftext|>"])) == (expect, 0)
-    assert run(docs, disallowed=frozenset(["<|endoftext|>"])) == (got, 0)
-    with pytest.raises(ValueError, match="endoftext"):
-        run(special, disallowed=frozenset(["<|endoftext|>"]))
     long = docs + ["word " * 2000]
     assert run(long) == (tk.encode_ordinary_batch(long, num_threads=2), 0)
     # a document within the budget in characters and over it in bytes is a chunk alone

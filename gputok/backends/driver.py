@@ -237,13 +237,14 @@ class DeviceBackend(Backend):
         the native library is loaded on CPython) measures every document's UTF-8 first and
         writes each chunk's without holding the interpreter's lock; else Python encodes each
         chunk's documents (``_streamed_pieces``). Chunks are guided (``_guided_ends``). Only
-        where nothing needs the whole batch's bytes: no special token to find or refuse, every
-        document within the chunk budget in characters, pieces cut on the device (one-call
-        chunks), no normaliser.
-        None: not such a batch (or out of memory: the batch path starts over)."""
+        where nothing needs the whole batch's bytes: no special token to find (a disallowed one
+        is refused a chunk at a time, the first in document order raising the batch path's
+        error), every document within the chunk budget in characters, pieces cut on the device
+        (one-call chunks), no normaliser. None: not such a batch (or out of memory: the batch
+        path starts over)."""
         strs = docs.strs()
         workers = getattr(self.dev, "chunk_workers", 0)
-        if strs is None or len(strs) < 2 or workers < 2 or disallowed \
+        if strs is None or len(strs) < 2 or workers < 2 \
                 or getattr(self.dev, "chunk_inline", None) is None or self.profile is not None \
                 or model.active_tokens(allowed) or self._host_family(model) is not None \
                 or model.normalizer or model.kind == "wordpiece":
@@ -272,6 +273,8 @@ class DeviceBackend(Backend):
 
         def chunks():
             for d0, d1, data, off in itertools.chain((first,), pieces):
+                if disallowed:  # (the batch path's check, a chunk at a time: the same error)
+                    check_buffer(data, off, disallowed, d0)
                 hc = prepare(plan.mode, plan.pretok, data, off, _NO_SPANS, 0, d1 - d0)
                 yield d0, d1, replace(hc, d0=d0, d1=d1)
 

@@ -121,12 +121,15 @@ def find_tokens(buf: bytes, doc_off: np.ndarray, tokens: frozenset
     return sp[:, 0].copy(), sp[:, 1].copy()
 
 
-def check_buffer(buf: bytes, doc_off: np.ndarray, disallowed: frozenset) -> None:
-    """``split_documents``'s disallowed check on packed documents (same error, same document)."""
+def check_buffer(buf, doc_off: np.ndarray, disallowed: frozenset, first_doc: int = 0) -> None:
+    """``split_documents``'s disallowed check on packed documents (same error, same document;
+    ``first_doc``: the batch index of the first of them, for a chunk's part of a batch). ``buf``
+    is bytes-like (bytes, or a chunk's uint8 array)."""
     starts, ends = find_tokens(buf, doc_off, disallowed)
     if len(starts):
         d = int(np.searchsorted(doc_off, starts[0], "right") - 1)
-        raise disallowed_error(buf[int(starts[0]):int(ends[0])].decode("utf-8"), d)
+        token = bytes(memoryview(buf)[int(starts[0]):int(ends[0])]).decode("utf-8")
+        raise disallowed_error(token, first_doc + d)
 
 
 def token_spans(model, buf: bytes, doc_off: np.ndarray, allowed: frozenset
