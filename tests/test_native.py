@@ -1090,6 +1090,50 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
     assert sizes[0] > 1_000_000 and sizes[3] < 600_000 and sizes[-2] < 200_000
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_str_batches_chunk_by_chunk_fuzzed(seed):
+    """Random str batches - documents of every size from empty to a chunk's budget in
+    characters (over it in bytes), every kind of character, surrogates, special-token text -
+    through the chunk-by-chunk path with small budgets (many guided chunks) on both encodings:
+    ids, offsets and the refused token's document as tiktoken and the batch path give them."""
+    import random
+
+    from gputok.stages import counters
+    from gputok.stages.pack import utf8_of
+
+    native.library()
+    rng = random.Random(seed)
+    pool = e2e_docs()
+    alphabet = ["a", " ", "\n", "\u00e9", "\u4e2d", "\U0001F600", "\ud800", "'s", "123", "<|"]
+
+    def doc(budget):
+        r = rng.random()
+        if r < 0.1:
+            return ""
+        if r < 0.6:
+            return rng.choice(pool)[: rng.randint(0, budget)]
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, budget)))[:budget]
+
+    for name in ("cl100k_base", "o200k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        budget = rng.choice([1500, 4000, 9000])
+        be = native.create(threads=2, chunk_bytes=budget)
+        docs = [doc(budget) for _ in range(rng.randint(20, 120))]
+        before = counters["device.streamed_batches"]
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+        assert got == tk.encode_ordinary_batch(docs, num_threads=2)
+        at = rng.randrange(len(docs))
+        bad = docs[:at] + ["x <|endoftext|> y"] + docs[at:]
+        with pytest.raises(ValueError) as streamed:
+            be.encode(enc.model, Documents(bad), frozenset(), frozenset(["<|endoftext|>"]))
+        with pytest.raises(ValueError) as whole:
+            be.encode(enc.model, Documents([utf8_of(d) for d in bad]), frozenset(),
+                      frozenset(["<|endoftext|>"]))
+        assert str(streamed.value) == str(whole.value)
+        assert counters["device.streamed_batches"] - before >= 1
+
+
 def test_str_layout_packs_what_python_encodes():
     """``pack.StrLayout`` (kernels/host_pack.h) reads each str's characters where CPython keeps
     them: the UTF-8 of every kind of str (ASCII, Latin-1, UCS-2, UCS-4, empty, long) is
