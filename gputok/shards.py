@@ -303,16 +303,25 @@ class ShardWriter:
     def _flush(self) -> None:
         if not self._pending_docs:
             return
-        n_ids = sum(len(p[0]) for p in self._pending)
-        ids = huge_block(n_ids * self.dtype.itemsize).view(self.dtype)  # fresh pages: 2 MB ones
-        np.concatenate([p[0] for p in self._pending], out=ids, casting="unsafe")
+        parts = [p[0] for p in self._pending]
+        n_ids = sum(len(p) for p in parts)
         lens = np.concatenate([p[1] for p in self._pending])
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
-        self._write_shard(ids, offsets, self._pending_end)
+        write_parts = getattr(self.fmt, "write_parts", None)
+        if write_parts is not None:  # the batches' ids as they are, no shard-sized copy
+            def write(handles):
+                write_parts(handles, parts, n_ids, self.dtype, offsets)
+        else:
+            ids = huge_block(n_ids * self.dtype.itemsize).view(self.dtype)  # fresh 2 MB pages
+            np.concatenate(parts, out=ids, casting="unsafe")
+
+            def write(handles):
+                self.fmt.write(handles, ids, offsets)
+        self._write_shard(write, n_ids, offsets, self._pending_end)
         self._pending, self._pending_tokens, self._pending_docs = [], 0, 0
 
-    def _write_shard(self, ids, offsets, end) -> None:
+    def _write_shard(self, write, n_ids: int, offsets, end) -> None:
         k = len(self.shards)
         names = self.fmt.files(f"shard_{k:05d}")
         tmps = [self.outdir / f".{n}.tmp" for n in names]
@@ -324,7 +333,7 @@ class ShardWriter:
                 current = t
                 files.append(open(t, "wb"))
                 hashers.append(_Hashing(files[-1]))
-            self.fmt.write(hashers, ids, offsets)
+            write(hashers)
             for t, f in zip(tmps, files):
                 current = t
                 f.flush()
@@ -346,7 +355,7 @@ class ShardWriter:
             raise self._write_error(current, e) from None
         self.shards.append({"files": names, "bytes": [h.n for h in hashers],
                             "sha256": [h.hexdigest() for h in hashers],
-                            "docs": int(len(offsets) - 1), "tokens": int(len(ids)),
+                            "docs": int(len(offsets) - 1), "tokens": int(n_ids),
                             "first_doc": self.docs_done, "end": list(end)})
         try:
             self._write_manifest()

@@ -460,6 +460,7 @@ def test_a_failed_last_shard_leaves_the_job_incomplete(tmp_path, monkeypatch):
     def full(*a):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr("gputok.formats.npy.Npy.write", full)
+    monkeypatch.setattr("gputok.formats.npy.Npy.write_parts", full)  # (the writer's own path)
     with pytest.raises(ShardWriteError, match="the disk is full"):
         w.close()
     assert not w.complete and not read_manifest(tmp_path / "o")["complete"]

@@ -247,3 +247,26 @@ def test_npy_shards_are_byte_for_byte_what_numpy_save_writes():
         np.save(want, a)
         _write_npy(got, a)
         assert got.getvalue() == want.getvalue(), a.dtype
+
+
+def test_npy_shard_from_parts_is_what_numpy_save_writes():
+    """``Npy.write_parts`` (the shard writer's path: the batches' ids without a shard-sized
+    copy) writes the bytes ``numpy.save`` writes for the concatenation, casting parts whose
+    dtype differs, empty parts and none at all included."""
+    import io
+
+    from gputok.formats.npy import FORMAT
+
+    cases = [([np.arange(300_000, dtype=np.uint32), np.arange(5, dtype=np.uint32)], np.uint32),
+             ([np.arange(10, dtype=np.uint32), np.zeros(0, np.uint32),
+               np.arange(70_000, dtype=np.uint32)[::3]], np.uint16),
+             ([np.arange(9, dtype=np.uint16)], np.uint32), ([], np.uint16)]
+    for parts, dt in cases:
+        whole = (np.concatenate(parts) if parts else np.zeros(0)).astype(dt)
+        offsets = np.array([0, len(whole)], np.int64)
+        want_ids, want_off, got_ids, got_off = (io.BytesIO() for _ in range(4))
+        np.save(want_ids, whole)
+        np.save(want_off, offsets)
+        FORMAT.write_parts([got_ids, got_off], parts, len(whole), dt, offsets)
+        assert got_ids.getvalue() == want_ids.getvalue(), dt
+        assert got_off.getvalue() == want_off.getvalue()
