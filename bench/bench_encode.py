@@ -3,8 +3,9 @@
 For each encoding and corpus kind, every runner encodes the same documents in its own fresh
 process (``--child``): the encoder is built (timed as start-up), the first pass over the corpus
 is the *cold* time (empty caches, first use of every table), then ``--repeat`` more passes give
-the *warm* time. This is done in ``--rounds`` rounds, all runners in turn, and medians are
-reported (the machine's load changes under a long run; rounds spread it over every runner).
+the *warm* time. This is done in ``--rounds`` rounds, all runners in turn (each round starting
+with the next runner), and medians are reported (the machine's load changes under a long run;
+rounds spread it over every runner).
 Wall and CPU time (all threads) are both recorded: the wall time is what a user waits; the CPU
 time is the per-core cost, but on a virtual machine it is only approximate (here single-thread
 code has shown CPU times above its wall time). Before anything is reported, every runner's ids
@@ -179,7 +180,7 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
         for d in docs:
             f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
     hf_json = tmp / f"{encoding}.tokenizer.json"
-    if not hf_json.exists():
+    if not hf_json.exists():  # (main exports every encoding's before the first cell)
         save_hf_json(gputok.get_encoding(encoding), hf_json)
     cell = {"docs": len(docs), "bytes": nbytes, "runners": {}, "skipped": {}}
     names = []
@@ -189,9 +190,12 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
             names.append(name)
         else:
             cell["skipped"][name] = why
-    # rounds of every runner in turn: a change in the machine's load hits all of them alike
-    for _ in range(args.rounds):
-        for name in names:
+    # rounds of every runner in turn: a change in the machine's load hits all of them alike; each
+    # round starts with the next runner, so none is always the first fresh process after this
+    # one's set-up (the corpus, and the HF export, built and freed here: on a VM that backs
+    # freed memory again slowly, the next process's new pages cost several times more)
+    for k in range(args.rounds):
+        for name in names[k % len(names):] + names[:k % len(names)]:
             got = measure(name, encoding, str(docs_file), str(hf_json), args.repeat,
                           args.timeout)
             r = cell["runners"].setdefault(name, {"build_s": [], "cold": [], "warm": [],
@@ -276,6 +280,12 @@ def main():
                "command": " ".join(sys.argv), "cells": {}}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if "HF tokenizers batch" in args.runners and available("HF tokenizers batch") is None:
+            import gputok
+            from gputok.export import save_hf_json
+
+            for encoding in args.encodings:  # before any timing, not between cells
+                save_hf_json(gputok.get_encoding(encoding), tmp / f"{encoding}.tokenizer.json")
         for encoding in args.encodings:
             for kind in args.kinds:
                 cell = run_cell(encoding, kind, args, tmp)
