@@ -39,8 +39,7 @@ ENC_PACK_VECTOR inline long long utf8_length_of(const T* s, long long n) {
   return bad ? -1 : len;
 }
 
-inline long long utf8_length(const void* p, int kind, long long n) {
-  if (kind == 0) return n;
+inline long long utf8_length(const void* p, int kind, long long n) {  // kind 1, 2 or 4
   if (kind == 1) return utf8_length_of((const unsigned char*)p, n);
   if (kind == 2) return utf8_length_of((const unsigned short*)p, n);
   return utf8_length_of((const unsigned*)p, n);
@@ -105,8 +104,7 @@ inline unsigned char* encode(unsigned char* q, const T* s, long long n) {
       q += step;
       continue;
     }
-    const unsigned c = s[i++];
-    q = c < 0x80u ? (*q = (unsigned char)c, q + 1) : put(q, c);
+    q = put(q, s[i++]);
   }
   return q;
 }

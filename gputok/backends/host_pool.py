@@ -22,9 +22,10 @@ whose block a bigger idle one would hold resident beyond what they use).
 Idle blocks are kept up to ``cap`` bytes (about one chunk's workspace), or up to the bytes still
 in use when that is more: the stages of one big chunk (a 10 MB blob with no safe cut point needs
 ~300 MB) then reuse each other's freed arrays resident instead of faulting in fresh ones (emoji
-10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05 s), and when the work in flight shrinks the idle blocks beyond ``cap`` are freed, biggest
-first. So peak memory stays that of fresh arrays plus about one chunk; ``trim()`` drops them
-all. Thread safe: holders may die on any thread.
+10 MB: 42 -> 29 ns per byte, system time 0.16 -> 0.05 s), and when the work in flight shrinks
+the idle blocks beyond ``cap`` are freed, biggest first. So peak memory stays that of fresh
+arrays plus about one chunk; ``trim()`` drops them all. Thread safe: holders may die on any
+thread.
 
 New blocks of 2-16 MB come from ``huge_block``: where Linux offers transparent huge pages
 (``madvise`` or ``always`` mode) their first touch costs one fault per 2 MB instead of one per

@@ -124,7 +124,7 @@ class StrLayout:
             u = self._locate(probes)
             want_len = [len(p.encode()) if i != len(probes) - 1 else -1
                         for i, p in enumerate(probes)]
-            if u is None or u[3].tolist() != want_len:
+            if u[3].tolist() != want_len:
                 return False
             k = len(probes) - 1  # all but the surrogate
             out = np.empty(sum(want_len[:k]) + 1, np.uint8)
@@ -133,7 +133,7 @@ class StrLayout:
         except Exception:  # (anything off: not this layout)
             return False
 
-    def _locate(self, strs) -> "tuple | None":
+    def _locate(self, strs) -> tuple:
         n = len(strs)
         obj = np.fromiter(map(id, strs), np.int64, n)
         addr, units, nbytes = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
