@@ -241,3 +241,53 @@ def test_the_pool_takes_new_blocks_from_huge_block(monkeypatch):
     assert asked and asked[0] >= a.nbytes
     a[:] = 2
     assert int(a[-1]) == 2
+
+
+def test_small_workspace_blocks_are_cut_from_one_slab_and_kept_arrays_are_not():
+    """Workspace blocks under ``HUGE_MIN`` are consecutive, page-aligned cuts of one ``SLAB``
+    (2 MB pages, one fault per 2 MB) that never overlap; a new slab starts when the rest is too
+    small; an array the caller keeps is never cut (it would hold the whole slab)."""
+    from gputok.backends.host_pool import SLAB, SLACK
+
+    pool = HostPool()
+    a = pool.empty(300_000, np.uint8)
+    b = pool.empty(700_000, np.uint8)
+    assert a.base is not None and b.base is not None
+    sa, sb = _addr(a), _addr(b)
+    assert sa % 4096 == 0 and sb % 4096 == 0
+    assert sb >= sa + a.nbytes  # consecutive, no overlap
+    assert sb - sa < SLAB
+    a[:] = 1
+    b[:] = 2
+    assert int(a.sum()) == 300_000 and int(b.sum()) == 1_400_000  # nothing shared
+    c = pool.empty(1_900_000, np.uint8)  # does not fit the rest: a new slab
+    assert not (sa <= _addr(c) < sa + SLAB)
+    kept = pool.empty(300_000, np.uint8, SLACK)
+    assert not (sa <= _addr(kept) < sa + SLAB) and not (
+        _addr(c) <= _addr(kept) < _addr(c) + SLAB)
+    del a
+    gc.collect()
+    again = pool.empty(290_000, np.uint8)  # a cut block comes back through the pool as any
+    assert _addr(again) == sa and pool.hits == 1
+    pool.trim()
+    assert pool._slab is None
+
+
+def test_big_workspace_blocks_take_whole_2mb_pages(monkeypatch):
+    """A workspace block of 2-16 MB is made in whole 2 MB units (its tail in 4 KB pages cost a
+    fresh process ~700 faults a batch); one the caller keeps only as big as it asks."""
+    from gputok.backends import host_pool
+    from gputok.backends.host_pool import HUGE_PAGE, SLACK
+
+    asked = []
+    real = host_pool.huge_block
+    monkeypatch.setattr(host_pool, "huge_block", lambda n: asked.append(n) or real(n))
+    pool = HostPool()
+    work = pool.empty(3_600_000, np.uint8)
+    kept = pool.empty(3_600_000, np.uint8, SLACK)
+    assert work.nbytes == kept.nbytes == 3_600_000
+    assert asked[0] == 2 * HUGE_PAGE and asked[0] % HUGE_PAGE == 0
+    assert asked[1] < 2 * HUGE_PAGE
+    big = (HUGE_PAGE * 8) + 12345  # over HUGE_MAX: as asked (rounded to the size classes)
+    pool.empty(big, np.uint8)
+    assert big <= asked[2] <= big * 1.25

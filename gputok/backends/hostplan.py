@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import unique_sorted
+
 from ..stages.normalize import normalize_text
 from ..stages.split import NO_IDS
 
@@ -31,7 +33,7 @@ GAP = NO_IDS  # spec[e]: no ids
 def normalize_chunk(steps: tuple, chunk: bytes, off: np.ndarray, ss: np.ndarray, se: np.ndarray):
     """Normalise every segment (the text between token spans) of a chunk; returns the chunk,
     document offsets and span positions, rebuilt only where the normaliser changed something."""
-    bounds = np.unique(np.concatenate([off, ss, se])).tolist()
+    bounds = unique_sorted(np.concatenate([off, ss, se])).tolist()
     is_span = set(ss.tolist())
     pieces: list = []
     changed = False
@@ -69,7 +71,7 @@ def segment_marks(doc_off: np.ndarray, sp_start: np.ndarray, sp_end: np.ndarray
         return (np.array([doc_off[0], doc_off[1]], np.uint32),
                 np.array([SEG_START, SEG_END], np.uint8))
     if len(sp_start):
-        b = np.unique(np.concatenate([doc_off, sp_start, sp_end]))
+        b = unique_sorted(np.concatenate([doc_off, sp_start, sp_end]))
         lo, hi = b[:-1], b[1:]
         seg = ~np.isin(lo, sp_start)
         lo, hi = lo[seg], hi[seg]
@@ -105,7 +107,7 @@ def entries_from_scanner(scanner, data: np.ndarray, doc_off, sp_start, sp_end, s
     char_pos = np.flatnonzero(is_cs)
     cps = np.frombuffer(data.tobytes().decode("utf-8").encode("utf-32-le"), np.uint32)
     doc_off = np.asarray(doc_off, np.int64)
-    b = np.unique(np.concatenate([doc_off, sp_start, sp_end]))
+    b = unique_sorted(np.concatenate([doc_off, sp_start, sp_end]))
     is_sp = np.isin(b[:-1], sp_start)
     cp_b = np.searchsorted(char_pos, b)  # code points before each boundary
     cuts = scanner.boundaries(cps, cp_b.astype(np.int64))
@@ -417,7 +419,7 @@ def splice_normalized(hc: HostChunk, pos: np.ndarray, form: str) -> tuple[HostCh
         pos = pos[~((i >= 0) & (pos < se[np.maximum(i, 0)]))]
     if not len(pos):
         return hc, 0, 0
-    bounds = np.unique(np.concatenate([off, ss, se]))
+    bounds = unique_sorted(np.concatenate([off, ss, se]))
     data = np.frombuffer(chunk, np.uint8)
     starts, ends = normal_spans(data, pos, bounds)
     sl, el = starts.tolist(), ends.tolist()

@@ -26,6 +26,8 @@ before it.
 from __future__ import annotations
 
 import numpy as np
+
+from .._arrays import unique_sorted
 import regex
 
 from . import counters
@@ -161,7 +163,7 @@ class HFSpmFamily(Family):
         unknown = syms >= UNKNOWN
         if unknown.any():  # spans with characters outside the vocabulary: HF's own symbols
             off = np.concatenate([[0], np.cumsum(lens)])
-            bad = np.unique(np.searchsorted(off, np.flatnonzero(unknown), "right") - 1)
+            bad = unique_sorted(np.searchsorted(off, np.flatnonzero(unknown), "right") - 1)
             parts, new_lens = [], lens.copy()
             sl, ol = syms.tolist(), off.tolist()
             bad_set = set(bad.tolist())

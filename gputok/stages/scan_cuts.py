@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import unique_sorted
+
 from .scan_rules import (A, B_PAIR, B_SPECIAL, B_SYNC, E, L, N, O_LM, O_LT, O_PQ, O_WS, OA, OB,
                          OD, OE, OM, ON, OP, OSL, OU, PU, WS, X)
 
@@ -247,7 +249,7 @@ class Cuts:
             cut[u[r2 | r3] - PAD] = True
         irr = np.concatenate(irregular)
         if len(irr):
-            self._rescan(cut, pair, np.unique(irr), starts, lens, doc_text)
+            self._rescan(cut, pair, unique_sorted(irr), starts, lens, doc_text)
 
     def _rescan(self, cut, pair, irr, starts, lens, doc_text):
         """Re-scan the spans around irregular positions with the reference regex.

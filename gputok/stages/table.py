@@ -26,6 +26,8 @@ import random
 
 import numpy as np
 
+from .._arrays import unique_sorted
+
 from .._cache import cache_dir, write_atomic
 
 NO_MERGE = np.uint32(0xFFFFFFFF)
@@ -227,7 +229,7 @@ def join_bitmap(tokens: "list[bytes]") -> np.ndarray:
     ends = np.cumsum(lens)
     inside = np.ones(max(len(data) - 1, 0), bool)  # pairs within one token, not across two
     inside[ends[:-1][ends[:-1] > 0] - 1] = False
-    codes = np.unique(((data[:-1] << 8) | data[1:])[inside])
+    codes = unique_sorted(((data[:-1] << 8) | data[1:])[inside])
     bits = np.zeros(2048, np.uint32)
     np.bitwise_or.at(bits, codes >> 5, np.left_shift(np.uint32(1), (codes & 31).astype(np.uint32)))
     return bits
@@ -238,4 +240,4 @@ def merged_tokens(model, table) -> "list[bytes]":
     a superset, read without filling the decoder)."""
     if model.ranks is not None:
         return list(model.ranks)
-    return [model.decoder[int(i)] for i in np.unique(table.pair_merged)]
+    return [model.decoder[int(i)] for i in unique_sorted(table.pair_merged)]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import unique_sorted
+
 from . import arrays
 
 _MASK64 = (1 << 64) - 1
@@ -73,7 +75,7 @@ def check_probe_chains(key_hi, key_lo) -> None:
     if (key_lo[used] == 0).any():
         raise ValueError("a slot with a left id but no right id (a half-claimed slot)")
     keys = slot_keys(key_hi[used], key_lo[used])
-    if len(np.unique(keys)) != len(keys):
+    if len(unique_sorted(keys)) != len(keys):
         raise ValueError("a key holds two slots")
     home = (pair_hash(keys) & np.uint64(cap - 1)).astype(np.int64)
     dist = (used - home) % cap

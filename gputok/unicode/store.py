@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._arrays import unique_sorted
+
 __all__ = ["FAMILIES", "MAX_CP", "load", "write", "normal", "union", "intersect", "difference",
            "symmetric_difference", "complement", "from_code_points", "to_code_points",
            "member_mask", "EMPTY", "FULL"]
@@ -185,7 +187,7 @@ def symmetric_difference(a, b) -> np.ndarray:
 
 def from_code_points(cps) -> np.ndarray:
     """Normal-form ranges of a collection of code points (duplicates allowed)."""
-    cps = np.unique(np.asarray(cps, dtype=np.int64))
+    cps = unique_sorted(np.asarray(cps, dtype=np.int64))
     if len(cps) == 0:
         return EMPTY.copy()
     brk = np.flatnonzero(np.diff(cps) != 1)

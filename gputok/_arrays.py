@@ -1,0 +1,18 @@
+"""Small array helpers every floor of the package may use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique_sorted(a) -> np.ndarray:
+    """The distinct values of ``a``, ascending: ``np.unique(a)`` without its first call's import
+    of ``numpy.ma`` (numpy 2 asks ``np.ma.is_masked`` there: 6-15 ms once per process, which a
+    fresh process's first short encode paid when it built its ASCII pattern)."""
+    a = np.sort(np.asarray(a).ravel())
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
