@@ -67,8 +67,12 @@ def test_workspace_takes_a_bigger_block_than_a_kept_array():
 
 
 def test_cap_and_trim():
+    from gputok.backends.host_pool import SLACK
+
     pool = HostPool(cap=3 << 20)
-    arrays = [pool.empty(1 << 20, np.uint8) for _ in range(5)]  # five 1 MB blocks
+    # five 1 MB blocks made alone (kept arrays: a workspace block this small is cut from a
+    # slab, and those stay, see test_slabs_stop_at_their_budget...)
+    arrays = [pool.empty(1 << 20, np.uint8, SLACK) for _ in range(5)]
     del arrays
     gc.collect()
     assert pool.idle_bytes == 3 << 20  # the other two were freed, not kept
@@ -291,3 +295,31 @@ def test_big_workspace_blocks_take_whole_2mb_pages(monkeypatch):
     big = (HUGE_PAGE * 8) + 12345  # over HUGE_MAX: as asked (rounded to the size classes)
     pool.empty(big, np.uint8)
     assert big <= asked[2] <= big * 1.25
+
+
+def test_slabs_stop_at_their_budget_and_cut_blocks_are_never_dropped(monkeypatch):
+    """Past ``SLAB_BUDGET`` small workspace blocks are made alone (4 KB pages); a cut block back
+    in the pool stays there over ``cap`` (dropping it would free nothing while its slab lives)
+    while a block made alone is dropped; ``trim`` drops both and restores the budget."""
+    from gputok.backends import host_pool
+    from gputok.backends.host_pool import SLAB
+
+    monkeypatch.setattr(host_pool, "SLAB_BUDGET", SLAB)
+    pool = HostPool(cap=1 << 20)
+    cut = [pool.empty(1_500_000, np.uint8) for _ in range(2)]  # one slab holds both
+    assert pool._slab_bytes == SLAB and len(pool._cut_ids) == 2
+    assert abs(_addr(cut[1]) - _addr(cut[0])) < SLAB
+    alone = pool.empty(1_500_000, np.uint8)  # the budget is spent: made alone
+    assert pool._slab_bytes == SLAB and len(pool._cut_ids) == 2
+    assert not any(_addr(c) <= _addr(alone) < _addr(c) + SLAB for c in cut)
+    addrs = {_addr(c) for c in cut}
+    del cut, alone
+    gc.collect()
+    assert {_addr(b[2]) for b in pool._idle} == addrs  # the cut ones stay, over cap
+    again = pool.empty(1_400_000, np.uint8)
+    assert _addr(again) in addrs
+    del again
+    gc.collect()
+    pool.trim()
+    assert pool.idle_bytes == 0 and pool._slab_bytes == 0 and not pool._cut_ids
+    assert len(pool.empty(1_500_000, np.uint8)) == 1_500_000 and pool._slab_bytes == SLAB

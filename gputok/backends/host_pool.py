@@ -57,6 +57,7 @@ HUGE_PAGE = 2 << 20  # a transparent huge page (x86-64 and arm64 with 4 KB base 
 HUGE_MIN = HUGE_PAGE  # smaller blocks stay in 4 KB pages (no whole 2 MB unit)
 HUGE_MAX = 16 << 20  # and bigger ones too (one long piece's workspace, see huge_block)
 SLAB = 4 << 20  # smaller workspace blocks are cut from slabs of this size (see HostPool._cut)
+SLAB_BUDGET = 16 << 20  # slab bytes per pool (until trim): past it, small blocks in 4 KB pages
 TAIL_WASTE = 8  # a last partial 2 MB unit gets a huge page when that adds at most 1/8
 
 
@@ -122,6 +123,8 @@ class HostPool:
         self.misses = 0
         self._slab = None  # the slab small workspace blocks are cut from, and its first free byte
         self._slab_pos = 0
+        self._slab_bytes = 0  # bytes of the slabs made since the last trim
+        self._cut_ids: set = set()  # id() of the blocks cut from them (kept, never dropped)
 
     def empty(self, n: int, dtype, slack: float = WORK_SLACK) -> np.ndarray:
         dt = np.dtype(dtype)
@@ -143,6 +146,8 @@ class HostPool:
                 block = huge_block(size)
             elif size < HUGE_MIN:
                 block = self._cut(size)
+                if block is None:  # the slabs' budget is spent
+                    block = np.empty(size, np.uint8)
             else:  # workspace: whole 2 MB units (see the module's notes)
                 block = huge_block(-(-size // HUGE_PAGE) * HUGE_PAGE if size <= HUGE_MAX else size)
         with self._lock:
@@ -153,7 +158,7 @@ class HostPool:
                                  "data": (block.__array_interface__["data"][0], False)}
         return np.asarray(h)
 
-    def _cut(self, size: int) -> np.ndarray:
+    def _cut(self, size: int) -> "np.ndarray | None":
         """A new workspace block under ``HUGE_MIN``, cut from a slab of ``SLAB`` bytes in 2 MB
         pages (``huge_block``) rather than made alone in 4 KB pages: a fresh process's first 4
         MB o200k batch asked for ~10 MB of such blocks (the str packer's 1 MB slices, the
@@ -161,18 +166,22 @@ class HostPool:
         cut from it does (each block is a view of it); a request that does not fit in the
         current slab's rest starts a new slab (the rest, never touched, is never resident
         unless its 2 MB page already is). Only workspace is cut so: its blocks come back to the
-        pool, where an array the caller keeps would hold its whole slab."""
+        pool, where an array the caller keeps would hold its whole slab. Cut blocks stay in the
+        pool once back (dropping one frees nothing while its slab's other blocks live: a long
+        run of mixed batches crept from 130 to 147 MB that way) and the slabs stop at
+        ``SLAB_BUDGET`` until ``trim`` (then None: the caller makes the block alone)."""
         with self._lock:
             got = self._from_slab(size)
-        if got is not None:
-            return got
+            if got is not None or self._slab_bytes + SLAB > SLAB_BUDGET:
+                return got
         fresh = huge_block(SLAB)  # (a mapping, nothing touched yet: made outside the lock)
         with self._lock:
             got = self._from_slab(size)  # another thread's new slab may have room now
-            if got is not None:
-                return got  # (and the fresh one goes, untouched)
-            self._slab, self._slab_pos = fresh, 0
-            return self._from_slab(size)
+            if got is None and self._slab_bytes + SLAB <= SLAB_BUDGET:
+                self._slab, self._slab_pos = fresh, 0
+                self._slab_bytes += SLAB
+                got = self._from_slab(size)
+            return got  # (None past the budget; a fresh slab not used goes, untouched)
 
     def _from_slab(self, size: int) -> "np.ndarray | None":
         """The next ``size`` bytes of the current slab, or None when they are not there (under
@@ -181,7 +190,9 @@ class HostPool:
         if slab is None or pos + size > slab.nbytes:
             return None
         self._slab_pos = pos + size
-        return slab[pos:pos + size]
+        block = slab[pos:pos + size]
+        self._cut_ids.add(id(block))
+        return block
 
     def _give_back(self, block) -> None:
         size = block.nbytes
@@ -189,14 +200,17 @@ class HostPool:
         with self._lock:
             self._in_use -= size
             limit = max(self.cap, KEEP_IN_USE * self._in_use)
-            if self._idle_bytes + size <= limit:
+            if self._idle_bytes + size <= limit or id(block) in self._cut_ids:
                 self._serial += 1
                 bisect.insort(self._idle, (size, self._serial, block))
                 self._idle_bytes += size
-            while self._idle_bytes > limit:  # the work in flight shrank: the biggest go first
-                got = self._idle.pop()
-                self._idle_bytes -= got[0]
-                dropped.append(got)
+            k = len(self._idle) - 1
+            while self._idle_bytes > limit and k >= 0:  # the work in flight shrank: the biggest
+                if id(self._idle[k][2]) not in self._cut_ids:  # go first; a block cut from a
+                    got = self._idle.pop(k)  # slab stays (freeing it frees nothing while the
+                    self._idle_bytes -= got[0]  # slab's other blocks live)
+                    dropped.append(got)
+                k -= 1
         del dropped  # (freed outside the lock)
 
     @property
@@ -209,3 +223,5 @@ class HostPool:
             self._idle.clear()
             self._idle_bytes = 0
             self._slab = None
+            self._slab_bytes = 0
+            self._cut_ids.clear()  # (blocks in use come back as any other block)
