@@ -297,15 +297,13 @@ def test_big_workspace_blocks_take_whole_2mb_pages(monkeypatch):
     assert big <= asked[2] <= big * 1.25
 
 
-def test_slabs_stop_at_their_budget_and_cut_blocks_are_never_dropped(monkeypatch):
+def test_slabs_stop_at_their_budget_and_cut_blocks_are_never_dropped():
     """Past ``SLAB_BUDGET`` small workspace blocks are made alone (4 KB pages); a cut block back
     in the pool stays there over ``cap`` (dropping it would free nothing while its slab lives)
     while a block made alone is dropped; ``trim`` drops both and restores the budget."""
-    from gputok.backends import host_pool
     from gputok.backends.host_pool import SLAB
 
-    monkeypatch.setattr(host_pool, "SLAB_BUDGET", SLAB)
-    pool = HostPool(cap=1 << 20)
+    pool = HostPool(cap=1 << 20, slab_budget=SLAB)
     cut = [pool.empty(1_500_000, np.uint8) for _ in range(2)]  # one slab holds both
     assert pool._slab_bytes == SLAB and len(pool._cut_ids) == 2
     assert abs(_addr(cut[1]) - _addr(cut[0])) < SLAB
@@ -323,3 +321,15 @@ def test_slabs_stop_at_their_budget_and_cut_blocks_are_never_dropped(monkeypatch
     pool.trim()
     assert pool.idle_bytes == 0 and pool._slab_bytes == 0 and not pool._cut_ids
     assert len(pool.empty(1_500_000, np.uint8)) == 1_500_000 and pool._slab_bytes == SLAB
+
+
+def test_the_native_device_scales_the_slab_budget_with_its_threads():
+    from gputok.backends import native
+
+    ok, why = native.available()
+    if not ok:
+        import pytest
+
+        pytest.skip(f"native backend unavailable: {why}")
+    for threads in (1, 3):
+        assert native.NativeDevice(threads).pool.slab_budget == native.SLAB_PER_THREAD * threads

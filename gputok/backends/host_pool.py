@@ -57,7 +57,7 @@ HUGE_PAGE = 2 << 20  # a transparent huge page (x86-64 and arm64 with 4 KB base 
 HUGE_MIN = HUGE_PAGE  # smaller blocks stay in 4 KB pages (no whole 2 MB unit)
 HUGE_MAX = 16 << 20  # and bigger ones too (one long piece's workspace, see huge_block)
 SLAB = 4 << 20  # smaller workspace blocks are cut from slabs of this size (see HostPool._cut)
-SLAB_BUDGET = 16 << 20  # slab bytes per pool (until trim): past it, small blocks in 4 KB pages
+SLAB_BUDGET = 16 << 20  # slab bytes of a pool (until trim; the native device: 8 MB a thread)
 TAIL_WASTE = 8  # a last partial 2 MB unit gets a huge page when that adds at most 1/8
 
 
@@ -112,8 +112,9 @@ class HostPool:
     that fits (and is at most ``slack`` times too big: ``WORK_SLACK`` unless told), else a new
     one (contents undefined, as ``np.empty``)."""
 
-    def __init__(self, cap: int = CAP_DEFAULT):
+    def __init__(self, cap: int = CAP_DEFAULT, slab_budget: "int | None" = None):
         self.cap = int(cap)
+        self.slab_budget = SLAB_BUDGET if slab_budget is None else int(slab_budget)
         self._lock = threading.Lock()
         self._idle: list = []  # (size, serial, block), sorted
         self._serial = 0
@@ -169,15 +170,15 @@ class HostPool:
         pool, where an array the caller keeps would hold its whole slab. Cut blocks stay in the
         pool once back (dropping one frees nothing while its slab's other blocks live: a long
         run of mixed batches crept from 130 to 147 MB that way) and the slabs stop at
-        ``SLAB_BUDGET`` until ``trim`` (then None: the caller makes the block alone)."""
+        ``slab_budget`` until ``trim`` (then None: the caller makes the block alone)."""
         with self._lock:
             got = self._from_slab(size)
-            if got is not None or self._slab_bytes + SLAB > SLAB_BUDGET:
+            if got is not None or self._slab_bytes + SLAB > self.slab_budget:
                 return got
         fresh = huge_block(SLAB)  # (a mapping, nothing touched yet: made outside the lock)
         with self._lock:
             got = self._from_slab(size)  # another thread's new slab may have room now
-            if got is None and self._slab_bytes + SLAB <= SLAB_BUDGET:
+            if got is None and self._slab_bytes + SLAB <= self.slab_budget:
                 self._slab, self._slab_pos = fresh, 0
                 self._slab_bytes += SLAB
                 got = self._from_slab(size)

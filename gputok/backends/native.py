@@ -92,6 +92,7 @@ from .host_pool import SLACK, HostPool
 
 CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
 EXACT_OUT_BYTES = 1 << 16  # chunks above this get an output of their id count (chunk_inline)
+SLAB_PER_THREAD = 8 << 20  # the workspace pool's slab budget per thread (host_pool.py)
 STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
 #                       (~50 us on the shared box) is not worth it for a few ms of work
 BLOCK = 1 << 14  # elements per work item of a launch
@@ -325,7 +326,10 @@ class NativeDevice:
         self._streams: dict = {}  # slot -> stream handle (made on first use, remade after fork)
         self._live: dict = {}  # slot -> arrays its queued work uses (kept alive until a sync)
         self._pid = os.getpid()
-        self.pool = HostPool()  # workspace pages stay resident from chunk to chunk
+        # workspace pages stay resident from chunk to chunk; small blocks from slabs of 2 MB
+        # pages, up to 8 MB of them a thread (each chunk worker's small arrays: ~3 MB at 1 MB
+        # chunks on 2 threads, 256 KB ones on 16)
+        self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
         self._tables_addr: dict = {}  # id(tables) -> (weak reference, addresses): merge_inline
 
     def defines(self) -> tuple:
