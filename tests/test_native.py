@@ -406,6 +406,33 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     assert enc.encode(spec, allowed_special="all") == tk.encode(spec, allowed_special="all")
 
 
+def test_a_long_ascii_run_takes_the_batch_pipeline(monkeypatch):
+    """A text of a few pieces from ``_FEW_MAX`` characters up, all ASCII, is cut on the device
+    (the batch pipeline: no host scanner temporaries); a non-ASCII run that long still takes
+    the host cut and ``merge_pieces``. Ids are tiktoken's either way, and a run longer than a
+    chunk still comes back whole."""
+    from gputok import backends
+    from gputok.stages import counters
+
+    be = native.create(threads=2)
+    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "_FEW_MAX", 1 << 15)
+    monkeypatch.setattr(gputok.encoding, "_SHORT_MAX", 0)  # (else short texts: one call)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    for text, on_device in (("a" * 40_000, True), (" " * 50_000 + "x", True),
+                            ("x " + "7" * 30 + "b" * 33_000 + " y\n", True),
+                            ("a" * 20_000, False),  # under _FEW_MAX: the host cut
+                            ("\U0001F600" * 9000, False), ("\u00e9" * 40_000, False)):
+        before = dict(counters)
+        assert enc.encode_ordinary(text) == tk.encode_ordinary(text), text[:10]
+        pieces = counters["merge.device_pieces"] - before.get("merge.device_pieces", 0)
+        chunks = counters["device.chunks"] - before.get("device.chunks", 0)
+        assert (chunks >= 1, pieces == 0) == (on_device, on_device), (text[:10], chunks, pieces)
+    big = "a" * (3 << 20)  # one piece, far over a chunk's byte budget
+    assert enc.encode_ordinary(big) == tk.encode_ordinary(big)
+
+
 def test_a_short_text_is_one_device_call(monkeypatch):
     """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters with no
     special token active: ``DeviceBackend.encode_short``, the whole sequence in one call

@@ -317,6 +317,34 @@ def test_compiled_text_is_cached_on_disk_and_checked(tmp_path, monkeypatch):
     assert compiled._inputs_digest.__wrapped__("tiktoken") != compiled._inputs_digest("tiktoken")
 
 
+def test_ascii_text_is_cached_on_disk_and_checked(tmp_path, monkeypatch):
+    """compile_ascii's text (the first short encode's main cost) is kept beside the pinned text,
+    under its own name; a damaged entry is built again, never used."""
+    from gputok.unicode import compiled
+
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    pat = CL100K_PATTERN
+    text = "Hello, world! It's 2024 -- 12345 tokens?\n\n  ok "
+    want = gu.compile_pinned.__wrapped__(pat, "tiktoken").findall(text)
+    assert compiled.compile_ascii.__wrapped__(pat, "tiktoken").findall(text) == want
+    path = Path(compiled.cache_path(pat, "tiktoken", "ascii"))
+    assert path.is_file() and path.parent == tmp_path / "pinned"
+    assert str(path) != compiled.cache_path(pat, "tiktoken")
+    assert json.loads(path.read_text())["text"] == pattern_mod.ascii_text(pat, "tiktoken")
+
+    def no_building(*_a):
+        raise AssertionError("the cached text should have been used")
+
+    monkeypatch.setattr(compiled, "ascii_text", no_building)
+    assert compiled.compile_ascii.__wrapped__(pat, "tiktoken").findall(text) == want
+    d = json.loads(path.read_text())
+    d["text"] = r"[a-z]+|."  # damaged: no longer matches its checksum
+    path.write_text(json.dumps(d))
+    monkeypatch.setattr(compiled, "ascii_text", pattern_mod.ascii_text)
+    assert compiled.compile_ascii.__wrapped__(pat, "tiktoken").findall(text) == want
+    assert json.loads(path.read_text())["text"] == pattern_mod.ascii_text(pat, "tiktoken")
+
+
 def test_an_unwritable_cache_still_compiles(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
