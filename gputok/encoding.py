@@ -28,16 +28,6 @@ _DEVICE_PATH_MIN = 1 << 11
 # it) is cut by the host regex and only its long pieces go to the device's merge stage
 # (``DeviceBackend.merge_pieces``): no pre-tokenization kernels, no chunk set-up (~0.3 ms)
 _FEW_PIECES = 16
-# ... when it is shorter than this (characters) or not all ASCII. A longer ASCII one takes the
-# batch pipeline: the device cuts it too. The host cut's temporaries (the scanner's class and
-# cut arrays, translated copies, the pieces' UTF-8 copies: ~9 bytes per byte of fresh memory on
-# every call) cost a first call of 2-10 MB more in page faults than the pipeline's set-up does
-# (2-core box, cl100k, the first such call after a 16 KB warm-up: `"a" * 2**21` 6,700 -> 3,200
-# faults, `" " * 10**7` 17,600 -> 4,600, peak 129 -> 113 MB; `"a" * 10**7` 165 -> 113 MB; calls
-# whose memory is already mapped within +-1 ns per byte either way). A run of non-ASCII characters
-# (emoji, CJK) stays on the host cut: there the device's per-character classes cost more
-# (`"\U0001F600" * 2_500_000`: 24.5 -> 29.5 ns per byte).
-_FEW_MAX = 1 << 20
 _FEW_MIN = LONG_PIECE // 4  # characters: a shorter text has no piece of LONG_PIECE bytes
 
 # A text of these many characters whose device runs a whole chunk as one call
@@ -50,8 +40,8 @@ _SHORT_MAX = 1 << 14
 
 def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
     """One text on the default backend: its long pieces merge on the device when there is one
-    (a text under ``_DEVICE_PATH_MIN`` characters, or one of ``_FEW_PIECES`` pieces at most, under
-    ``_FEW_MAX`` characters or not all ASCII); None: the text takes the batch pipeline."""
+    (a text under ``_DEVICE_PATH_MIN`` characters, or one of ``_FEW_PIECES`` pieces at most);
+    None: the text takes the batch pipeline."""
     n = len(text)
     if n < _FEW_MIN:
         return encode_text(model, text, allowed)
@@ -66,10 +56,9 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
         device_merge = functools.partial(merge, model)
         if n < _DEVICE_PATH_MIN:
             return encode_text(model, text, allowed, device_merge)
-        if n < _FEW_MAX or not text.isascii():
-            got = encode_few(model, text, allowed, device_merge, _FEW_PIECES)
-            if got is not None:
-                return got
+        got = encode_few(model, text, allowed, device_merge, _FEW_PIECES)
+        if got is not None:
+            return got
     if n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and backend.name != "numpy"):
         return None
     return encode_text(model, text, allowed)
