@@ -425,6 +425,12 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
         assert pre.split_few(" ".join(["word"] * 40), 16) is None
         assert pre.split_few("a" * 5000 + " word" * 40, 16) is None
         monkeypatch.undo()
+        # a non-ASCII text: probed by the scanner, never the pinned regex (its first compile)
+        monkeypatch.setattr(type(pre), "_regex_for", lambda self, t: pytest.fail("regex"))
+        for text in ("\U0001F600" * 3000 + " ok", "\u00e9" * 5000, "\u4e2d\u6587 " * 900):
+            pieces = pre.split(text)
+            assert pre.split_few(text, 16) == (pieces if len(pieces) <= 16 else None)
+        monkeypatch.undo()
     # a pattern that skips characters: not this path's to decide
     from gputok.stages.pretok import Pretokenizer, PretokSpec, Split
 
