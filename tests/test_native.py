@@ -435,6 +435,8 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
     from gputok.stages.pretok import Pretokenizer, PretokSpec, Split
 
     assert Pretokenizer(PretokSpec((Split(r"[a-z]+"),), "tiktoken")).split_few("ab!cd", 16) is None
+    assert Pretokenizer(PretokSpec((Split(r"[a-z]*|."),), "tiktoken")).split_few("ab!cd",
+                                                                                 16) is None
     be = native.create(threads=2)
     monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
     monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
