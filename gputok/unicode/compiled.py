@@ -99,7 +99,7 @@ def compile_ascii(pattern: str, family: str):
 
     Its text is kept on disk beside the pinned one (``cache_path(..., "ascii")``): building it
     walks the family's class data (~5-8 ms), most of a fresh process's first short encode (o200k:
-    10.8 -> ~3 ms) and of its first long text's set-up.
+    10.8 -> 1.4 ms) and of its first long text's set-up.
     """
     text, _ = _cached(pattern, family, "ascii", _ascii_form)
     try:
