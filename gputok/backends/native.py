@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 import threading
 import time
@@ -331,6 +332,7 @@ class NativeDevice:
         # chunks on 2 threads, 256 KB ones on 16)
         self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
         self._tables_addr: dict = {}  # id(tables) -> (weak reference, addresses): merge_inline
+        self._dummy_u64 = None  # (chunk_inline: the dedup set's address when there is none)
 
     def defines(self) -> tuple:
         return ()
@@ -543,14 +545,18 @@ class NativeDevice:
         empty = self._bare  # (the arrays meet no launch: no address cache entries)
         # the small arrays of a chunk share blocks: one block of 2 MB pages where a chunk has
         # several 1 MB arrays, whose 4 KB pages were most of a fresh process's first page faults
-        marks = empty(2 * (n + 2), np.uint8)
-        mark, cls, ent = marks[:n + 2], marks[n + 2:], empty(n + 2, np.uint32)
+        # (addresses by offset from each block's start: ~0.5 us an array, ~20 arrays a call,
+        # were ~10% of a 1,000-character text's encode_short)
+        marks = empty(2 * (n + 2), np.uint8)  # mark, then cls (n + 2 each)
+        ent = empty(n + 2, np.uint32)
+        at_marks, at_ent, at_data = _address(marks), _address(ent), _address(data)
+        addr = self._table_addresses(tables)
         cap = int(lib.gputok_native_chunk_pretok(
-            _address(data), n, _address(mpos), _address(mbits), hc.n_marks,
-            _address(a["cls_table"]), _address(a["letters"]), int(sc["n_letters"]), int(o200k),
+            at_data, n, _address(mpos), _address(mbits), hc.n_marks, addr[5], addr[6],
+            int(sc["n_letters"]), int(o200k),
             0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
-            0 if o200k else int(sc["end_whole"]), _address(mark), _address(cls), _address(ent)))
-        del marks, mark, cls
+            0 if o200k else int(sc["end_whole"]), at_marks, at_marks + n + 2, at_ent))
+        del marks
         # one block: the dedup set (emptied by the call), then pstart, spec, owner (cap),
         # count (cap + 1), doc_entry (n_docs + 1)
         dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length()) \
@@ -558,34 +564,32 @@ class NativeDevice:
         n_slots = 1 << dbits if dbits else 0
         sizes = (cap, cap, cap, cap + 1, n_docs + 1)
         block = empty(n_slots + (sum(sizes) + 1) // 2, np.uint64)
-        slots = block[:n_slots] if dbits else self.dummy(np.uint64)
-        words = block[n_slots:].view(np.uint32)
-        ends = np.cumsum((0,) + sizes).tolist()
-        ws = [words[lo:hi] for lo, hi in zip(ends, ends[1:])]
-        addr = self._table_addresses(tables)
+        at_block = _address(block)
+        at_words = at_block + 8 * n_slots
+        ends = list(itertools.accumulate(sizes, initial=0))
+        at_ws = [at_words + 4 * lo for lo in ends[:-1]]  # pstart, spec, owner, count, doc_entry
         ran_long = ctypes.c_int(0)
         u16 = np.dtype(out_dtype).itemsize == 2
         out_doc = empty(n_docs + 1, np.int64)
         # a small chunk emits in the same call into an output of one id per byte; a big one
         # gets an output of its id count, from the pages it will write (a third call)
         out = empty(max(n, 1), out_dtype) if n <= EXACT_OUT_BYTES else None
+        at_out_doc = _address(out_doc)
         status = lib.gputok_native_chunk_finish(
-            _address(data), n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
+            at_data, n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
             addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
-            _address(slots), dbits, cap, _address(ent), *[_address(w) for w in ws],
+            at_block if dbits else self._dummy_u64_address(), dbits, cap, at_ent, *at_ws,
             ctypes.byref(ran_long), int(u16), None if out is None else _address(out),
-            _address(out_doc))
+            at_out_doc)
         if status != 0:
             raise MemoryError(f"native device: no memory for the long pieces of a {n}-byte "
                               "chunk")
         if out is None:
-            pstart, _, owner, count, doc_entry = ws
-            out = empty(max(int(count[cap]), 1), out_dtype)
-            lib.gputok_native_chunk_emit(cap, _address(pstart), _address(owner),
-                                         _address(count), _address(ent), _address(doc_entry),
-                                         n_docs, int(u16), _address(out), _address(out_doc))
-            del pstart, owner, count, doc_entry
-        del slots, block, words, ws, ent
+            total = int(block[n_slots:].view(np.uint32)[ends[3] + cap])  # count[cap]
+            out = empty(max(total, 1), out_dtype)
+            lib.gputok_native_chunk_emit(cap, at_ws[0], at_ws[2], at_ws[3], at_ent, at_ws[4],
+                                         n_docs, int(u16), _address(out), at_out_doc)
+        del block, ent
         names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
             "encode_pretok_classify", "encode_pretok_spans"]
         names += ["encode_piece_kind", "encode_merge_short",
@@ -601,14 +605,24 @@ class NativeDevice:
         return out[:int(out_doc[n_docs])], out_doc
 
     def _table_addresses(self, tables) -> tuple:
-        """Addresses of a model's merge tables (w_slots, w_tok_bytes, t_slots, byte_ids, join),
-        kept per tables object."""
+        """Addresses of a model's tables (w_slots, w_tok_bytes, t_slots, byte_ids, join, and
+        the pre-tokenizer's cls_table and letters where it has them: else 0), kept per tables
+        object."""
         got = self._tables_addr.get(id(tables))
         if got is None or got[0]() is not tables:
             a = tables.arrays
             got = self._tables_addr[id(tables)] = (weakref.ref(tables), tuple(
-                _address(a[k]) for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join")))
+                _address(a[k]) if k in a else 0
+                for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join", "cls_table",
+                          "letters")))
         return got[1]
+
+    def _dummy_u64_address(self) -> int:
+        """The address of a one-word array that stays (a chunk with no dedup set)."""
+        got = self._dummy_u64
+        if got is None:
+            got = self._dummy_u64 = (np.zeros(1, np.uint64),)
+        return _address(got[0])
 
     # -- memory (host memory: copies are views)
     def host_block(self, nbytes: int) -> np.ndarray:
