@@ -782,7 +782,7 @@ class DeviceBackend(Backend):
                           st.dedup_slots_per_entry if st.dedup else 0.0)
         with self._count_lock:
             counters["device.chunks"] += 1
-        return hc.d0, ids, np.diff(doc)
+        return hc.d0, ids, doc[1:] - doc[:-1]  # (np.diff: ~1.5 us more a call)
 
     def _enqueue(self, plan: ModelPlan, hc: HostChunk, slot: int, out_dtype) -> _InFlight:
         """Upload one chunk, queue its kernels and the download of its document offsets on the
