@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._arrays import unique_sorted
-
 from ..stages.normalize import normalize_text
 from ..stages.split import NO_IDS
 

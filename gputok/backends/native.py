@@ -332,7 +332,7 @@ class NativeDevice:
         # chunks on 2 threads, 256 KB ones on 16)
         self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
         self._tables_addr: dict = {}  # id(tables) -> (weak reference, addresses): merge_inline
-        self._dummy_u64 = None  # (chunk_inline: the dedup set's address when there is none)
+        self._no_dedup = np.zeros(1, np.uint64)  # chunk_inline's dedup set when it has none
 
     def defines(self) -> tuple:
         return ()
@@ -578,7 +578,7 @@ class NativeDevice:
         status = lib.gputok_native_chunk_finish(
             at_data, n, _address(off), n_docs, _address(ss), _address(sid), hc.n_spans,
             addr[0], addr[1], int(sc["w_bits"]), addr[2], int(sc["t_bits"]), addr[3], addr[4],
-            at_block if dbits else self._dummy_u64_address(), dbits, cap, at_ent, *at_ws,
+            at_block if dbits else _address(self._no_dedup), dbits, cap, at_ent, *at_ws,
             ctypes.byref(ran_long), int(u16), None if out is None else _address(out),
             at_out_doc)
         if status != 0:
@@ -616,13 +616,6 @@ class NativeDevice:
                 for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join", "cls_table",
                           "letters")))
         return got[1]
-
-    def _dummy_u64_address(self) -> int:
-        """The address of a one-word array that stays (a chunk with no dedup set)."""
-        got = self._dummy_u64
-        if got is None:
-            got = self._dummy_u64 = (np.zeros(1, np.uint64),)
-        return _address(got[0])
 
     # -- memory (host memory: copies are views)
     def host_block(self, nbytes: int) -> np.ndarray:

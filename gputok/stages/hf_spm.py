@@ -26,10 +26,9 @@ before it.
 from __future__ import annotations
 
 import numpy as np
-
-from .._arrays import unique_sorted
 import regex
 
+from .._arrays import unique_sorted
 from . import counters
 from .charbpe import UNKNOWN, CharBpe, code_points
 from .family import Family

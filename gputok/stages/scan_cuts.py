@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._arrays import unique_sorted
-
 from .scan_rules import (A, B_PAIR, B_SPECIAL, B_SYNC, E, L, N, O_LM, O_LT, O_PQ, O_WS, OA, OB,
                          OD, OE, OM, ON, OP, OSL, OU, PU, WS, X)
 

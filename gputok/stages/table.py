@@ -27,7 +27,6 @@ import random
 import numpy as np
 
 from .._arrays import unique_sorted
-
 from .._cache import cache_dir, write_atomic
 
 NO_MERGE = np.uint32(0xFFFFFFFF)

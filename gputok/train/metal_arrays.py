@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._arrays import unique_sorted
-
 from . import arrays
 
 _MASK64 = (1 << 64) - 1
