@@ -1216,3 +1216,16 @@ def test_str_layout_packs_what_python_encodes():
 
     assert layout.units(["a", Sub("b")]) is None and layout.units(["a", b"b"]) is None
     assert layout.units([]) is None
+
+
+def test_chunks_without_a_dedup_set():
+    """``dedup=False``: every chunk runs with no dedup set (its pointer a placeholder the
+    kernels never read), every piece merging itself; ids as tiktoken's."""
+    be = native.create(threads=2, dedup=False)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    docs = e2e_docs()[:60] + ["a" * 3000, "x", ""]
+    ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+        [tk.encode_ordinary(d) for d in docs]
+    assert "encode_dup_counts" not in be.dev.launches
+    assert be.dev.launches.get("encode_merge_short", 0) >= 1
