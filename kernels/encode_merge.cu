@@ -68,18 +68,19 @@ __forceinline__ bool enc_host_ahead(EncHostAhead& a, const enc_u8* buf, const en
   const enc_i64 f = e + ENC_HOST_PREFETCH_AHEAD;
   if (f < n_ent && spec[f] == ENC_NORMAL) {
     const enc_u32 fs = pstart[f], fl = pstart[f + 1] - fs;
-    if (fl < ENC_LONG_PIECE) {
+    // (a one-byte piece takes its id from the one-byte block: no hash, no probe)
+    if (fl < ENC_LONG_PIECE && (fl > 1 || !(w.bits & ENC_WHOLE_BYTES))) {
       const enc_u64 fh = enc_bytes_hash(buf + fs, fl);
       a.h[f & (ENC_HOST_RING - 1)] = fh;
       a.e[f & (ENC_HOST_RING - 1)] = f;
-      if (w.bits != 0) ENC_PREFETCH(w.slots + 4 * (fh >> (64 - w.bits)));
+      if (w.bits != 0) ENC_PREFETCH(w.slots + 4 * enc_whole_home(w, fh));
       if (dedup_bits != 0) ENC_PREFETCH(dedup_slots + (fh >> (64 - dedup_bits)));
     }
   }
   const enc_i64 g = e + ENC_HOST_PREFETCH_AHEAD / 2;
   if (w.bits != 0 && g < n_ent && a.e[g & (ENC_HOST_RING - 1)] == g) {
     const enc_u64 gh = a.h[g & (ENC_HOST_RING - 1)];
-    const enc_u32* slot = w.slots + 4 * (gh >> (64 - w.bits));
+    const enc_u32* slot = w.slots + 4 * enc_whole_home(w, gh);
     if (slot[0] == (enc_u32)gh) ENC_PREFETCH(w.tok_bytes + slot[2]);
   }
   if (a.e[e & (ENC_HOST_RING - 1)] != e) return false;

@@ -208,6 +208,36 @@ def run_merge(be, enc, pieces, whole: bool = True, n_docs: int = 7):
     return out[:int(out_doc[-1])], out_doc, doc_entry
 
 
+def check_byte_blocks_are_read(make_backend, enc, pieces, monkeypatch) -> None:
+    """The merge kernels of ``make_backend()``'s device read both byte blocks of the tables
+    (device_tables.byte_pair_block, whole_byte_block: flags set in the plan's bits): with the
+    blocks as built they give the sequential rule's ids, with the whole-token lookup and
+    without; with a damaged block (no byte pair merges; every byte is the token "!", for an
+    encoding with the whole-token lookup) other ids. The tables are built for each backend,
+    not mapped from the cache."""
+    from gputok.backends import device_tables as dt
+
+    monkeypatch.setattr(dt, "_cache_path", lambda model: None)
+    table = enc.model.merge_table
+    wholes = (False, True) if table.whole else (False,)
+    want = {w: [i for e in expected_merge(table, pieces, w) for i in e] for w in wholes}
+    be = make_backend()
+    sc = be.model_plan(enc.model).tables.scalars
+    assert sc["t_bits"] & dt.PAIR_BYTES
+    assert bool(sc["w_bits"] & dt.WHOLE_BYTES) == bool(table.whole)
+    for w in wholes:
+        assert run_merge(be, enc, pieces, w)[0].tolist() == want[w], w
+    pairs, ones = dt.byte_pair_block, dt.whole_byte_block
+    monkeypatch.setattr(dt, "byte_pair_block", lambda t: np.full(32768, ~np.uint64(0)))
+    assert run_merge(make_backend(), enc, pieces, False)[0].tolist() != want[False]
+    monkeypatch.setattr(dt, "byte_pair_block", pairs)
+    if table.whole:
+        bang = table.whole[b"!"]
+        monkeypatch.setattr(dt, "whole_byte_block", lambda whole: np.full(256, bang, np.uint32))
+        assert run_merge(make_backend(), enc, pieces, True)[0].tolist() != want[True]
+        monkeypatch.setattr(dt, "whole_byte_block", ones)
+
+
 def expected_merge(table, pieces, whole: bool):
     if not whole:
         table = copy.copy(table)

@@ -18,6 +18,7 @@ a real GPU is ``tests/test_cuda_gpu.py``.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import sys
@@ -37,7 +38,7 @@ from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
 from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
-                       assert_same, corpus_snippets, device_entries, e2e_docs, emu_device,
+                       assert_same, check_byte_blocks_are_read, corpus_snippets, device_entries, e2e_docs, emu_device,
                        expected_merge, merge_pieces, pack, pretok_docs, run_merge, specials_of,
                        tiny_encoding, tricky_texts)
 
@@ -586,3 +587,42 @@ def test_merge_table_layouts_probe_alike():
         ids, _, ent = run_merge(be, enc, pieces, whole=False)
         want = expected_merge(enc.model.merge_table, pieces, whole=False)
         assert ids.tolist() == [i for e in want for i in e], enc.name
+
+
+def test_byte_blocks_are_the_probes():
+    """THE BYTE-PAIR BLOCK and the one-byte block (device_tables.byte_pair_block,
+    whole_byte_block) against the vocabularies themselves: for cl100k a byte pair merges, at
+    its rank, exactly when its two bytes are a token, and every byte is a token; for Qwen2
+    (an HF merges list: priorities apart from ids) a byte pair has a priority exactly when the
+    sequential rule merges its two bytes into one token. Little-endian halves: pair
+    x << 8 | y is word k >> 1, the low half for even k."""
+    from gputok.stages.merge import merge_small
+    from gputok.stages.table import NO_MERGE
+
+    def halves(words):
+        return np.stack([words & np.uint64(0xFFFFFFFF), words >> np.uint64(32)], 1).reshape(-1)
+
+    tk = gputok.get_encoding("cl100k_base")
+    ranks = tk.model.ranks
+    prio = halves(device_tables.byte_pair_block(tk.model.merge_table))
+    assert prio.tolist() == [ranks.get(bytes([x, y]), NO_MERGE) for x in range(256)
+                             for y in range(256)]
+    ones = device_tables.whole_byte_block(tk.model.merge_table.whole)
+    assert ones.dtype == np.uint32 and ones.tolist() == [ranks[bytes([b])] for b in range(256)]
+    assert device_tables.whole_byte_block({b"a": 7})[ord("a")] == 7
+    assert device_tables.whole_byte_block({b"a": 7})[ord("b")] == NO_MERGE
+    hf = hf_encoding("qwen2")
+    table = copy.copy(hf.model.merge_table)
+    table.whole = None
+    prio = halves(device_tables.byte_pair_block(table))
+    merges = [len(merge_small(bytes([x, y]), table)) == 1 for x in range(256) for y in range(256)]
+    assert ((prio != NO_MERGE) == np.array(merges)).all() and 0 < sum(merges) < 65536
+
+
+@pytest.mark.parametrize("key", ["cl100k_base", "qwen2"])
+def test_merge_kernels_read_the_byte_blocks(key, monkeypatch):
+    """On the emulator, a compact (cl100k) and a two-word (Qwen2) merge table: the kernels read
+    the blocks after the slots (check_byte_blocks_are_read)."""
+    enc = gputok.get_encoding(key) if key.endswith("_base") else hf_encoding(key)
+    check_byte_blocks_are_read(lambda: DeviceBackend(emu_device("shuffle", 7)), enc,
+                               merge_pieces()[::4], monkeypatch)

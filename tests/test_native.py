@@ -32,7 +32,8 @@ from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
 from gputok.unicode import normalize
-from devicekit import (EDGE, PATTERNS, _regex_classes, assert_same, device_entries,
+from devicekit import (EDGE, PATTERNS, _regex_classes, assert_same, check_byte_blocks_are_read,
+                       device_entries,
                        e2e_docs, expected_merge, merge_pieces, pack, pretok_docs,
                        run_merge, specials_of, tiny_encoding, tricky_texts)
 
@@ -165,6 +166,34 @@ def test_merge_and_emit_match_the_sequential_rule(rule, layout):
             lens = np.array([len(e) for e in expect])
             np.testing.assert_array_equal(out_doc,
                                           np.concatenate([[0], np.cumsum(lens)])[doc_entry])
+
+
+@pytest.mark.parametrize("key", ["o200k_base", "llama3"])
+def test_merge_reads_the_byte_blocks(key, monkeypatch):
+    """The host-compiled kernels read the blocks after the tables' slots, launch by launch
+    (check_byte_blocks_are_read) and in a chunk's one call (kernels/host_chunk.h: a batch on
+    the chunk workers gives the reference's ids, and others with a damaged pair block); Llama
+    3: an HF file with the whole-token lookup (ignore_merges)."""
+    from gputok.backends import device_tables
+
+    enc = gputok.get_encoding(key) if key.endswith("_base") else hf_encoding(key)
+    check_byte_blocks_are_read(lambda: backend("2-threads-grid-strides"), enc,
+                               merge_pieces()[::2], monkeypatch)
+    docs = e2e_docs()[:40]
+    want = enc.encode_batch(docs, disallowed_special=(), backend="numpy")
+
+    def batch():
+        be = native.create(threads=2, chunk_bytes=5000)
+        calls = []
+        real = be.dev.chunk_inline
+        be.dev.chunk_inline = lambda *a: (calls.append(1), real(*a))[1]
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        assert len(calls) > 2  # several chunks, each one call
+        return [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+
+    assert batch() == want
+    monkeypatch.setattr(device_tables, "byte_pair_block", lambda t: np.full(32768, ~np.uint64(0)))
+    assert batch() != want
 
 
 # ---------------------------------------------------------------- 2. the pipeline

@@ -143,6 +143,7 @@ def test_device_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache,
     to a fresh build; a damaged cache file is built again, not used."""
     import numpy as np
 
+    from gputok._cache import write_arrays
     from gputok.backends import device_tables
 
     model = registry._cl100k_base().model
@@ -154,7 +155,18 @@ def test_device_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache,
     for k, v in built.items():
         assert np.array_equal(mapped[k], v), k
     assert not mapped["slots"].flags.writeable
-    del mapped
+    # the byte blocks after the slots, flagged in the bits (device_tables.with_byte_blocks)
+    w_size, t_size = mapped["bits"] & 0xFF, mapped["t_bits"] & 0xFF
+    assert mapped["bits"] & device_tables.WHOLE_BYTES and len(mapped["slots"]) == (4 << w_size) + 256
+    assert mapped["t_bits"] & device_tables.PAIR_BYTES
+    assert len(mapped["t_slots"]) == (1 << t_size) + 32768  # (cl100k: one word a slot)
+    for cut in ("slots", "t_slots"):  # a file whose block is missing is not used
+        bad = dict(mapped)
+        bad[cut] = bad[cut][:-8]
+        scalars = {k: int(bad.pop(k)) for k in ("bits", "t_bits")}
+        assert write_arrays(str(cache / "cut.bin"), bad, scalars)
+        assert device_tables._mapped(str(cache / "cut.bin")) is None
+    del mapped, bad
     blob = open(path, "rb").read()
     calls = []
     real = device_tables.whole_table

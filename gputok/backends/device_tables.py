@@ -6,6 +6,10 @@
   <= 1/2 on the top bits of ``bytes_hash`` of the token; a 16-byte slot holds the low 32 bits of
   the hash (a cheap first check), the token's id, offset and length; hits are confirmed by
   comparing bytes;
+* the two blocks after those tables' slots (flags in their bits): the priority of every pair of
+  single-byte tokens (``byte_pair_block``: a piece's first probes, one per byte pair, become
+  loads from 256 KB) and the id of every one-byte token (``whole_byte_block``: a one-byte piece
+  needs no hash or probe);
 * for device pre-tokenization: the class table, the pair table and the contraction letters of
   the pattern's scanner family (``stages/scan_rules.py``).
 """
@@ -23,6 +27,9 @@ from ..stages.table import join_bitmap, merged_tokens  # noqa: F401  (the kernel
 EMPTY_SLOT = 0xFFFFFFFF
 PAIR_COMPACT = 0x100  # in t_bits: the merge table has 8-byte slots (pair_slots)
 PAIR_ID_BITS = 21
+PAIR_BYTES = 0x200  # in t_bits: the byte-pair block follows the merge table's slots
+WHOLE_BYTES = 0x100  # in the whole-token table's bits: the one-byte block follows its slots
+SIZE_BITS = 0xFF  # the table's size bits, below the flags
 BYTES_SEED = 0xCBF29CE484222325
 WORD_MUL = 0x9E3779B97F4A7C15
 MIX1, MIX2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # a 64-bit finalizer (murmur3's)
@@ -141,8 +148,41 @@ def pair_slots(table) -> tuple[np.ndarray, int]:
     return out, table.hash_bits | PAIR_COMPACT
 
 
-#: bump when whole_table or join_bitmap change: old cache files are ignored
-TABLES_VERSION = 5
+def byte_pair_block(table) -> np.ndarray:
+    """THE BYTE-PAIR BLOCK (kernels/common/encode_merge_rules.h): the priority of the pair
+    (``byte_ids[x]``, ``byte_ids[y]``) at ``x << 8 | y`` for every two bytes, ``NO_MERGE`` where
+    the table has no such pair, two to a uint64 word (the low half first): 32,768 words that
+    ``pair_slots``' slots are followed by, with ``PAIR_BYTES`` in ``t_bits``. The priorities are
+    the merge table's own probe of each pair (``MergeTable.lookup``), so a kernel reading the
+    block gets what probing would."""
+    ids = np.asarray(table.byte_ids, np.uint32)
+    prio, _ = table.lookup(np.repeat(ids, 256), np.tile(ids, 256))
+    words = prio.astype(np.uint64)
+    return words[0::2] | (words[1::2] << np.uint64(32))
+
+
+def whole_byte_block(whole: "dict[bytes, int]") -> np.ndarray:
+    """The one-byte block (kernels/common/encode_merge_rules.h, EncWholeTable): 256 uint32, the
+    id of the token whose bytes are that one byte, ``NO_MERGE`` where none is; what the
+    whole-token table's probe returns for a one-byte piece. ``whole_table``'s slots are
+    followed by it, with ``WHOLE_BYTES`` in its bits."""
+    from ..stages.table import NO_MERGE
+
+    return np.array([whole.get(bytes([b]), NO_MERGE) for b in range(256)], np.uint32)
+
+
+def with_byte_blocks(out: dict, table) -> dict:
+    """``host_tables``' arrays with both blocks after their tables' slots, flags set."""
+    if "slots" in out:
+        out["slots"] = np.concatenate([out["slots"], whole_byte_block(table.whole)])
+        out["bits"] = int(out["bits"]) | WHOLE_BYTES
+    out["t_slots"] = np.concatenate([out["t_slots"], byte_pair_block(table)])
+    out["t_bits"] = int(out["t_bits"]) | PAIR_BYTES
+    return out
+
+
+#: bump when whole_table, join_bitmap or the blocks change: old cache files are ignored
+TABLES_VERSION = 6
 _CACHED = {"t_slots", "byte_ids", "slots", "tok_bytes", "join"}
 
 
@@ -194,11 +234,14 @@ def _mapped(path: str) -> "dict | None":
         bits, t_bits = int(scalars["bits"]), int(scalars["t_bits"])
     except (KeyError, TypeError, ValueError):
         return None
-    size_bits = t_bits & ~PAIR_COMPACT
-    if set(arrays) != _CACHED or not 0 < bits < 32 or not 0 < size_bits < 32:
+    w_size, size_bits = bits & SIZE_BITS, t_bits & SIZE_BITS
+    if set(arrays) != _CACHED or not 0 < w_size < 32 or not 0 < size_bits < 32 or \
+            bits & ~(SIZE_BITS | WHOLE_BYTES) or t_bits & ~(SIZE_BITS | PAIR_COMPACT | PAIR_BYTES):
         return None
     words = 1 if t_bits & PAIR_COMPACT else 2
-    if len(arrays["slots"]) != 4 << bits or len(arrays["t_slots"]) != words << size_bits or \
+    w_len = (4 << w_size) + (256 if bits & WHOLE_BYTES else 0)
+    t_len = (words << size_bits) + (32768 if t_bits & PAIR_BYTES else 0)
+    if len(arrays["slots"]) != w_len or len(arrays["t_slots"]) != t_len or \
             len(arrays["join"]) != 2048 or len(arrays["byte_ids"]) != 256:
         return None
     return dict(arrays, bits=bits, t_bits=t_bits)
@@ -223,6 +266,7 @@ def host_tables(model) -> dict:
     out.update(t_slots=t_slots, t_bits=t_bits,
                byte_ids=table.byte_ids.astype(np.uint32),
                join=join_bitmap(merged_tokens(model, table)))
+    with_byte_blocks(out, table)
     if path is not None and table.whole:
         scalars = {k: int(out[k]) for k in ("bits", "t_bits")}
         write_arrays(path, {k: v for k, v in out.items() if k not in scalars}, scalars)
@@ -256,7 +300,8 @@ def upload_tables(dev, model, scanner, class_cache: dict, norm_form: "str | None
     if "slots" in host:
         a["w_slots"], a["w_tok_bytes"] = dev.put(host["slots"]), dev.put(host["tok_bytes"])
         s["w_bits"] = u32(host["bits"])
-        s["w_max_len"] = int(host["slots"][3::4].max())  # (host only: no longer piece is a token)
+        # (host only: no longer piece is a token)
+        s["w_max_len"] = int(host["slots"][:4 << (int(host["bits"]) & SIZE_BITS)][3::4].max())
     else:
         a["w_slots"], a["w_tok_bytes"] = dev.dummy(np.uint32), dev.dummy(np.uint8)
         s["w_bits"] = u32(0)

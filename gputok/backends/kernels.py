@@ -51,6 +51,7 @@ def kernel_constants() -> dict:
         "ENC_MIX2": dt.MIX2,
         "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,
         "ENC_PAIR_COMPACT": dt.PAIR_COMPACT, "ENC_PAIR_ID_BITS": dt.PAIR_ID_BITS,
+        "ENC_PAIR_BYTES": dt.PAIR_BYTES, "ENC_WHOLE_BYTES": dt.WHOLE_BYTES,
     }
 
 

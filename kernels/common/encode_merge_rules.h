@@ -17,10 +17,22 @@
 //     fit ENC_PAIR_ID_BITS: half the memory (o200k 16 -> 8 MB), twice the slots per cache line,
 //     the same home slots and probe sequence. An empty slot (all ones) matches no pair: no id
 //     reaches 2^21 - 1 there.
+// THE BYTE-PAIR BLOCK: with ENC_PAIR_BYTES in the bits, the slots are followed by the priority
+// of every pair of single-byte tokens, (byte_ids[x], byte_ids[y]) at x << 8 | y, two uint32 to a
+// 64-bit word (the low half first): exactly what the probe returns for that pair
+// (gputok/backends/device_tables.py, byte_pair_block). A piece's first priorities, one per byte
+// pair (~45% of the probes on multilingual text), are then one load each from a 256 KB block
+// whose used part stays cached, instead of hash probes into a table of several MB.
 struct EncMergeTable {
   const GPUTOK_DEV enc_u64* slots;
   enc_u32 bits;
 };
+
+GPUTOK_FN enc_u32 enc_byte_pair_prio(GPUTOK_THREAD const EncMergeTable& t, enc_u8 x, enc_u8 y) {
+  const enc_u64 words = (enc_u64)((t.bits & ENC_PAIR_COMPACT) ? 1u : 2u) << (t.bits & 0xFFu);
+  const enc_u32 k = ((enc_u32)x << 8) | (enc_u32)y;
+  return (enc_u32)(t.slots[words + (k >> 1)] >> (32u * (k & 1u)));
+}
 
 GPUTOK_FN enc_u64 enc_pair_home(GPUTOK_THREAD const EncMergeTable& t, enc_u32 left,
                                 enc_u32 right) {
@@ -69,18 +81,26 @@ GPUTOK_FN enc_u32 enc_pair_lookup(GPUTOK_THREAD const EncMergeTable& t, enc_u32 
 // top bits of enc_bytes_hash, linear probing; four words per slot, [low 32 bits of the hash,
 // token id (ENC_EMPTY_SLOT: free), first byte in tok_bytes, length], so a probe reads one 16-byte
 // slot and, when tag and length match, the token's bytes (two cache lines; separate tag / entry
-// / offset / id arrays cost five).
+// / offset / id arrays cost five). The low 8 bits of `bits` are the table's size bits; with
+// ENC_WHOLE_BYTES set the slots are followed by the one-byte block: 256 words, the id of the
+// token whose bytes are that one byte (ENC_NO_MERGE: none), exactly what the probe returns
+// (device_tables.py, whole_byte_block). A one-byte piece (15-23% of the pieces of prose, code
+// and multilingual text) then takes its id with one load: no hash, probe or byte compare.
 struct EncWholeTable {
   const GPUTOK_DEV enc_u32* slots;
   const GPUTOK_DEV enc_u8* tok_bytes;
   enc_u32 bits;  // 0: no whole-piece lookup (HF rule without ignore_merges)
 };
 
+GPUTOK_FN enc_u64 enc_whole_home(GPUTOK_THREAD const EncWholeTable& w, enc_u64 h) {
+  return h >> (64 - (w.bits & 0xFFu));
+}
+
 // The id of the token whose bytes are p[0..len), or ENC_NO_MERGE.
 GPUTOK_FN enc_u32 enc_whole_lookup(GPUTOK_THREAD const EncWholeTable& w,
                                    const GPUTOK_DEV enc_u8* p, enc_u32 len, enc_u64 h) {
-  const enc_u64 mask = ((enc_u64)1 << w.bits) - 1;
-  enc_u64 s = h >> (64 - w.bits);
+  const enc_u64 mask = ((enc_u64)1 << (w.bits & 0xFFu)) - 1;
+  enc_u64 s = enc_whole_home(w, h);
   const enc_u32 tag = (enc_u32)h;
   while (true) {
     const GPUTOK_DEV enc_u32* slot = w.slots + 4 * s;
@@ -120,6 +140,14 @@ GPUTOK_FN EncKind enc_piece_kind_hashed(const GPUTOK_DEV enc_u8* buf, enc_u32 s,
     return k;
   }
   const GPUTOK_DEV enc_u8* p = buf + s;
+  if (len == 1 && (w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block (see EncWholeTable)
+    const enc_u32 id = w.slots[((enc_u64)4 << (w.bits & 0xFFu)) + p[0]];
+    if (id != ENC_NO_MERGE) {
+      k.count = 1;
+      k.id = id;
+      return k;
+    }
+  }
   if (w.bits != 0 || with_hash) k.h = has_h ? h : enc_bytes_hash(p, len);
   if (w.bits != 0) {
     const enc_u32 id = enc_whole_lookup(w, p, len, k.h);
@@ -237,12 +265,23 @@ GPUTOK_FN enc_u32 enc_merge_small(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_D
 
 // One piece shorter than ENC_LONG_PIECE: its bytes' ids into ids[0..len), the run begun there
 // (enc_merge_begin); enc_merge_short_piece merges it at once and returns the id count.
+// With the byte-pair block (ENC_PAIR_BYTES) its first priorities are read from there, none left
+// pending.
 GPUTOK_FN void enc_merge_short_begin(GPUTOK_THREAD const EncMergeTable& t,
                                      GPUTOK_THREAD EncMergeRun& r, const GPUTOK_DEV enc_u8* b,
                                      const GPUTOK_DEV enc_u32* byte_ids, GPUTOK_DEV enc_u32* ids,
                                      GPUTOK_DEV enc_u32* pr, enc_u32 len) {
   for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
-  enc_merge_begin(t, r, ids, pr, len);
+  if (!(t.bits & ENC_PAIR_BYTES)) {
+    enc_merge_begin(t, r, ids, pr, len);
+    return;
+  }
+  for (enc_u32 k = 0; k + 1 < len; ++k) pr[k] = enc_byte_pair_prio(t, b[k], b[k + 1]);
+  r.ids = ids;
+  r.pr = pr;
+  r.len = len;
+  r.lo = 0;
+  r.hi = 0;
 }
 
 GPUTOK_FN enc_u32 enc_merge_short_piece(GPUTOK_THREAD const EncMergeTable& t,

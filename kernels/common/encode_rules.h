@@ -98,6 +98,12 @@ typedef gputok_i64 enc_i64;
 #ifndef ENC_PAIR_COMPACT
 #define ENC_PAIR_COMPACT 256u  // flag in a merge table's bits: 8-byte slots (encode_merge_rules.h)
 #endif
+#ifndef ENC_PAIR_BYTES
+#define ENC_PAIR_BYTES 512u  // flag in a merge table's bits: the byte-pair block follows the slots
+#endif
+#ifndef ENC_WHOLE_BYTES
+#define ENC_WHOLE_BYTES 256u  // flag in a whole-token table's bits: the one-byte block follows
+#endif
 #ifndef ENC_PAIR_ID_BITS
 #define ENC_PAIR_ID_BITS 21
 #endif
