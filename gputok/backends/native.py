@@ -60,6 +60,13 @@ tables. Decisions:
   is sized by its id count: a fresh process's first 4 MB batch touches ~10 MB less new memory,
   whose first touch (zeroing, in a VM backing it) is most of what the first batch costs over
   the next;
+* the byte blocks after the tables' slots (device_tables.byte_pair_block, whole_byte_block):
+  a piece's first pair priorities come from a 256 KB block instead of ~45% of the merge's
+  hash probes on multilingual text, and a one-byte piece (15-23% of the pieces) takes its id
+  with one load. Fresh processes alternated, 2-core box: o200k multilingual cold 99 -> 87 ms
+  for 4 MB (warm CPU -7%), prose 59 -> 50, code 57 -> 48, cl100k multilingual 103 -> 80
+  (bench/results/native-byteblocks-2026-11-27.md); the cold pass gains more than the warm
+  one: fewer first touches of the 8 MB tables;
 * THE BYTES HASH reads a piece a word at a time, and the native device loads that word whole
   (``enc_word_at``, dialect_host.h; a piece under 8 bytes where the 8 bytes stay in its 4 KB
   page): a short piece's whole-token lookup has no byte loop to mispredict (-24% in it);
