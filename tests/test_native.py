@@ -627,6 +627,17 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     assert ran_on == [] and ids.tolist() == [t for d in docs[:3] for t in tk.encode_ordinary(d)]
 
 
+def test_chunk_cap_grows_with_the_chunk_workers():
+    """``chunk_bytes_for``: 128 KB a worker, from 256 KB to 1 MB; ``create`` takes it for its
+    device's workers unless told."""
+    assert [native.chunk_bytes_for(w) for w in (0, 1, 2, 3, 8, 16)] == \
+        [1 << 18, 1 << 18, 1 << 18, 3 << 17, 1 << 20, 1 << 20]
+    assert native.create(threads=2).chunk_bytes == 1 << 18
+    assert native.create(threads=1).chunk_bytes == 1 << 18  # (no workers: one stream)
+    assert native.create(threads=12).chunk_bytes == 1 << 20
+    assert native.create(threads=2, chunk_bytes=5000).chunk_bytes == 5000
+
+
 def test_chunk_workers_chunks_are_guided():
     """The workers' chunks (``_guided_ends``): each about the bytes left over the workers
     (``GUIDED_SHARE``), at most the budget, at least ``GUIDED_MIN``, cut at the nearest document

@@ -37,11 +37,19 @@ tables. Decisions:
   runs dry. Chunk workers, each running its chunk's launches itself, replaced them: +10-58%
   over the streams (same process, alternating, best of 6; cl100k and o200k, prose, code and
   multilingual), 2.6-3.6x tiktoken's batch API warm on the 2-core box;
-* 1 MB chunks (``CHUNK_BYTES``): 1-8 MB measured the same speed, and the kernels touch ~30
-  bytes of workspace per byte of text, two chunks in flight: 1 MB keeps ``gputok encode`` at
-  tiktoken's peak memory (4 MB chunks: 1.5x). Arrays come from ``np.empty`` / ``np.zeros``:
-  workspace a chunk never touches (the long-piece arrays when it has no long piece, ids past
-  the last) never becomes resident;
+* chunks of at most 128 KB per chunk worker, from 256 KB to 1 MB (``chunk_bytes_for``): each
+  worker's chunk touches ~12 bytes of new workspace per byte of text in a fresh process, and
+  where first touches are dear (a VM whose host takes idle memory back: page zeroing was
+  0-46% of a cold pass's CPU samples on the 2-core box) fewer bytes in flight win. There,
+  bench_encode, o200k, 5 rounds, two runs each, 1 MB / 256 KB chunks alternated: cold over
+  tiktoken's batch prose 2.53 / 3.43x and 3.52 / 3.31x, code 3.77 / 3.54x and 3.04 / 3.72x,
+  multilingual 2.17 / 3.76x and 2.46 / 3.25x (its cold MB/s 35 -> 45-49; warm the same;
+  bench/results/native-chunks-2026-11-28.md). With many workers the cap stays 1 MB: a chunk's
+  glue holds the interpreter's lock (~0.2 ms), and on 16 cores two chunks per worker halved
+  the rate (below). 1-8 MB measured the same warm speed; 4 MB chunks put ``gputok encode`` at
+  1.5x tiktoken's peak memory. Arrays come from ``np.empty`` / ``np.zeros``: workspace a
+  chunk never touches (the long-piece arrays when it has no long piece, ids past the last)
+  never becomes resident;
 * a launch costs ~5 us of Python (argument checks; value slots and pointers are made once per
   kernel) plus a hand-off to the stream's thread; chunks under ``STREAM_MIN`` run on the calling
   thread, and so does a batch of one chunk when there are chunk workers (``begin_chunk``: each
@@ -98,7 +106,9 @@ from . import native_build
 from .driver import DeviceBackend
 from .host_pool import SLACK, HostPool
 
-CHUNK_BYTES = 1 << 20  # text per chunk (see the performance notes)
+CHUNK_BYTES = 1 << 20  # text per chunk at most (see the performance notes)
+CHUNK_PER_WORKER = 1 << 17  # the chunk cap grows by this per chunk worker (chunk_bytes_for)
+CHUNK_MIN = 1 << 18  # and starts here
 EXACT_OUT_BYTES = 1 << 16  # chunks above this get an output of their id count (chunk_inline)
 SLAB_PER_THREAD = 8 << 20  # the workspace pool's slab budget per thread (host_pool.py)
 STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
@@ -139,6 +149,15 @@ def available() -> tuple[bool, str]:
     return True, f"{why}, {threads_default()} threads (kernels compiled for this CPU)"
 
 
+def chunk_bytes_for(workers: int) -> int:
+    """The most text in one chunk for ``workers`` chunk workers: ``CHUNK_PER_WORKER`` each,
+    from ``CHUNK_MIN`` up to ``CHUNK_BYTES`` (2 workers: 256 KB; 8 and more: 1 MB). Each
+    worker's chunk touches ~12 bytes of workspace per byte of text, new memory in a fresh
+    process; a chunk's Python glue holds the interpreter's lock for ~0.2 ms, which many workers
+    queue on (see the performance notes)."""
+    return int(min(CHUNK_BYTES, max(CHUNK_MIN, int(workers) * CHUNK_PER_WORKER)))
+
+
 def create(threads: "int | None" = None, **options) -> DeviceBackend:
     """The native backend: the driver over a ``NativeDevice`` (builds the module on first use,
     raising ``native_build.NativeBuildError`` when the compiler fails).
@@ -146,9 +165,10 @@ def create(threads: "int | None" = None, **options) -> DeviceBackend:
     >>> create().dev.name  # doctest: +SKIP
     'native CPU (2 threads)'
     """
-    options.setdefault("chunk_bytes", CHUNK_BYTES)
+    dev = NativeDevice(threads)
+    options.setdefault("chunk_bytes", chunk_bytes_for(dev.chunk_workers))
     options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
-    be = DeviceBackend(NativeDevice(threads), name="native", **options)
+    be = DeviceBackend(dev, name="native", **options)
     be.start_workers()
     return be
 
