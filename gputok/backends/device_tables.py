@@ -30,6 +30,8 @@ PAIR_ID_BITS = 21
 PAIR_BYTES = 0x200  # in t_bits: the byte-pair block follows the merge table's slots
 WHOLE_BYTES = 0x100  # in the whole-token table's bits: the one-byte block follows its slots
 SIZE_BITS = 0xFF  # the table's size bits, below the flags
+PAIR_BLOCK_WORDS = 1 << 15  # uint64 words of the byte-pair block (65,536 uint32 priorities)
+WHOLE_BLOCK_WORDS = 256  # uint32 words of the one-byte block
 BYTES_SEED = 0xCBF29CE484222325
 WORD_MUL = 0x9E3779B97F4A7C15
 MIX1, MIX2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # a 64-bit finalizer (murmur3's)
@@ -158,7 +160,7 @@ def byte_pair_block(table) -> np.ndarray:
     ids = np.asarray(table.byte_ids, np.uint32)
     prio, _ = table.lookup(np.repeat(ids, 256), np.tile(ids, 256))
     words = prio.astype(np.uint64)
-    return words[0::2] | (words[1::2] << np.uint64(32))
+    return words[0::2] | (words[1::2] << np.uint64(32))  # PAIR_BLOCK_WORDS words
 
 
 def whole_byte_block(whole: "dict[bytes, int]") -> np.ndarray:
@@ -168,7 +170,8 @@ def whole_byte_block(whole: "dict[bytes, int]") -> np.ndarray:
     followed by it, with ``WHOLE_BYTES`` in its bits."""
     from ..stages.table import NO_MERGE
 
-    return np.array([whole.get(bytes([b]), NO_MERGE) for b in range(256)], np.uint32)
+    return np.array([whole.get(bytes([b]), NO_MERGE) for b in range(WHOLE_BLOCK_WORDS)],
+                    np.uint32)
 
 
 def with_byte_blocks(out: dict, table) -> dict:
@@ -239,8 +242,8 @@ def _mapped(path: str) -> "dict | None":
             bits & ~(SIZE_BITS | WHOLE_BYTES) or t_bits & ~(SIZE_BITS | PAIR_COMPACT | PAIR_BYTES):
         return None
     words = 1 if t_bits & PAIR_COMPACT else 2
-    w_len = (4 << w_size) + (256 if bits & WHOLE_BYTES else 0)
-    t_len = (words << size_bits) + (32768 if t_bits & PAIR_BYTES else 0)
+    w_len = (4 << w_size) + (WHOLE_BLOCK_WORDS if bits & WHOLE_BYTES else 0)
+    t_len = (words << size_bits) + (PAIR_BLOCK_WORDS if t_bits & PAIR_BYTES else 0)
     if len(arrays["slots"]) != w_len or len(arrays["t_slots"]) != t_len or \
             len(arrays["join"]) != 2048 or len(arrays["byte_ids"]) != 256:
         return None
