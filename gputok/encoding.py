@@ -15,6 +15,7 @@ from .decode import StreamDecoder, as_int_list, join_bytes
 from .model import Model
 from .specials import check_disallowed, special_args
 from .stages.merge import LONG_PIECE
+from .stages.lists import id_list
 from .stages.pack import Documents
 
 _BATCH_PATH_MIN = 1 << 16  # characters; longer single texts take the batch pipeline
@@ -186,7 +187,7 @@ class Encoding:
         ids, offsets = self.encode_batch_arrays(text, allowed_special=allowed_special,
                                                 disallowed_special=disallowed_special,
                                                 backend=backend)
-        flat, off = ids.tolist(), offsets.tolist()
+        flat, off = id_list(ids), offsets.tolist()
         return [flat[a:b] for a, b in zip(off, off[1:])]
 
     def encode_single_token(self, text_or_bytes: "str | bytes") -> int:

@@ -1258,6 +1258,88 @@ def test_str_layout_packs_what_python_encodes():
     assert layout.units([]) is None
 
 
+
+def test_id_lists_are_tolist_with_shared_ints():
+    """``lists.id_list`` (kernels/host_lists.h): the list ``tolist`` gives, for uint16 and
+    uint32 ids of any length (below and above ``NATIVE_MIN``, both ends of each range, ids
+    recurring near and far apart); ids that recur share one int object, and every reference the
+    list holds is its own (deleting the list gives each object back its count)."""
+    import sys
+
+    from gputok.stages import lists
+
+    native.library()
+    assert lists.native()
+    rng = np.random.default_rng(5)
+    for dtype, top in ((np.uint16, 2**16 - 1), (np.uint32, 2**32 - 1)):
+        for n in (0, 1, lists.NATIVE_MIN - 1, lists.NATIVE_MIN, 1000, 300_000):
+            ids = rng.integers(0, 200_000 if dtype is np.uint32 else top, n, dtype=np.int64)
+            ids[: n // 3] = rng.integers(0, 50, n // 3)  # recurring within a few ids
+            ids[n // 3: n // 3 + 4] = [0, top, top, 1 << 16] if n >= 8 else ids[n // 3:n // 3 + 4]
+            ids = ids.astype(dtype)
+            got = lists.id_list(ids)
+            assert type(got) is list and got == ids.tolist()
+            assert all(type(x) is int for x in got[:5000])
+    big = np.full(100_000, 70_000, np.uint32)
+    big[::2] = 123_456
+    got = lists.id_list(big)
+    assert got[0] is got[2] and got[1] is got[3] and len({id(x) for x in got}) == 2
+    x = got[0]
+    before = sys.getrefcount(x)
+    del got
+    assert sys.getrefcount(x) == before - 50_000
+    # views, other dtypes and strided arrays: tolist's list (int64 ids, every other id)
+    assert lists.id_list(big[::2]) == big[::2].tolist()
+    assert lists.id_list(big.astype(np.int64)) == big.tolist()
+
+
+def test_id_lists_keep_only_the_layout_they_write():
+    """``IdLists`` is kept only where its probe list reads back as CPython lists are laid out
+    and its builder's lists equal ``tolist``'s: a builder that returns wrong lists, or raises,
+    is not used (``usable`` False), and then ``id_list`` is ``tolist``."""
+    from gputok.stages import lists
+
+    lib = native.library()
+    import ctypes
+
+    real = ctypes.PyDLL(lib.path).gputok_id_list
+    real.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p,
+                     ctypes.c_longlong]
+    real.restype = ctypes.py_object
+    assert lists.IdLists(real).usable
+    assert not lists.IdLists(lambda *a: [0]).usable
+
+    def boom(*a):
+        raise MemoryError
+
+    assert not lists.IdLists(boom).usable
+    saved = lists._builder
+    try:
+        lists.use_id_list(boom)
+        assert not lists.native()
+        ids = np.arange(1000, dtype=np.uint32)
+        assert lists.id_list(ids) == ids.tolist()
+    finally:
+        lists._builder = saved
+
+
+def test_long_runs_come_back_with_shared_ints():
+    """A long run's ids (``encode_ordinary`` of ``"a" * n`` and of an emoji run, the few-pieces
+    path; a long base64 text, the batch path) are tiktoken's, their recurring ids one object
+    each: the list is 8 bytes an id, not 40."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    for text in ("a" * 200_000, "\U0001F600" * 50_000, "x " + "=" * 100_001):
+        got = enc.encode_ordinary(text)
+        assert got == tk.encode_ordinary(text)
+        assert len({id(x) for x in got}) == len(set(got))
+    import base64
+    import random
+
+    text = base64.b64encode(random.Random(3).randbytes(600_000)).decode()
+    got = enc.encode_ordinary(text)
+    assert got == tk.encode_ordinary(text)
+    assert len({id(x) for x in got}) < len(got) // 4
+
 def test_chunks_without_a_dedup_set():
     """``dedup=False``: every chunk runs with no dedup set (its pointer a placeholder the
     kernels never read), every piece merging itself; ids as tiktoken's."""

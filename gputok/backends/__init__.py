@@ -55,10 +55,11 @@ class Backend:
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """One text's ids as a Python list (the single-text API)."""
+        from ..stages.lists import id_list
         from ..stages.pack import Documents
 
         ids, _ = self.encode(model, Documents([text]), allowed, frozenset())
-        return ids.tolist()
+        return id_list(ids)
 
     def prepare_ahead(self, model) -> None:
         """Start getting ``model`` ready (its tables on the device) in the background, for a

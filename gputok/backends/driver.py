@@ -64,6 +64,7 @@ from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_docu
                        splice_normalized)
 from ..stages import counters
 from ..stages.emit import assemble
+from ..stages.lists import id_list
 from ..stages.merge import LONG_PIECE
 from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
 from ..unicode import FORMS
@@ -371,7 +372,7 @@ class DeviceBackend(Backend):
             return None
         with self._count_lock:
             counters["device.short_texts"] += 1
-        return got[1].tolist()
+        return id_list(got[1])
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """``Backend.encode_list``; besides, a device whose workspace is
@@ -383,7 +384,7 @@ class DeviceBackend(Backend):
         trim = getattr(self.dev, "trim_idle", None)
         if trim is not None and len(text) >= TRIM_CHARS:
             trim()
-        return ids.tolist()
+        return id_list(ids)
 
     def merge_pieces(self, model, pieces: list, flat: bool = False) -> "list | None":
         """The merge stage alone, for pieces the host cut (UTF-8 ``bytes``): each
@@ -441,9 +442,9 @@ class DeviceBackend(Backend):
         # no dedup: each piece's ids are at its own start (a whole token: one id there)
         if flat:
             if k == 1:
-                return ids[:int(counts[0])].tolist()
-            return np.concatenate([ids[a:a + c] for a, c in zip(starts.tolist(),
-                                                                counts.tolist())]).tolist()
+                return id_list(ids[:int(counts[0])])
+            return id_list(np.concatenate([ids[a:a + c] for a, c in zip(starts.tolist(),
+                                                                       counts.tolist())]))
         return [tuple(ids[a:a + c].tolist()) for a, c in zip(starts.tolist(), counts.tolist())]
 
     def time_kernels(self, model, texts, repeat: int = 3) -> dict:

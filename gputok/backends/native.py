@@ -101,7 +101,7 @@ import weakref
 
 import numpy as np
 
-from ..stages import pack
+from ..stages import lists, pack
 from . import native_build
 from .driver import DeviceBackend
 from .host_pool import SLACK, HostPool
@@ -221,6 +221,10 @@ class _Library:
         lib.gputok_pack_utf8.argtypes = [vp, vp, vp, ll, vp]
         lib.gputok_pack_utf8.restype = ll
         pack.use_str_layout(lib.gputok_str_layout, lib.gputok_pack_utf8)  # str batches
+        id_list = ctypes.PyDLL(self.path).gputok_id_list  # (makes Python objects: GIL held)
+        id_list.argtypes = [vp, i, ll, vp, ll]
+        id_list.restype = ctypes.py_object
+        lists.use_id_list(id_list)  # encode's id lists
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}

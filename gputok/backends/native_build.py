@@ -13,8 +13,10 @@ The module is one shared library made of:
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
   prefix scans;
 * the JSON-lines reader (``kernels/host_jsonl.h``, host only: ``corpus.read_batches`` with
-  ``packed=True``, what ``gputok encode`` reads with) and the str packer (``kernels/host_pack.h``:
-  Python str documents as UTF-8 without the interpreter's lock, ``stages/pack.py``).
+  ``packed=True``, what ``gputok encode`` reads with), the str packer (``kernels/host_pack.h``:
+  Python str documents as UTF-8 without the interpreter's lock, ``stages/pack.py``) and the id
+  lists (``kernels/host_lists.h``: token ids as a list of int whose recurring ids share their
+  object, ``stages/lists.py``).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library into the cache (``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
@@ -136,7 +138,8 @@ def translation_units() -> dict[str, str]:
     units["host_jsonl.cpp"] = _unit_text(
         f'#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
-        f'#line 1 "host_pack.h"\n{_read("host_pack.h")}')
+        f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
+        f'#line 1 "host_lists.h"\n{_read("host_lists.h")}')
     return units
 
 

@@ -1,0 +1,111 @@
+"""Token ids as Python lists of int: what ``encode``, ``encode_ordinary`` and ``encode_batch`` return.
+
+``id_list(ids)`` is ``ids.tolist()``, except that where the native library is loaded
+(``kernels/host_lists.h``, installed by ``use_id_list``) an id seen recently shares its int
+object instead of getting a new one. The values are the same; only ``is`` between equal ids
+tells them apart, as with CPython's own small ints.
+
+Why: ``tolist`` makes a 32-byte int per id besides the list's 8-byte slot. A 10 MB run of
+``"a"`` is 1.25 M ids of one token: 40 MB of equal ints, whose first touch in a fresh process
+cost as much as the merge (bench/bench_long.py). Shared, that list is 10 MB. On prose most ids
+recur within a few thousand tokens, and the builder is 2-4x faster than ``tolist`` there too
+(no allocation per recurring id).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: below this many ids ``tolist`` is as fast (one ctypes call costs ~1 us)
+NATIVE_MIN = 64
+
+
+class IdLists:
+    """The native list builder (``gputok_id_list``, called with the interpreter's lock held),
+    kept only where CPython's list layout is what it writes into: a list object's item pointer
+    right after its variable-size header (``ITEMS_AT`` bytes in), checked on a probe list before
+    anything is dereferenced, then the builder's result compared with ``tolist`` on probe ids
+    (``usable``: False on any other layout or interpreter, and then nothing uses it)."""
+
+    ITEMS_AT = 24  # (ob_refcnt, ob_type, ob_size, then ob_item: 64-bit CPython with the GIL)
+
+    def __init__(self, fn):
+        import ctypes
+        import sys
+
+        self._fn = fn
+        self._api = None
+        self.usable = False
+        if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8:
+            return
+        api = ctypes.pythonapi
+        names = ("PyList_New", "PyLong_FromUnsignedLong", "Py_IncRef", "Py_DecRef")
+        try:
+            self._api = (ctypes.c_void_p * 4)(*[ctypes.cast(getattr(api, f), ctypes.c_void_p).value
+                                                for f in names])
+        except AttributeError:
+            return
+        self._api_at = ctypes.addressof(self._api)
+        self.usable = self._check()
+
+    def _check(self) -> bool:
+        import ctypes
+
+        try:
+            a, b, c = object(), object(), object()
+            probe = [a, b, c]
+            base = id(probe)
+            word = ctypes.c_ssize_t.from_address
+            if (word(base + 8).value != id(list) or word(base + 16).value != 3
+                    or list.__basicsize__ < self.ITEMS_AT + 8):
+                return False  # (not the header this offset assumes: nothing dereferenced)
+            items = word(base + self.ITEMS_AT).value
+            if [word(items + 8 * k).value for k in range(3)] != [id(a), id(b), id(c)]:
+                return False
+            for dtype in (np.uint16, np.uint32):
+                ids = np.array([0, 300, 300, 4464, 5, 300, 2**16 - 1, 1 << 12, 64, 0] * 20, dtype)
+                if dtype is np.uint32:
+                    ids[::7] = [2**32 - 1, 100000, 2**31, 7] * 7 + [9]
+                got = self._build(ids)
+                if type(got) is not list or got != ids.tolist() or \
+                        any(type(x) is not int for x in got):
+                    return False
+            return True
+        except Exception:  # (anything off: not this layout)
+            return False
+
+    def _build(self, ids: np.ndarray) -> list:
+        return self._fn(ids.ctypes.data, ids.itemsize, len(ids), self._api_at, self.ITEMS_AT)
+
+    def __call__(self, ids: np.ndarray) -> list:
+        return self._build(ids)
+
+
+_builder: "IdLists | None" = None
+
+
+def use_id_list(fn) -> None:
+    """Build id lists with the native library's ``gputok_id_list`` (a ``ctypes.PyDLL``
+    function: it makes Python objects, so it runs with the interpreter's lock held), kept only
+    where ``IdLists`` finds CPython's list layout as it expects."""
+    global _builder
+    got = IdLists(fn)
+    _builder = got if got.usable else None
+
+
+def native() -> bool:
+    """Whether lists are built natively here (``gputok info``)."""
+    return _builder is not None
+
+
+def id_list(ids: np.ndarray) -> list:
+    """``ids.tolist()`` (ids: a 1-D integer array), its recurring ids sharing one int object
+    where the native builder is loaded (uint16 and uint32 arrays)."""
+    b = _builder
+    if (b is None or len(ids) < NATIVE_MIN or ids.dtype not in _WIDTHS or ids.ndim != 1
+            or not ids.flags.c_contiguous):
+        return ids.tolist()
+    return b(ids)
+
+
+_WIDTHS = (np.dtype(np.uint16), np.dtype(np.uint32))
