@@ -213,8 +213,8 @@ def check_byte_blocks_are_read(make_backend, enc, pieces, monkeypatch) -> None:
     (device_tables.byte_pair_block, whole_byte_block: flags set in the plan's bits): with the
     blocks as built they give the sequential rule's ids, with the whole-token lookup and
     without; with a damaged block (no byte pair merges; every byte is the token "!", for an
-    encoding with the whole-token lookup) other ids. The tables are built for each backend,
-    not mapped from the cache."""
+    encoding with the whole-token lookup) other ids; with no blocks (flags clear) the rule's
+    ids again. The tables are built for each backend, not mapped from the cache."""
     from gputok.backends import device_tables as dt
 
     monkeypatch.setattr(dt, "_cache_path", lambda model: None)
@@ -236,6 +236,15 @@ def check_byte_blocks_are_read(make_backend, enc, pieces, monkeypatch) -> None:
         monkeypatch.setattr(dt, "whole_byte_block", lambda whole: np.full(256, bang, np.uint32))
         assert run_merge(make_backend(), enc, pieces, True)[0].tolist() != want[True]
         monkeypatch.setattr(dt, "whole_byte_block", ones)
+    # no blocks (flags clear): the probes as before the blocks, the long pieces' runs from ids
+    blocks = dt.with_byte_blocks
+    monkeypatch.setattr(dt, "with_byte_blocks", lambda out, table: out)
+    bare = make_backend()
+    sc = bare.model_plan(enc.model).tables.scalars
+    assert not sc["t_bits"] & dt.PAIR_BYTES and not sc.get("w_bits", 0) & dt.WHOLE_BYTES
+    for w in wholes:
+        assert run_merge(bare, enc, pieces, w)[0].tolist() == want[w], ("no blocks", w)
+    monkeypatch.setattr(dt, "with_byte_blocks", blocks)
 
 
 def expected_merge(table, pieces, whole: bool):

@@ -502,69 +502,176 @@ GPUTOK_FN enc_u32 enc_merge_heap(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DE
 #ifndef ENC_ROUND_MIN_SHARE
 #define ENC_ROUND_MIN_SHARE 8
 #endif
-GPUTOK_FN enc_u32 enc_merge_rounds(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
-                                   GPUTOK_DEV enc_u32* pr, enc_u32 len,
-                                   GPUTOK_THREAD bool* finished) {
-  enc_u32 m = len, best = ENC_NO_MERGE, merged = 0;
+
+// Where a round reads its parts (enc_part_id, enc_part_prio): the arrays the last round left,
+// rewritten in place (EncArrayParts: ids, and pr[k] the priority of the pair (k, k + 1), the
+// last part's ENC_NO_MERGE), or, for a run's first round, its bytes (EncByteParts: the one-byte
+// tokens' ids and the byte-pair block's priorities, ENC_PAIR_BYTES). From the bytes the round
+// writes only its output: the run's per-byte arrays are never written whole ("a" * n: 4 bytes of
+// workspace a byte, not 8; in a fresh process their first touch cost more than the merging).
+struct EncArrayParts {
+  GPUTOK_DEV enc_u32* ids;
+  GPUTOK_DEV enc_u32* pr;
+};
+
+struct EncByteParts {
+  const GPUTOK_DEV enc_u8* b;
+  const GPUTOK_DEV enc_u32* byte_ids;
+  enc_u32 len;
+};
+
+GPUTOK_FN enc_u32 enc_part_id(GPUTOK_THREAD const EncArrayParts& p, enc_u32 i) {
+  return p.ids[i];
+}
+
+GPUTOK_FN enc_u32 enc_part_id(GPUTOK_THREAD const EncByteParts& p, enc_u32 i) {
+  return p.byte_ids[p.b[i]];
+}
+
+GPUTOK_FN enc_u32 enc_part_prio(GPUTOK_THREAD const EncMergeTable& t,
+                                GPUTOK_THREAD const EncArrayParts& p, enc_u32 i) {
+  return p.pr[i];
+}
+
+GPUTOK_FN enc_u32 enc_part_prio(GPUTOK_THREAD const EncMergeTable& t,
+                                GPUTOK_THREAD const EncByteParts& p, enc_u32 i) {
+  return i + 1 < p.len ? enc_byte_pair_prio(t, p.b[i], p.b[i + 1]) : ENC_NO_MERGE;
+}
+
+// The lowest priority of the first round's pairs (the arrays: pr written as it goes).
+GPUTOK_FN enc_u32 enc_parts_begin(GPUTOK_THREAD const EncMergeTable& t,
+                                  GPUTOK_THREAD const EncArrayParts& p, enc_u32 m) {
+  enc_u32 best = ENC_NO_MERGE, merged = 0;
   for (enc_u32 k = 0; k + 1 < m; ++k) {
-    pr[k] = enc_pair_lookup(t, ids[k], ids[k + 1], &merged);
-    if (pr[k] < best) best = pr[k];
+    p.pr[k] = enc_pair_lookup(t, p.ids[k], p.ids[k + 1], &merged);
+    if (p.pr[k] < best) best = p.pr[k];
   }
-  if (m > 0) pr[m - 1] = ENC_NO_MERGE;  // the last part has no pair (and never equals r)
-  *finished = false;
-  while (best != ENC_NO_MERGE) {
-    const enc_u32 r = best;
-    best = ENC_NO_MERGE;
-    enc_u32 w = 0, i = 0, merges = 0;
-    enc_u32 prev_pr = ENC_NO_MERGE;  // the last output's pair priority before this round
-    bool prev_new = false;           // the last output is a merge of this round
-    while (i < m) {
-      enc_u32 tok = ids[i];
-      const enc_u32 pi = pr[i];
-      enc_u32 q = ENC_NO_MERGE;
-      if (prev_new) {  // the pair the last merge made on its right, before tok merges on
-        q = enc_pair_lookup(t, ids[w - 1], tok, &merged);
-        if (q < r) {  // below the round's priority: the heap goes on from here
-          for (; i < m; ++i) ids[w++] = ids[i];
-          return w;
-        }
+  if (m > 0) p.pr[m - 1] = ENC_NO_MERGE;  // the last part has no pair (and never equals r)
+  return best;
+}
+
+GPUTOK_FN enc_u32 enc_parts_begin(GPUTOK_THREAD const EncMergeTable& t,
+                                  GPUTOK_THREAD const EncByteParts& p, enc_u32 m) {
+  enc_u32 best = ENC_NO_MERGE;
+  for (enc_u32 k = 0; k + 1 < m; ++k) {
+    const enc_u32 q = enc_byte_pair_prio(t, p.b[k], p.b[k + 1]);
+    best = q < best ? q : best;
+  }
+  return best;
+}
+
+// The parts as ids, where no round ran (the arrays hold them already).
+GPUTOK_FN void enc_parts_out(GPUTOK_THREAD const EncArrayParts& p, GPUTOK_DEV enc_u32* ids,
+                             enc_u32 m) {}
+
+GPUTOK_FN void enc_parts_out(GPUTOK_THREAD const EncByteParts& p, GPUTOK_DEV enc_u32* ids,
+                             enc_u32 m) {
+  for (enc_u32 k = 0; k < m; ++k) ids[k] = enc_part_id(p, k);
+}
+
+// One round: every pair of priority r merged in one left-to-right sweep over the m parts of
+// src, the output into ids / pr (never ahead of the part being read: in place for the arrays).
+// Returns the parts left; *best: the lowest priority of the output's pairs; *merges: how many
+// merges; *cut: a new pair below r ended the round (the parts after it copied over unmerged).
+template <class P>
+GPUTOK_FN enc_u32 enc_merge_round(GPUTOK_THREAD const EncMergeTable& t,
+                                  GPUTOK_THREAD const P& src, GPUTOK_DEV enc_u32* ids,
+                                  GPUTOK_DEV enc_u32* pr, enc_u32 m, enc_u32 r,
+                                  GPUTOK_THREAD enc_u32* best, GPUTOK_THREAD enc_u32* merges,
+                                  GPUTOK_THREAD bool* cut) {
+  enc_u32 w = 0, i = 0, merged = 0, low = ENC_NO_MERGE, count = 0;
+  enc_u32 prev_pr = ENC_NO_MERGE;  // the last output's pair priority before this round
+  bool prev_new = false;           // the last output is a merge of this round
+  *cut = true;
+  while (i < m) {
+    enc_u32 tok = enc_part_id(src, i);
+    const enc_u32 pi = enc_part_prio(t, src, i);
+    enc_u32 q = ENC_NO_MERGE;
+    if (prev_new) {  // the pair the last merge made on its right, before tok merges on
+      q = enc_pair_lookup(t, ids[w - 1], tok, &merged);
+      if (q < r) {  // below the round's priority: the heap goes on from here
+        for (; i < m; ++i) ids[w++] = enc_part_id(src, i);
+        *best = low;
+        *merges = count;
+        return w;
       }
-      const bool cur_new = pi == r;  // i + 1 < m: pr[m - 1] is ENC_NO_MERGE
-      if (cur_new) {
-        if (t.bits & ENC_PAIR_COMPACT) {
-          tok = r;  // a compact table's priority is the merged id (the tiktoken rule)
-        } else {
-          enc_pair_lookup(t, tok, ids[i + 1], &tok);
-        }
-        i += 2;
-        ++merges;
-      } else {
-        i += 1;
-      }
-      if (w > 0) {
-        // the pair (ids[w - 1], tok): the one this merge made on its left, the one the last
-        // made on its right, or unchanged when neither side merged this round
-        const enc_u32 p = cur_new ? enc_pair_lookup(t, ids[w - 1], tok, &merged)
-                                  : (prev_new ? q : prev_pr);
-        pr[w - 1] = p;
-        if (p < best) best = p;
-        if (p < r) {
-          ids[w++] = tok;
-          for (; i < m; ++i) ids[w++] = ids[i];
-          return w;
-        }
-      }
-      ids[w++] = tok;
-      prev_new = cur_new;
-      prev_pr = pi;
     }
-    pr[w - 1] = ENC_NO_MERGE;
-    const enc_u32 before = m;
-    m = w;
-    if (best != ENC_NO_MERGE && merges * ENC_ROUND_MIN_SHARE < before) return m;
+    const bool cur_new = pi == r;  // i + 1 < m: the last part's priority is ENC_NO_MERGE
+    if (cur_new) {
+      if (t.bits & ENC_PAIR_COMPACT) {
+        tok = r;  // a compact table's priority is the merged id (the tiktoken rule)
+      } else {
+        enc_pair_lookup(t, tok, enc_part_id(src, i + 1), &tok);
+      }
+      i += 2;
+      ++count;
+    } else {
+      i += 1;
+    }
+    if (w > 0) {
+      // the pair (ids[w - 1], tok): the one this merge made on its left, the one the last
+      // made on its right, or unchanged when neither side merged this round
+      const enc_u32 p = cur_new ? enc_pair_lookup(t, ids[w - 1], tok, &merged)
+                                : (prev_new ? q : prev_pr);
+      pr[w - 1] = p;
+      if (p < low) low = p;
+      if (p < r) {
+        ids[w++] = tok;
+        for (; i < m; ++i) ids[w++] = enc_part_id(src, i);
+        *best = low;
+        *merges = count;
+        return w;
+      }
+    }
+    ids[w++] = tok;
+    prev_new = cur_new;
+    prev_pr = pi;
+  }
+  pr[w - 1] = ENC_NO_MERGE;
+  *best = low;
+  *merges = count;
+  *cut = false;
+  return w;
+}
+
+// The rounds on the m parts of `first` (its first round from there, the next ones in ids / pr):
+// returns the parts left (at the front of ids); *finished: no pair merges.
+template <class P>
+GPUTOK_FN enc_u32 enc_merge_rounds_from(GPUTOK_THREAD const EncMergeTable& t,
+                                        GPUTOK_THREAD const P& first, GPUTOK_DEV enc_u32* ids,
+                                        GPUTOK_DEV enc_u32* pr, enc_u32 m,
+                                        GPUTOK_THREAD bool* finished) {
+  enc_u32 best = enc_parts_begin(t, first, m), merges = 0;
+  bool cut = false;
+  *finished = false;
+  if (best == ENC_NO_MERGE) {
+    enc_parts_out(first, ids, m);
+    *finished = true;
+    return m;
+  }
+  const enc_u32 before = m;
+  m = enc_merge_round(t, first, ids, pr, m, best, &best, &merges, &cut);
+  if (cut || (best != ENC_NO_MERGE && merges * ENC_ROUND_MIN_SHARE < before)) return m;
+  EncArrayParts arrays;
+  arrays.ids = ids;
+  arrays.pr = pr;
+  while (best != ENC_NO_MERGE) {
+    const enc_u32 n = m;
+    m = enc_merge_round(t, arrays, ids, pr, m, best, &best, &merges, &cut);
+    if (cut || (best != ENC_NO_MERGE && merges * ENC_ROUND_MIN_SHARE < n)) return m;
   }
   *finished = true;
   return m;
+}
+
+// The rounds on a run of ids (pr: its workspace, len).
+GPUTOK_FN enc_u32 enc_merge_rounds(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DEV enc_u32* ids,
+                                   GPUTOK_DEV enc_u32* pr, enc_u32 len,
+                                   GPUTOK_THREAD bool* finished) {
+  EncArrayParts arrays;
+  arrays.ids = ids;
+  arrays.pr = pr;
+  return enc_merge_rounds_from(t, arrays, ids, pr, len, finished);
 }
 
 // May a part ever span the boundary between bytes x and y? Only if some token the merges can
@@ -600,10 +707,10 @@ GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
                                        GPUTOK_DEV enc_u32* scratch,
                                        GPUTOK_THREAD const EncLongWork& ws, enc_u32 s,
                                        enc_u32 len) {
-  // every array is this piece's slice (the byte offset s); runs are slices of that
+  // every array is this piece's slice (the byte offset s); runs are slices of that. A run's
+  // ids are written as it merges (from its bytes), not for the whole piece first.
   GPUTOK_DEV enc_u32* ids = scratch + s;
   const GPUTOK_DEV enc_u8* b = buf + s;
-  for (enc_u32 k = 0; k < len; ++k) ids[k] = byte_ids[b[k]];
   enc_u32 out = 0, a = 0;
   for (enc_u32 k = 1; k <= len; ++k) {
     if (k < len && enc_may_join(join, b[k - 1], b[k])) continue;
@@ -612,10 +719,19 @@ GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
     const enc_u32 unit = g / ENC_LONG_PIECE;
     enc_u32 got;
     if (run < ENC_LONG_PIECE) {
-      got = enc_merge_small(t, ids + a, ws.where + g, run);
+      got = enc_merge_short_piece(t, b + a, byte_ids, ids + a, ws.where + g, run);
     } else {
       bool finished = false;  // rounds first; where is their pair priorities' workspace
-      got = enc_merge_rounds(t, ids + a, ws.where + g, run, &finished);
+      if (t.bits & ENC_PAIR_BYTES) {  // the first round straight from the bytes
+        EncByteParts bytes;
+        bytes.b = b + a;
+        bytes.byte_ids = byte_ids;
+        bytes.len = run;
+        got = enc_merge_rounds_from(t, bytes, ids + a, ws.where + g, run, &finished);
+      } else {
+        for (enc_u32 j = 0; j < run; ++j) ids[a + j] = byte_ids[b[a + j]];
+        got = enc_merge_rounds(t, ids + a, ws.where + g, run, &finished);
+      }
       if (!finished) {
         EncBlockHeaps bh;
         bh.heap = ws.heap + g;
