@@ -699,7 +699,12 @@ struct EncLongWork {
 
 // One piece of at least ENC_LONG_PIECE bytes starting at byte s of the chunk: its ids into
 // scratch[s ...], cut where no merge can cross, each run merged on its own (short runs with
-// enc_merge_small, long ones with the heap); returns the id count.
+// enc_merge_short_piece, long ones in rounds, then with the heap); returns the id count.
+// Each run merges where its ids go, right after the runs before it (out <= its first byte a),
+// its workspace at the same offset: the piece's arrays are written up to the ids it makes plus
+// one run, not per byte (an emoji run, 4-byte runs of 2 ids: ~4 bytes of workspace a byte, not
+// 8). The run [out, out + run) stays inside the piece, so the per-run slots of the long ones
+// (tree, size: by offset / ENC_LONG_PIECE) stay inside the piece's as well.
 GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
                                        const GPUTOK_DEV enc_u8* buf,
                                        const GPUTOK_DEV enc_u32* byte_ids,
@@ -707,19 +712,18 @@ GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
                                        GPUTOK_DEV enc_u32* scratch,
                                        GPUTOK_THREAD const EncLongWork& ws, enc_u32 s,
                                        enc_u32 len) {
-  // every array is this piece's slice (the byte offset s); runs are slices of that. A run's
-  // ids are written as it merges (from its bytes), not for the whole piece first.
+  // every array is this piece's slice (the byte offset s); runs are slices of that, their ids
+  // made from their bytes as they merge (b is never written)
   GPUTOK_DEV enc_u32* ids = scratch + s;
   const GPUTOK_DEV enc_u8* b = buf + s;
   enc_u32 out = 0, a = 0;
   for (enc_u32 k = 1; k <= len; ++k) {
     if (k < len && enc_may_join(join, b[k - 1], b[k])) continue;
-    const enc_u32 run = k - a;  // the run [a, k): merged, then moved down to out (<= a)
-    const enc_u32 g = s + a;    // the run's first byte in the chunk
-    const enc_u32 unit = g / ENC_LONG_PIECE;
+    const enc_u32 run = k - a;  // the run [a, k), merged into ids[out ...]
+    const enc_u32 o = s + out;  // where its ids and workspace start in the chunk
     enc_u32 got;
     if (run < ENC_LONG_PIECE) {
-      got = enc_merge_short_piece(t, b + a, byte_ids, ids + a, ws.where + g, run);
+      got = enc_merge_short_piece(t, b + a, byte_ids, ids + out, ws.where + o, run);
     } else {
       bool finished = false;  // rounds first; where is their pair priorities' workspace
       if (t.bits & ENC_PAIR_BYTES) {  // the first round straight from the bytes
@@ -727,22 +731,22 @@ GPUTOK_FN enc_u32 enc_merge_long_piece(GPUTOK_THREAD const EncMergeTable& t,
         bytes.b = b + a;
         bytes.byte_ids = byte_ids;
         bytes.len = run;
-        got = enc_merge_rounds_from(t, bytes, ids + a, ws.where + g, run, &finished);
+        got = enc_merge_rounds_from(t, bytes, ids + out, ws.where + o, run, &finished);
       } else {
-        for (enc_u32 j = 0; j < run; ++j) ids[a + j] = byte_ids[b[a + j]];
-        got = enc_merge_rounds(t, ids + a, ws.where + g, run, &finished);
+        for (enc_u32 j = 0; j < run; ++j) ids[out + j] = byte_ids[b[a + j]];
+        got = enc_merge_rounds(t, ids + out, ws.where + o, run, &finished);
       }
       if (!finished) {
+        const enc_u32 unit = o / ENC_LONG_PIECE;
         EncBlockHeaps bh;
-        bh.heap = ws.heap + g;
-        bh.where = ws.where + g;
+        bh.heap = ws.heap + o;
+        bh.where = ws.where + o;
         bh.tree = ws.tree + 2 * (enc_u64)unit;
         bh.size = ws.size + unit;
         bh.nb = 0;
-        got = enc_merge_heap(t, ids + a, ws.nxt + g, ws.prv + g, bh, got);
+        got = enc_merge_heap(t, ids + out, ws.nxt + o, ws.prv + o, bh, got);
       }
     }
-    for (enc_u32 j = 0; j < got; ++j) ids[out + j] = ids[a + j];
     out += got;
     a = k;
   }
