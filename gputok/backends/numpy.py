@@ -83,15 +83,39 @@ def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int
     pieces, or when the model has a family, a normaliser or active special tokens."""
     if model.family is not None or model.normalizer or model.active_tokens(allowed):
         return None
-    pieces = model.pretokenizer.split_few(fix_surrogates(text), limit)
+    try:  # (the text's UTF-8, encoded once: a long piece's bytes are a slice of it)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = fix_surrogates(text)
+        data = text.encode("utf-8")
+    pieces = model.pretokenizer.split_few(text, limit)
     if pieces is None:
         return None
     if device_merge is not None:  # every piece in one call, the ids as one list
-        got = device_merge([p.encode("utf-8") for p in pieces], flat=True)
+        got = device_merge(_utf8_pieces(pieces, text, data), flat=True)
         if got is not None:
             counters["merge.device_pieces"] += len(pieces)
             return got
     return dedup.flat_ids(dedup.ids_of_pieces(model, pieces, device_merge))
+
+
+def _utf8_pieces(pieces: list, text: str, data: bytes) -> list:
+    """The UTF-8 of each piece of ``text`` (whose UTF-8 is ``data``): the text's own bytes for
+    one piece (a 10 MB run is not encoded again), else slices of them at the pieces' byte
+    lengths, the longest piece's from the others' (pieces that do not cover the text: each
+    encoded)."""
+    if len(pieces) == 1 and pieces[0] is text:
+        return [data]
+    if sum(map(len, pieces)) != len(text):
+        return [p.encode("utf-8") for p in pieces]
+    longest = max(range(len(pieces)), key=lambda i: len(pieces[i]))
+    sizes = [len(p.encode("utf-8")) if i != longest else 0 for i, p in enumerate(pieces)]
+    sizes[longest] = len(data) - sum(sizes)
+    view, out, at = memoryview(data), [], 0
+    for n in sizes:
+        out.append(bytes(view[at:at + n]))
+        at += n
+    return out
 
 
 def _family_text(model, fam, text: str, active: frozenset) -> list[int]:
