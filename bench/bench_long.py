@@ -3,11 +3,13 @@
 Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a run of emoji (one
 piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
 document of ordinary pieces). Each (library, input, size) runs
-in a fresh process: the encoder is built and warmed up on a small text of the same kind, the
+in fresh processes: the encoder is built and warmed up on a small text of the same kind, the
 peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the
 best call of at least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up, its
-first touch of fresh memory included, unless ``--warm-large``: there the median of ``--procs``
-such processes) and the peak resident memory of the encode is read back.
+first touch of fresh memory included, unless ``--warm-large``) and the peak resident memory of
+the encode is read back. ``--procs`` processes a cell, taken in rounds (every size and library
+once a round, then again), so that a slow minute of a shared machine falls on all sizes alike
+rather than on one; a cell's time is its median process's.
 Ids are compared between the libraries (a digest of each result) before anything is reported.
 
     python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
@@ -106,17 +108,15 @@ def run_child(lib, args, kind, n) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_cell(lib, args, kind, n) -> dict:
-    """The cell's measurement: from 1 MB (one call a process, its first touch of fresh memory
-    included) the median of ``--procs`` fresh processes, whose page faults cost 2-3x more on
-    some runs than on others on a VM; below, one process's best call."""
-    if n < 1_000_000 or WARM_LARGE or args.procs <= 1:
-        return run_child(lib, args, kind, n)
-    runs = sorted((run_child(lib, args, kind, n) for _ in range(args.procs)),
-                  key=lambda r: r["s"])
+def median_run(runs: list) -> dict:
+    """A cell's measurement: its median process (a 1 MB call lasts ~10 ms, and on a VM one
+    stall of the host, or page faults that cost 2-3x more on some runs than on others, shows in
+    it), every process's time kept (``runs_s``) and the highest peak memory."""
+    runs = sorted(runs, key=lambda r: r["s"])
     got = dict(runs[len(runs) // 2])
     got["runs_s"] = [r["s"] for r in runs]
-    got["peak_mb"] = max(r["peak_mb"] for r in runs) if got["peak_mb"] is not None else None
+    if got["peak_mb"] is not None:
+        got["peak_mb"] = max(r["peak_mb"] for r in runs)
     return got
 
 
@@ -134,8 +134,9 @@ def main():
     p.add_argument("--warm-large", action="store_true",
                    help="from 1 MB too, the best of several calls (steady state: the first call's "
                         "first touch of its workspace and output is left out), as below 1 MB")
-    p.add_argument("--procs", type=int, default=3,
-                   help="fresh processes per cell from 1 MB (the median is reported)")
+    p.add_argument("--procs", type=int, default=5,
+                   help="fresh processes per cell, in rounds over the sizes (the median is "
+                        "reported)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -153,8 +154,13 @@ def main():
           f"{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
     rows = []
     for kind in args.kinds:
+        runs: dict = {}
+        for _ in range(max(1, args.procs)):  # rounds: every size and library once a round
+            for n in args.sizes:
+                for lib in ("gputok", "tiktoken"):
+                    runs.setdefault((lib, n), []).append(run_child(lib, args, kind, n))
         for n in args.sizes:
-            ours, theirs = run_cell("gputok", args, kind, n), run_cell("tiktoken", args, kind, n)
+            ours, theirs = median_run(runs["gputok", n]), median_run(runs["tiktoken", n])
             if (ours["ids"], ours["digest"]) != (theirs["ids"], theirs["digest"]):
                 raise SystemExit(f"ids differ for {kind} x {n}: {ours} vs {theirs}")
             b = ours["bytes"]
