@@ -57,7 +57,9 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
         device_merge = functools.partial(merge, model)
         if n < _DEVICE_PATH_MIN:
             return encode_text(model, text, allowed, device_merge)
-        got = encode_few(model, text, allowed, device_merge, _FEW_PIECES)
+        few = getattr(backend, "encode_few", None)
+        got = encode_few(model, text, allowed, device_merge, _FEW_PIECES,
+                         None if few is None else functools.partial(few, model))
         if got is not None:
             return got
     if n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and backend.name != "numpy"):

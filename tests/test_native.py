@@ -408,8 +408,10 @@ def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token(i
 def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     """``Encoding.encode``: a text the pre-tokenizer cuts into a few pieces (runs of one
     character class) is cut on the host and only its long pieces go to the device's merge
-    stage; prose takes the batch pipeline; a short text merges its long pieces on the device
-    too. The ids are tiktoken's every way."""
+    stage (an ASCII text; a long one that is not all ASCII is cut on this thread by the
+    device's pre-tokenization instead, ``encode_few``, no chunk either); prose takes the batch
+    pipeline; a short text merges its long pieces on the device too. The ids are tiktoken's
+    every way."""
     from gputok import backends
     from gputok.stages import counters
 
@@ -420,14 +422,21 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     few = ["a" * 20_000, " " * 9000 + "end", "\U0001F600" * 4000, "x " + "7" * 30 + "b" * 5000,
            "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
+    def cuts():
+        return sum(v for k, v in be.dev.launches.items() if k.startswith("encode_pretok"))
+
     for text in few:
-        before = dict(counters)
+        before, cut = dict(counters), cuts()
         assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
         assert enc.encode(text) == tk.encode(text)
-        assert counters["merge.device_pieces"] - before.get("merge.device_pieces", 0) >= 2
+        on_device = not text.isascii() and len(text) >= gputok.encoding._DEVICE_PATH_MIN
+        assert counters["merge.device_pieces"] - before.get("merge.device_pieces", 0) >= \
+            (0 if on_device else 2)
+        assert counters["device.few_texts"] - before.get("device.few_texts", 0) == \
+            (2 if on_device else 0)
+        assert (cuts() > cut) == on_device
         assert counters["device.merge_pieces"] - before.get("device.merge_pieces", 0) >= 2
         assert counters["device.chunks"] == before.get("device.chunks", 0)
-    assert not any(k.startswith("encode_pretok") for k in be.dev.launches)
     prose = " ".join(e2e_docs())[:30_000]
     assert enc.encode_ordinary(prose) == tk.encode_ordinary(prose)
     assert be.dev.launches.get("encode_pretok_spans", 0) >= 1  # the batch pipeline
@@ -1339,6 +1348,44 @@ def test_long_runs_come_back_with_shared_ints():
     got = enc.encode_ordinary(text)
     assert got == tk.encode_ordinary(text)
     assert len({id(x) for x in got}) < len(got) // 4
+
+
+@pytest.mark.parametrize("key", ["cl100k_base", "o200k_base", "r50k_base"])
+def test_few_pieces_cut_on_the_device(key):
+    """``DeviceBackend.encode_few`` (a long non-ASCII text of a few pieces: the device's
+    pre-tokenization on this thread, ``NativeDevice.pretok_inline``, then the pieces' merge):
+    the pieces start where the host pre-tokenizer's do, the ids are tiktoken's, a text of more
+    pieces than the limit is left to the caller (None), and ``encode_ordinary`` takes this
+    path for such texts (counted)."""
+    from gputok.backends.hostplan import SEG_END, SEG_START
+    from gputok.stages import counters
+
+    enc, tk = gputok.get_encoding(key), tiktoken_oracle(key)
+    be = native.create(threads=2)
+    seg = np.array([SEG_START, SEG_END], np.uint8)
+    texts = ["\U0001F600" * 3000, "x \u00e9 " + "\U0001F600" * 3000 + " \u4e2d\n",
+             "\u4e2d" * 4000 + "\U0001F600" * 2000, "\u00e9" * 5000, "\u3000" * 3000 + "a",
+             "\U0001F600\U0001F44D\U0001F3FD" * 900, " \n" * 300 + "\u00e9" * 5000,
+             "\u0627\u0644" * 3000, "\U0001F600" * 3000 + "\n\n \t" + "\u00e9" * 3]
+    pt = enc.model.pretokenizer
+    for text in texts:
+        data = text.encode()
+        pieces = pt.split_few(text, 16)
+        assert pieces is not None, text[:10]
+        want_starts = np.cumsum([0] + [len(p.encode()) for p in pieces]).tolist()
+        plan = be.model_plan(enc.model)
+        got = be.dev.pretok_inline(plan.tables, data, np.array([0, len(data)], np.uint32),
+                                   seg, 16)
+        assert got is not None and got.tolist() == want_starts, text[:10]
+        assert be.encode_few(enc.model, data, 16) == tk.encode_ordinary(text)
+        assert be.dev.pretok_inline(plan.tables, data, np.array([0, len(data)], np.uint32),
+                                    seg, len(pieces) - 1) is None
+    prose = "caf\u00e9 " * 2000
+    assert be.encode_few(enc.model, prose.encode(), 16) is None
+    before = counters["device.few_texts"]
+    text = "x " + "\U0001F600" * 20_000
+    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    assert counters["device.few_texts"] == before + 1
 
 def test_chunks_without_a_dedup_set():
     """``dedup=False``: every chunk runs with no dedup set (its pointer a placeholder the

@@ -408,9 +408,38 @@ class DeviceBackend(Backend):
         n = int(starts[k])
         if n > CHUNK_LIMIT or self._host_family(model) is not None or model.kind == "wordpiece":
             return None
+        return self._merge_joined(model, b"".join(pieces), starts, lens, flat)
+
+    def encode_few(self, model, data: bytes, limit: int) -> "list | None":
+        """The ids of one text (its UTF-8 ``data``; no special tokens) cut on the device where
+        the device cuts one text on the calling thread (``pretok_inline``: the native CPU
+        device) and the model's pieces are cut there, when it has at most ``limit`` pieces: its
+        pieces then merge as ``merge_pieces`` merges them; else None. ``Encoding.encode`` takes
+        it for a long non-ASCII text of a few pieces (an emoji run), whose cut by the host
+        scanner made ~4.6 bytes of numpy temporaries per byte."""
+        pretok = getattr(self.dev, "pretok_inline", None)
+        n = len(data)
+        if pretok is None or not n or n > CHUNK_LIMIT or model.family is not None \
+                or model.normalizer or self._host_family(model) is not None:
+            return None
+        plan = self._plan(model)
+        if plan.mode != "device" or plan.norm_form is not None or plan.kind == "wordpiece":
+            return None
+        got = pretok(plan.tables, data, np.array([0, n], np.uint32), _SEGMENT_BITS, limit)
+        if got is None:
+            return None
+        starts = got.astype(np.int64)
+        with self._count_lock:
+            counters["device.few_texts"] += 1
+        return self._merge_joined(model, data, starts, np.diff(starts), True)
+
+    def _merge_joined(self, model, joined: bytes, starts: np.ndarray, lens: np.ndarray,
+                      flat: bool) -> "list | None":
+        """``merge_pieces`` of the pieces ``joined[starts[i]:starts[i + 1]]`` (``lens``: their
+        lengths)."""
+        k, n = len(lens), len(joined)
         spec = np.full(k + 1, NORMAL, np.uint32)
         spec[k] = GAP  # the sentinel entry
-        joined = b"".join(pieces)
         dev = self.dev
         with self._lock:
             try:

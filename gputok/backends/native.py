@@ -578,16 +578,10 @@ class NativeDevice:
         # several 1 MB arrays, whose 4 KB pages were most of a fresh process's first page faults
         # (addresses by offset from each block's start: ~0.5 us an array, ~20 arrays a call,
         # were ~10% of a 1,000-character text's encode_short)
-        marks = empty(2 * (n + 2), np.uint8)  # mark, then cls (n + 2 each)
         ent = empty(n + 2, np.uint32)
-        at_marks, at_ent, at_data = _address(marks), _address(ent), _address(data)
+        at_ent, at_data = _address(ent), _address(data)
         addr = self._table_addresses(tables)
-        cap = int(lib.gputok_native_chunk_pretok(
-            at_data, n, _address(mpos), _address(mbits), hc.n_marks, addr[5], addr[6],
-            int(sc["n_letters"]), int(o200k),
-            0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
-            0 if o200k else int(sc["end_whole"]), at_marks, at_marks + n + 2, at_ent))
-        del marks
+        cap = self._pretok(tables, at_data, n, mpos, mbits, hc.n_marks, at_ent)
         # one block: the dedup set (emptied by the call), then pstart, spec, owner (cap),
         # count (cap + 1), doc_entry (n_docs + 1)
         dbits = max(4, int(max(cap * dedup_slots_per_entry, 2) - 1).bit_length()) \
@@ -634,6 +628,38 @@ class NativeDevice:
             names.append("encode_dup_counts")
         self._count(*names)
         return out[:int(out_doc[n_docs])], out_doc
+
+    def _pretok(self, tables, at_data: int, n: int, mpos, mbits, n_marks: int,
+                at_ent: int) -> int:
+        """Pre-tokenization of ``n`` bytes at ``at_data`` (kernels/host_chunk.h,
+        ``gputok_native_chunk_pretok``): the entries' starts into ``at_ent`` (n + 2 uint32),
+        the sentinel's (n) last; returns the entry count."""
+        sc = tables.scalars
+        o200k = bool(sc.get("o200k"))
+        addr = self._table_addresses(tables)
+        marks = self._bare(2 * (n + 2), np.uint8)  # mark, then cls (n + 2 each)
+        at_marks = _address(marks)
+        return int(self.lib.lib.gputok_native_chunk_pretok(
+            at_data, n, _address(mpos), _address(mbits), n_marks, addr[5], addr[6],
+            int(sc["n_letters"]), int(o200k),
+            0 if o200k else int(sc["gpt2"]), 0 if o200k else int(sc["digit_group"]),
+            0 if o200k else int(sc["end_whole"]), at_marks, at_marks + n + 2, at_ent))
+
+    def pretok_inline(self, tables, data: bytes, mpos: np.ndarray, mbits: np.ndarray,
+                      limit: int) -> "np.ndarray | None":
+        """The piece starts of one text cut on this thread (``DeviceBackend.encode_few``):
+        uint32, the sentinel's (``len(data)``) last, or None where it has more than ``limit``
+        pieces. ``mpos``/``mbits``: its marks (the segment's ends). Its workspace is 2 bytes a
+        byte (mark, class) and the starts: the host scanner's numpy passes over a 10 MB emoji
+        run made ~46 MB of temporaries, whose first touch in a fresh process cost ~60 ms."""
+        n = len(data)
+        ent = self._bare(n + 2, np.uint32)
+        cap = self._pretok(tables, _address(np.frombuffer(data, np.uint8)), n, mpos, mbits,
+                           len(mpos), _address(ent))
+        self._count(*(("encode_o200k_classify", "encode_o200k_spans")
+                      if tables.scalars.get("o200k") else
+                      ("encode_pretok_classify", "encode_pretok_spans")), "encode_pretok_marks")
+        return ent[:cap].copy() if cap - 1 <= limit else None
 
     def _table_addresses(self, tables) -> tuple:
         """Addresses of a model's tables (w_slots, w_tok_bytes, t_slots, byte_ids, join, and

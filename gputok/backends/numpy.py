@@ -75,12 +75,15 @@ def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list
     return dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge))
 
 
-def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int
-               ) -> "list[int] | None":
+def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,
+               device_few=None) -> "list[int] | None":
     """``encode_text`` for a text the pre-tokenizer cuts into at most ``limit`` pieces (a run
     of one character class: ``"a" * n``, emoji, whitespace, with a few pieces around it), its
     long pieces merged by ``device_merge``; None for any other text, found after ``limit + 1``
-    pieces, or when the model has a family, a normaliser or active special tokens."""
+    pieces, or when the model has a family, a normaliser or active special tokens.
+    ``device_few(data, limit)``: a device's cut and merge of the whole text (its UTF-8), taken
+    for a text that is not all ASCII once its head passes the probe (the host scanner's cut of
+    a 10 MB emoji run made ~46 MB of numpy temporaries; the regex cuts an ASCII run in place)."""
     if model.family is not None or model.normalizer or model.active_tokens(allowed):
         return None
     try:  # (the text's UTF-8, encoded once: a long piece's bytes are a slice of it)
@@ -88,7 +91,12 @@ def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int
     except UnicodeEncodeError:
         text = fix_surrogates(text)
         data = text.encode("utf-8")
-    pieces = model.pretokenizer.split_few(text, limit)
+    pt = model.pretokenizer
+    if device_few is not None and len(data) != len(text) and pt.few_head(text, limit):
+        got = device_few(data, limit)
+        if got is not None:
+            return got
+    pieces = pt.split_few(text, limit)
     if pieces is None:
         return None
     if device_merge is not None:  # every piece in one call, the ids as one list

@@ -207,16 +207,24 @@ class Pretokenizer:
             return None
         if text.isascii():
             return self._split_few_ascii(text, limit)
+        if not self.few_head(text, limit):
+            return None
+        pieces = self.split(text)
+        return pieces if len(pieces) <= limit else None
+
+    def few_head(self, text: str, limit: int) -> bool:
+        """``split_few``'s probe of a text that is not all ASCII: whether its first
+        ``_FEW_PROBE`` characters make at most ``limit`` pieces (prose does not). False where
+        ``split_few`` takes no text (no single pattern, or one that keeps gaps)."""
+        if self.pattern is None or self._keep_gaps:
+            return False
         sc = self.scanner
         if sc is not None:  # (the pinned regex's first compile costs ~12 ms; the scanner cuts
             head = sc.split(text[:_FEW_PROBE], min_chars=0)  # the whole text next anyway)
         else:
             head = itertools.islice(self._regex_for(text).finditer(text, 0, _FEW_PROBE),
                                     limit + 1)
-        if sum(1 for _ in head) > limit:
-            return None
-        pieces = self.split(text)
-        return pieces if len(pieces) <= limit else None
+        return sum(1 for _ in head) <= limit
 
     def _split_few_ascii(self, text: str, limit: int) -> "list | None":
         """``split_few`` of an ASCII text: the ASCII form's matches, at most ``limit + 1`` of
