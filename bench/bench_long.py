@@ -2,14 +2,14 @@
 
 Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a run of emoji (one
 piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
-document of ordinary pieces). Each (library, input, size) runs
-in fresh processes: the encoder is built and warmed up on a small text of the same kind, the
-peak-RSS counter is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the
-best call of at least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up, its
-first touch of fresh memory included, unless ``--warm-large``) and the peak resident memory of
-the encode is read back. ``--procs`` processes a cell, taken in rounds (every size and library
-once a round, then again), so that a slow minute of a shared machine falls on all sizes alike
-rather than on one; a cell's time is its median process's.
+document of ordinary pieces). Each (library, input, size) runs in fresh processes: the
+encoder is built and warmed up on texts of the same kind (``WARM_UP``), the peak-RSS counter
+is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the best call of at
+least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up, its first touch of
+fresh memory included, unless ``--warm-large``) and the peak resident memory of the encode is
+read back. ``--procs`` processes a cell, taken in rounds (every size and library once a round,
+then again), so that a slow minute of a shared machine falls on all sizes alike rather than on
+one; a cell's time is its median process's.
 Ids are compared between the libraries (a digest of each result) before anything is reported.
 
     python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
@@ -47,6 +47,11 @@ KINDS = {
 
 
 MIN_TIME = 0.3  # seconds of calls per cell below 1 MB (best call reported)
+# warm-up texts (characters): 16 KB, and 128 KB before a longer cell. gputok's single-text
+# paths switch at 16 KB (one device call) and 64 KB (the batch pipeline for a text of many
+# pieces), and each has its own first-use set-up (a pattern compiled, a first list built), which
+# a 16 KB warm-up left to a 1 MB cell's one timed call.
+WARM_UP = (16384, 131072)
 MAX_CALLS = 1000
 WARM_LARGE = os.environ.get("BENCH_LONG_WARM_LARGE") == "1"  # set by --warm-large (children)
 
@@ -73,7 +78,9 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
     else:
         encode = _common.tiktoken_for(encoding).encode_ordinary
     make = KINDS[kind]
-    encode(make(16384))  # warm-up: tables built, module loaded, the same code path
+    for w in WARM_UP:  # tables built, modules loaded, the paths a text of n takes run once
+        if w == WARM_UP[0] or w <= n:
+            encode(make(w))
     text = make(n)
     nbytes = len(text.encode("utf-8"))
     try:

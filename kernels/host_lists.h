@@ -16,7 +16,7 @@
 // at `items_at` bytes into the list object, checked on a probe list there), as PyList_SET_ITEM
 // does: PyList_SetItem would read each fresh slot before writing it, two page faults a page.
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 namespace enc_lists {
 
@@ -30,10 +30,13 @@ struct PyApi {
 constexpr unsigned MAX_SLOTS = 1u << 16;  // 768 KB of table: ids recurring within ~64K tokens
 constexpr unsigned MIN_SLOTS = 1u << 6;
 
-// The table, kept per calling thread between calls (only the part a call uses is reset).
+// The table, kept per calling thread between calls (only the part a call uses is reset; the
+// objects' part is read only where its key matched, so it is never initialised: a fresh
+// thread's first long list does not touch 512 KB of it).
 struct Table {
-  std::vector<uint32_t> keys;
-  std::vector<void*> objs;
+  std::unique_ptr<uint32_t[]> keys;
+  std::unique_ptr<void*[]> objs;
+  unsigned size = 0;
 };
 
 template <typename T>
@@ -44,12 +47,13 @@ void* build(const T* ids, long long n, const PyApi& api, long long items_at) {
   unsigned slots = MIN_SLOTS;
   while (slots < MAX_SLOTS && (long long)slots < n) slots <<= 1;
   thread_local Table t;
-  if (t.keys.size() < slots) {
-    t.keys.resize(slots);
-    t.objs.resize(slots);
+  if (t.size < slots) {
+    t.keys.reset(new uint32_t[slots]);  // (default-initialised: untouched until written)
+    t.objs.reset(new void*[slots]);
+    t.size = slots;
   }
-  uint32_t* keys = t.keys.data();
-  void** objs = t.objs.data();
+  uint32_t* keys = t.keys.get();
+  void** objs = t.objs.get();
   // an empty slot s holds ~s, which no id of that slot is (~s mod slots != s)
   for (unsigned s = 0; s < slots; ++s) keys[s] = ~s;
   const unsigned mask = slots - 1;

@@ -1,4 +1,4 @@
-"""Token ids as Python lists of int: what ``encode``, ``encode_ordinary`` and ``encode_batch`` return.
+"""Token ids as Python lists of int, what ``encode``, ``encode_ordinary`` and ``encode_batch`` give.
 
 ``id_list(ids)`` is ``ids.tolist()``, except that where the native library is loaded
 (``kernels/host_lists.h``, installed by ``use_id_list``) an id seen recently shares its int
