@@ -8,8 +8,8 @@ tells them apart, as with CPython's own small ints.
 Why: ``tolist`` makes a 32-byte int per id besides the list's 8-byte slot. A 10 MB run of
 ``"a"`` is 1.25 M ids of one token: 40 MB of equal ints, whose first touch in a fresh process
 cost as much as the merge (bench/bench_long.py). Shared, that list is 10 MB. On prose most ids
-recur within a few thousand tokens, and the builder is 2-4x faster than ``tolist`` there too
-(no allocation per recurring id).
+recur within a few thousand tokens: a 4 MB prose batch's list took 3.9 ns an id and 9 MB,
+``tolist`` 21.9 ns and 31 MB (no allocation per recurring id).
 """
 
 from __future__ import annotations
