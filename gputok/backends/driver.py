@@ -351,8 +351,7 @@ class DeviceBackend(Backend):
         device, with no normaliser: a list of ids; else None. Skips packing, chunk planning
         and assembly (~50 us): ``Encoding.encode`` takes it for texts of ``SHORT_MIN``
         characters and more that the host cut would spend longer on than the call."""
-        if getattr(self.dev, "chunk_inline", None) is None or model.family is not None \
-                or model.normalizer or self._host_family(model) is not None:
+        if getattr(self.dev, "chunk_inline", None) is None or not self._one_call_model(model):
             return None  # (a family's own stages: SentencePiece, WordPiece, ...)
         plan = self._plan(model)
         try:
@@ -373,6 +372,12 @@ class DeviceBackend(Backend):
         with self._count_lock:
             counters["device.short_texts"] += 1
         return id_list(got[1])
+
+    def _one_call_model(self, model) -> bool:
+        """Whether one text of ``model`` may take a device's one-call paths (``encode_short``,
+        ``encode_few``): no family's own stages (SentencePiece, WordPiece, ...), no normaliser,
+        no host-side family."""
+        return model.family is None and not model.normalizer and self._host_family(model) is None
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """``Backend.encode_list``; besides, a device whose workspace is
@@ -419,8 +424,7 @@ class DeviceBackend(Backend):
         scanner made ~4.6 bytes of numpy temporaries per byte."""
         pretok = getattr(self.dev, "pretok_inline", None)
         n = len(data)
-        if pretok is None or not n or n > CHUNK_LIMIT or model.family is not None \
-                or model.normalizer or self._host_family(model) is not None:
+        if pretok is None or not n or n > CHUNK_LIMIT or not self._one_call_model(model):
             return None
         plan = self._plan(model)
         if plan.mode != "device" or plan.norm_form is not None or plan.kind == "wordpiece":

@@ -66,7 +66,7 @@ class IdLists:
                 ids = np.array([0, 300, 300, 4464, 5, 300, 2**16 - 1, 1 << 12, 64, 0] * 20, dtype)
                 if dtype is np.uint32:
                     ids[::7] = [2**32 - 1, 100000, 2**31, 7] * 7 + [9]
-                got = self._build(ids)
+                got = self(ids)
                 if type(got) is not list or got != ids.tolist() or \
                         any(type(x) is not int for x in got):
                     return False
@@ -74,11 +74,9 @@ class IdLists:
         except Exception:  # (anything off: not this layout)
             return False
 
-    def _build(self, ids: np.ndarray) -> list:
-        return self._fn(ids.ctypes.data, ids.itemsize, len(ids), self._api_at, self.ITEMS_AT)
-
     def __call__(self, ids: np.ndarray) -> list:
-        return self._build(ids)
+        """The list of ``ids`` (uint16 or uint32, contiguous)."""
+        return self._fn(ids.ctypes.data, ids.itemsize, len(ids), self._api_at, self.ITEMS_AT)
 
 
 _builder: "IdLists | None" = None
