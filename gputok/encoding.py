@@ -58,8 +58,10 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
         if n < _DEVICE_PATH_MIN:
             return encode_text(model, text, allowed, device_merge)
         few = getattr(backend, "encode_few", None)
+        spans = getattr(backend, "merge_spans", None)
         got = encode_few(model, text, allowed, device_merge, _FEW_PIECES,
-                         None if few is None else functools.partial(few, model))
+                         None if few is None else functools.partial(few, model),
+                         None if spans is None else functools.partial(spans, model))
         if got is not None:
             return got
     if n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and backend.name != "numpy"):

@@ -486,6 +486,94 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
         assert counters["merge.device_pieces"] > before
 
 
+def test_a_long_ascii_text_merges_from_its_own_characters(monkeypatch):
+    """A long ASCII text of a few pieces is not copied: its merge reads the str's own
+    characters (``pack.utf8_data``, ``DeviceBackend.merge_spans``), every piece a span of them,
+    and the ids are tiktoken's (one run, runs with pieces around them, cl100k / o200k / r50k).
+    A str subclass, a text under ``VIEW_MIN`` and a non-ASCII text of a few pieces cut on the
+    host give their own bytes and the same ids."""
+    from gputok import backends
+    from gputok.stages import pack
+
+    be = native.create(threads=2)
+    be.dev.poison = True
+    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
+    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
+    head = pack.str_layout().ascii_head
+    seen: list = []
+    inline = be.dev.merge_inline
+
+    def spy(tables, data, *args):
+        seen.append(data)
+        return inline(tables, data, *args)
+
+    monkeypatch.setattr(be.dev, "merge_inline", spy)
+
+    class Text(str):
+        pass
+
+    n = pack.VIEW_MIN
+    texts = ["a" * (n + 5), " " * n + "end", "x = " + "b" * (n + 1) + " 7\n",
+             "\n" * n + "tail  ", "A" * 70_000 + "bc" + "1" * 30, "".join(["ab"] * n)]
+    for name in ("cl100k_base", "o200k_base", "r50k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        for text in texts:
+            seen.clear()
+            assert enc.encode_ordinary(text) == tk.encode_ordinary(text), (name, text[:9])
+            assert len(seen) == 1 and isinstance(seen[0], np.ndarray), (name, text[:9])
+            assert seen[0].__array_interface__["data"][0] == id(text) + head
+            assert seen[0].base.text is text
+        for text in (Text("a" * (n + 5)), "a" * (n - 1), "\u00e9" * n + " " + "a" * 9):
+            seen.clear()
+            assert enc.encode_ordinary(text) == tk.encode_ordinary(str(text))
+            assert all(isinstance(d, bytes) for d in seen)
+
+
+def test_an_ascii_view_is_the_str_characters_and_keeps_the_str():
+    """``StrLayout.ascii_view``: a read-only uint8 array over an ASCII str's characters, equal
+    to its UTF-8; it (and any view cut from it) keeps the str alive; None for a non-ASCII
+    text, an empty one or a str subclass. ``utf8_data``: bytes below ``VIEW_MIN``, the view
+    from there, ``UnicodeEncodeError`` on a surrogate. ``_utf8_starts``: the pieces' byte
+    starts in the text's UTF-8, None where they do not cover it."""
+    import gc
+    import sys
+
+    from gputok.backends.numpy import _utf8_starts
+    from gputok.stages import pack
+
+    native.library()
+    layout = pack.str_layout()
+    assert layout is not None
+    text = "".join(["ab c", "d\n"] * 20_000)  # (made here: no other reference)
+    refs = sys.getrefcount(text)
+    view = layout.ascii_view(text)
+    assert view.dtype == np.uint8 and not view.flags.writeable
+    assert view.tobytes() == text.encode()
+    assert sys.getrefcount(text) == refs + 1
+    part = view[7:19]
+    want = text[7:19].encode()
+    del view, text
+    gc.collect()
+    assert part.tobytes() == want  # (the str lives on through the view's base)
+    class Text(str):
+        pass
+
+    for other in ("\u00e9" * 100, "", Text("abc" * 100), "a\U0001F600"):
+        assert layout.ascii_view(other) is None
+    short = "q" * (pack.VIEW_MIN - 1)
+    assert type(pack.utf8_data(short)) is bytes and pack.utf8_data(short) == short.encode()
+    long = "q" * pack.VIEW_MIN
+    assert isinstance(pack.utf8_data(long), np.ndarray)
+    assert pack.utf8_data(long).tobytes() == long.encode()
+    with pytest.raises(UnicodeEncodeError):
+        pack.utf8_data("a\ud800" + "b" * pack.VIEW_MIN)
+    mixed = ["ab", " \u00e9\u00e9", "\U0001F600" * 3, "\n"]
+    t = "".join(mixed)
+    assert _utf8_starts(mixed, t, t.encode()).tolist() == [0, 2, 7, 19, 20]
+    assert _utf8_starts(["ab", "c"], "abc", b"abc").tolist() == [0, 2, 3]
+    assert _utf8_starts(["ab"], "abc", b"abc") is None
+
+
 def test_a_short_text_is_one_device_call(monkeypatch):
     """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters with no
     special token active: ``DeviceBackend.encode_short``, the whole sequence in one call

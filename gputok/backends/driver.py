@@ -415,6 +415,20 @@ class DeviceBackend(Backend):
             return None
         return self._merge_joined(model, b"".join(pieces), starts, lens, flat)
 
+    def merge_spans(self, model, data, starts: np.ndarray) -> "list | None":
+        """``merge_pieces(model, pieces, flat=True)`` for pieces given as spans of one buffer:
+        piece ``i`` is ``data[starts[i]:starts[i + 1]]`` (``data``: UTF-8 ``bytes`` or a uint8
+        array, ``pack.utf8_data``; ``starts``: int64, the end last). ``Encoding.encode`` sends a
+        text of a few pieces here, its UTF-8 uncopied (joining the pieces' ``bytes`` again made
+        two more copies of a long run)."""
+        k = len(starts) - 1
+        if k <= 0:
+            return [] if k == 0 else None
+        n = int(starts[k])
+        if n > CHUNK_LIMIT or self._host_family(model) is not None or model.kind == "wordpiece":
+            return None
+        return self._merge_joined(model, data, starts, np.diff(starts), True)
+
     def encode_few(self, model, data: bytes, limit: int) -> "list | None":
         """The ids of one text (its UTF-8 ``data``; no special tokens) cut on the device where
         the device cuts one text on the calling thread (``pretok_inline``: the native CPU
@@ -437,11 +451,11 @@ class DeviceBackend(Backend):
             counters["device.few_texts"] += 1
         return self._merge_joined(model, data, starts, np.diff(starts), True)
 
-    def _merge_joined(self, model, joined: bytes, starts: np.ndarray, lens: np.ndarray,
+    def _merge_joined(self, model, joined, starts: np.ndarray, lens: np.ndarray,
                       flat: bool) -> "list | None":
         """``merge_pieces`` of the pieces ``joined[starts[i]:starts[i + 1]]`` (``lens``: their
-        lengths)."""
-        k, n = len(lens), len(joined)
+        lengths; ``joined``: ``bytes`` or a uint8 array, the pieces' bytes and nothing after)."""
+        k, n = len(lens), int(starts[len(lens)])
         spec = np.full(k + 1, NORMAL, np.uint32)
         spec[k] = GAP  # the sentinel entry
         dev = self.dev

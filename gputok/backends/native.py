@@ -199,7 +199,7 @@ class _Library:
         lib.gputok_jsonl_parse.restype = None
         lib.gputok_utf8_valid.argtypes = [ctypes.c_char_p, ll, i]
         lib.gputok_utf8_valid.restype = i
-        lib.gputok_native_merge_inline.argtypes = [ctypes.c_char_p, vp, vp, u, vp, vp, u, vp, u,
+        lib.gputok_native_merge_inline.argtypes = [vp, vp, vp, u, vp, vp, u, vp, u,
                                                    vp, vp, u, i, vp, vp, vp, vp]
         lib.gputok_native_merge_inline.restype = i
         lib.gputok_native_chunk_pretok.argtypes = [vp, ll, vp, vp, ll, vp, vp, u, i, i, i, i,
@@ -538,7 +538,8 @@ class NativeDevice:
         kernels of ``DeviceStages.merge`` in order on this thread, no dedup): (count per
         entry, scratch). ``data``: the pieces' bytes; ``starts``: uint32 entry starts (the
         sentinel's too); ``spec``: uint32 per entry. A 10 KB run: ~0.1 ms of Python (argument
-        checks, workspace, three launches) saved, about what its merge costs."""
+        checks, workspace, three launches) saved, about what its merge costs. ``data`` may be
+        a uint8 array instead (a long ASCII text's own characters, ``pack.utf8_data``)."""
         from ..stages.merge import LONG_PIECE
 
         sc = tables.scalars
@@ -551,7 +552,7 @@ class NativeDevice:
         base32 = _address(ws32)
         addr = self._table_addresses(tables)
         self.lib.lib.gputok_native_merge_inline(
-            data, _address(starts), _address(spec), cap, addr[0], addr[1],
+            data if isinstance(data, bytes) else _address(data), _address(starts), _address(spec), cap, addr[0], addr[1],
             sc["w_bits"] if whole else 0, addr[2], sc["t_bits"], addr[3], addr[4], n,
             has_long, base32, base32 + 4 * (cap + 1), base32 + 4 * (cap + 1 + n), _address(ws64))
         self._count("encode_piece_kind", "encode_merge_short",

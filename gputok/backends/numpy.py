@@ -10,9 +10,11 @@ batch bookkeeping (a short text costs a regex call and a few dict probes).
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import Backend
 from ..stages import counters, dedup, emit, normalize, split
-from ..stages.pack import fix_surrogates
+from ..stages.pack import fix_surrogates, utf8_data
 from ..specials import split_text
 
 
@@ -76,18 +78,21 @@ def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list
 
 
 def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,
-               device_few=None) -> "list[int] | None":
+               device_few=None, device_spans=None) -> "list[int] | None":
     """``encode_text`` for a text the pre-tokenizer cuts into at most ``limit`` pieces (a run
     of one character class: ``"a" * n``, emoji, whitespace, with a few pieces around it), its
-    long pieces merged by ``device_merge``; None for any other text, found after ``limit + 1``
+    long pieces merged on the device; None for any other text, found after ``limit + 1``
     pieces, or when the model has a family, a normaliser or active special tokens.
     ``device_few(data, limit)``: a device's cut and merge of the whole text (its UTF-8), taken
     for a text that is not all ASCII once its head passes the probe (the host scanner's cut of
-    a 10 MB emoji run made ~46 MB of numpy temporaries; the regex cuts an ASCII run in place)."""
+    a 10 MB emoji run made ~46 MB of numpy temporaries; the regex cuts an ASCII run in place).
+    ``device_spans(data, starts)``: the device's merge of the pieces the host cut, given as
+    their starts in the text's UTF-8 (no piece is copied out of it; a long ASCII text's UTF-8
+    is its own characters, ``pack.utf8_data``); ``device_merge(pieces)`` where it declines."""
     if model.family is not None or model.normalizer or model.active_tokens(allowed):
         return None
-    try:  # (the text's UTF-8, encoded once: a long piece's bytes are a slice of it)
-        data = text.encode("utf-8")
+    try:  # (the text's UTF-8, once: the pieces are spans of it)
+        data = utf8_data(text)
     except UnicodeEncodeError:
         text = fix_surrogates(text)
         data = text.encode("utf-8")
@@ -99,31 +104,31 @@ def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,
     pieces = pt.split_few(text, limit)
     if pieces is None:
         return None
-    if device_merge is not None:  # every piece in one call, the ids as one list
-        got = device_merge(_utf8_pieces(pieces, text, data), flat=True)
+    if device_spans is not None:  # every piece in one call, the ids as one list
+        starts = _utf8_starts(pieces, text, data)
+        got = None if starts is None else device_spans(data, starts)
         if got is not None:
             counters["merge.device_pieces"] += len(pieces)
             return got
     return dedup.flat_ids(dedup.ids_of_pieces(model, pieces, device_merge))
 
 
-def _utf8_pieces(pieces: list, text: str, data: bytes) -> list:
-    """The UTF-8 of each piece of ``text`` (whose UTF-8 is ``data``): the text's own bytes for
-    one piece (a 10 MB run is not encoded again), else slices of them at the pieces' byte
-    lengths, the longest piece's from the others' (pieces that do not cover the text: each
-    encoded)."""
-    if len(pieces) == 1 and pieces[0] is text:
-        return [data]
-    if sum(map(len, pieces)) != len(text):
-        return [p.encode("utf-8") for p in pieces]
-    longest = max(range(len(pieces)), key=lambda i: len(pieces[i]))
-    sizes = [len(p.encode("utf-8")) if i != longest else 0 for i, p in enumerate(pieces)]
-    sizes[longest] = len(data) - sum(sizes)
-    view, out, at = memoryview(data), [], 0
-    for n in sizes:
-        out.append(bytes(view[at:at + n]))
-        at += n
-    return out
+def _utf8_starts(pieces: list, text: str, data) -> "np.ndarray | None":
+    """Where each piece of ``text`` starts in its UTF-8 ``data``, and the end (int64, one more
+    than the pieces); None where the pieces do not cover the text. A piece's byte length is its
+    character count in an ASCII text, else its own UTF-8 length, the longest piece's from the
+    others' (a 10 MB run is not encoded again)."""
+    k = len(pieces)
+    lens = np.fromiter(map(len, pieces), np.int64, k)
+    if int(lens.sum()) != len(text):
+        return None
+    if len(data) != len(text):
+        longest = int(lens.argmax())
+        lens[:] = [len(p.encode("utf-8")) if i != longest else 0 for i, p in enumerate(pieces)]
+        lens[longest] = len(data) - int(lens.sum())
+    starts = np.zeros(k + 1, np.int64)
+    np.cumsum(lens, out=starts[1:])
+    return starts
 
 
 def _family_text(model, fam, text: str, active: frozenset) -> list[int]:
