@@ -4,12 +4,22 @@ Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a 
 piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
 document of ordinary pieces). Each (library, input, size) runs in fresh processes: the
 encoder is built and warmed up on texts of the same kind (``WARM_UP``), the peak-RSS counter
-is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is timed (the best call of at
-least ``--repeat`` and ``MIN_TIME`` seconds of calls; one call from 1 MB up, its first touch of
-fresh memory included, unless ``--warm-large``) and the peak resident memory of the encode is
-read back. ``--procs`` processes a cell, taken in rounds (every size and library once a round,
-then again), so that a slow minute of a shared machine falls on all sizes alike rather than on
-one; a cell's time is its median process's.
+is reset (``/proc/self/clear_refs``), then ``encode_ordinary`` is called once (the first call:
+its peak resident memory, its page faults and system time are read back) and again until at
+least ``--repeat`` calls and ``MIN_TIME`` seconds (``MAX_TIME`` at most past the first call).
+
+Two times a cell:
+
+* **steady** (the band's measure): the best call of the cell's processes. Every size is
+  measured alike; a call's workspace is memory an earlier call of the process used.
+* **cold**: the median process's, below 1 MB its best call, from 1 MB its first call, whose
+  first touch of fresh memory is in it. On a VM the host may back a page the guest touches for
+  the first time only then, at a cost that changes from run to run (system time and page
+  faults of the largest cold call are printed under the table; see also
+  bench/results/native-longpieces-*.md).
+
+``--procs`` processes a cell, taken in rounds (every size and library once a round, then
+again), so that a slow minute of a shared machine falls on all sizes alike rather than on one.
 Ids are compared between the libraries (a digest of each result) before anything is reported.
 
     python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
@@ -24,6 +34,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -46,14 +57,15 @@ KINDS = {
 }
 
 
-MIN_TIME = 0.3  # seconds of calls per cell below 1 MB (best call reported)
+MIN_TIME = 0.3  # seconds of calls per cell (the best call reported)
+MAX_TIME = 2.0  # seconds of calls after the first at most (tiktoken takes 6-8 s on a 10 MB run)
+COLD_FROM = 1_000_000  # bytes: from here the cold time is the first call's
 # warm-up texts (characters): 16 KB, and 128 KB before a longer cell. gputok's single-text
 # paths switch at 16 KB (one device call) and 64 KB (the batch pipeline for a text of many
 # pieces), and each has its own first-use set-up (a pattern compiled, a first list built), which
 # a 16 KB warm-up left to a 1 MB cell's one timed call.
 WARM_UP = (16384, 131072)
 MAX_CALLS = 1000
-WARM_LARGE = os.environ.get("BENCH_LONG_WARM_LARGE") == "1"  # set by --warm-large (children)
 
 
 def _rss_kb(field: str) -> int:
@@ -89,21 +101,34 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
         before = _rss_kb("VmRSS:")
     except OSError:
         before = None
-    times = []
-    ids = None
-    # below 1 MB: at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1
-    # ms: three calls are at the mercy of one scheduler tick); from 1 MB one call
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    ids = encode(text)
+    first = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    peak = _rss_kb("VmHWM:") - before if before is not None else None
+    digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
+    count = len(ids)
+    # then at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1 ms:
+    # three calls are at the mercy of one scheduler tick), MAX_TIME at most; the previous
+    # call's ids freed before the next call
+    times = [first]
     start = time.perf_counter()
-    many = nbytes < 1_000_000 or WARM_LARGE
-    while not times or (many and len(times) < MAX_CALLS and (
-            len(times) < repeat or time.perf_counter() - start < MIN_TIME)):
+    while len(times) < MAX_CALLS and time.perf_counter() - start < MAX_TIME and (
+            len(times) < repeat or time.perf_counter() - start < MIN_TIME):
+        ids = None
         t0 = time.perf_counter()
         ids = encode(text)
         times.append(time.perf_counter() - t0)
-    peak = _rss_kb("VmHWM:") - before if before is not None else None
-    digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
-    return {"bytes": nbytes, "s": min(times), "calls": len(times),
-            "peak_mb": None if peak is None else peak / 1024, "ids": len(ids), "digest": digest}
+    return {"bytes": nbytes, "s": min(times), "first_s": first, "calls": len(times),
+            "peak_mb": None if peak is None else peak / 1024, "ids": count, "digest": digest,
+            "first_faults": r1.ru_minflt - r0.ru_minflt,
+            "first_sys_s": r1.ru_stime - r0.ru_stime, "first_user_s": r1.ru_utime - r0.ru_utime}
+
+
+def cold_s(run: dict) -> float:
+    """A process's cold time: its first call from ``COLD_FROM`` bytes, else its best call."""
+    return run["first_s"] if run["bytes"] >= COLD_FROM else run["s"]
 
 
 def run_child(lib, args, kind, n) -> dict:
@@ -115,16 +140,30 @@ def run_child(lib, args, kind, n) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def median_run(runs: list) -> dict:
-    """A cell's measurement: its median process (a 1 MB call lasts ~10 ms, and on a VM one
-    stall of the host, or page faults that cost 2-3x more on some runs than on others, shows in
-    it), every process's time kept (``runs_s``) and the highest peak memory."""
-    runs = sorted(runs, key=lambda r: r["s"])
-    got = dict(runs[len(runs) // 2])
-    got["runs_s"] = [r["s"] for r in runs]
+def cell_of(runs: list) -> dict:
+    """A cell's measurement from its processes: the steady time (``s``) is the best call of
+    any process (on a shared VM a whole process can run 1.5x slower than the next, for
+    reasons outside it: noise only ever adds time), the cold time (``cold_s``) the median
+    process's, with that process's first-call faults and system time; every process's times
+    kept (``runs_s``, ``runs_cold_s``) and the highest peak memory."""
+    by_steady = sorted(runs, key=lambda r: r["s"])
+    by_cold = sorted(runs, key=cold_s)
+    got = dict(by_steady[0])
+    mid = by_cold[len(runs) // 2]
+    got["cold_s"] = cold_s(mid)
+    got["cold_faults"], got["cold_sys_s"] = mid["first_faults"], mid["first_sys_s"]
+    got["runs_s"] = [r["s"] for r in by_steady]
+    got["runs_cold_s"] = [cold_s(r) for r in by_cold]
     if got["peak_mb"] is not None:
         got["peak_mb"] = max(r["peak_mb"] for r in runs)
     return got
+
+
+def band(rows: list, kind: str, key: str) -> "tuple[float, str]":
+    """The slowest over the fastest ns per byte of gputok's ``key`` time across an input's
+    sizes, and the per-size ns per byte."""
+    per = [r["gputok"][key] / r["gputok"]["bytes"] * 1e9 for r in rows if r["kind"] == kind]
+    return max(per) / min(per), " / ".join(f"{v:.0f}" for v in per)
 
 
 def main():
@@ -138,9 +177,6 @@ def main():
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--backend", default="auto",
                    help="gputok's backend (default auto: encode_ordinary's own choice)")
-    p.add_argument("--warm-large", action="store_true",
-                   help="from 1 MB too, the best of several calls (steady state: the first call's "
-                        "first touch of its workspace and output is left out), as below 1 MB")
     p.add_argument("--procs", type=int, default=5,
                    help="fresh processes per cell, in rounds over the sizes (the median is "
                         "reported)")
@@ -151,14 +187,12 @@ def main():
         print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
                                args.repeat, args.backend)))
         return
-    if args.warm_large:
-        os.environ["BENCH_LONG_WARM_LARGE"] = "1"  # (the children read it)
     _common.compile_bytecode()
     print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
           f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
           f"gputok backend: {args.backend}")
-    print(f"{'input':<8}{'bytes':>10}{'gputok ns/B':>13}{'tiktoken ns/B':>15}{'speed':>7}"
-          f"{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
+    print(f"{'input':<8}{'bytes':>10}{'gputok ns/B':>13}{'cold ns/B':>11}{'tiktoken ns/B':>15}"
+          f"{'speed':>8}{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
     rows = []
     for kind in args.kinds:
         runs: dict = {}
@@ -167,18 +201,27 @@ def main():
                 for lib in ("gputok", "tiktoken"):
                     runs.setdefault((lib, n), []).append(run_child(lib, args, kind, n))
         for n in args.sizes:
-            ours, theirs = median_run(runs["gputok", n]), median_run(runs["tiktoken", n])
+            ours, theirs = cell_of(runs["gputok", n]), cell_of(runs["tiktoken", n])
             if (ours["ids"], ours["digest"]) != (theirs["ids"], theirs["digest"]):
                 raise SystemExit(f"ids differ for {kind} x {n}: {ours} vs {theirs}")
             b = ours["bytes"]
             rows.append({"kind": kind, "n": n, "gputok": ours, "tiktoken": theirs})
             mem = (f"{ours['peak_mb'] / max(theirs['peak_mb'], 0.1):7.2f}x"
                    if ours["peak_mb"] is not None else "")
-            print(f"{kind:<8}{b:>10}{ours['s'] / b * 1e9:13.0f}{theirs['s'] / b * 1e9:15.0f}"
-                  f"{theirs['s'] / ours['s']:6.2f}x{ours['peak_mb']:11.1f}"
-                  f"{theirs['peak_mb']:13.1f}{mem:>8}", flush=True)
-    print("speed = tiktoken time / gputok time; memory = gputok peak / tiktoken peak "
-          "(resident memory added by the encode call)")
+            print(f"{kind:<8}{b:>10}{ours['s'] / b * 1e9:13.0f}{ours['cold_s'] / b * 1e9:11.0f}"
+                  f"{theirs['s'] / b * 1e9:15.0f}{theirs['s'] / ours['s']:7.2f}x"
+                  f"{ours['peak_mb']:11.1f}{theirs['peak_mb']:13.1f}{mem:>8}", flush=True)
+    print("gputok ns/B: steady (the best call); cold: from 1 MB the first call of a fresh "
+          "process; speed = tiktoken time / gputok time (steady); memory = gputok peak / "
+          "tiktoken peak (resident memory added by the first call)")
+    print(f"\n{'input':<8}{'steady band':>12}  {'ns/B by size':<22}{'cold band':>10}  "
+          f"{'ns/B by size':<22}{'largest cold call: faults, system s':>36}")
+    for kind in args.kinds:
+        (sb, sp), (cb, cp) = band(rows, kind, "s"), band(rows, kind, "cold_s")
+        last = [r["gputok"] for r in rows if r["kind"] == kind][-1]
+        print(f"{kind:<8}{sb:11.2f}x  {sp:<22}{cb:9.2f}x  {cp:<22}"
+              f"{last['cold_faults']:>26} {last['cold_sys_s']:9.3f}")
+    print("band = slowest / fastest ns per byte over the sizes (target: 1.5x at most)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": _common.machine(), "encoding": args.encoding, "rows": rows,

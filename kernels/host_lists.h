@@ -39,8 +39,13 @@ struct Table {
   unsigned size = 0;
 };
 
+// The list of the ids of `nparts` arrays in turn (parts[p] holds ns[p] ids): a batch's chunks
+// give one text's ids in parts, and joining them first wrote a second copy of them all.
 template <typename T>
-void* build(const T* ids, long long n, const PyApi& api, long long items_at) {
+void* build(const T* const* parts, const long long* ns, int nparts, const PyApi& api,
+            long long items_at) {
+  long long n = 0;
+  for (int p = 0; p < nparts; ++p) n += ns[p];
   void* list = api.list_new(n);
   if (list == nullptr || n == 0) return list;
   void** items = *reinterpret_cast<void***>(static_cast<char*>(list) + items_at);
@@ -57,34 +62,50 @@ void* build(const T* ids, long long n, const PyApi& api, long long items_at) {
   // an empty slot s holds ~s, which no id of that slot is (~s mod slots != s)
   for (unsigned s = 0; s < slots; ++s) keys[s] = ~s;
   const unsigned mask = slots - 1;
-  for (long long i = 0; i < n; ++i) {
-    const uint32_t id = ids[i];
-    const unsigned s = id & mask;
-    void* o;
-    if (keys[s] == id) {  // (the table's pointer is borrowed: the list holds the reference)
-      o = objs[s];
-      api.incref(o);
-    } else {
-      o = api.long_from(id);
-      if (o == nullptr) {  // (MemoryError set; the list's unset items are NULL)
-        api.decref(list);
-        return nullptr;
+  long long i = 0;
+  for (int p = 0; p < nparts; ++p) {
+    const T* ids = parts[p];
+    for (long long j = 0; j < ns[p]; ++j, ++i) {
+      const uint32_t id = ids[j];
+      const unsigned s = id & mask;
+      void* o;
+      if (keys[s] == id) {  // (the table's pointer is borrowed: the list holds the reference)
+        o = objs[s];
+        api.incref(o);
+      } else {
+        o = api.long_from(id);
+        if (o == nullptr) {  // (MemoryError set; the list's unset items are NULL)
+          api.decref(list);
+          return nullptr;
+        }
+        keys[s] = id;
+        objs[s] = o;
       }
-      keys[s] = id;
-      objs[s] = o;
+      items[i] = o;
     }
-    items[i] = o;
   }
   return list;
 }
 
 }  // namespace enc_lists
 
-// ids: n uint16 (width 2) or uint32 (width 4) ids; api: an enc_lists::PyApi; items_at: the
-// offset of a list's item pointer. A new reference to the list, or NULL with the exception set.
+// parts: nparts arrays of ns[p] uint16 (width 2) or uint32 (width 4) ids each, listed in turn;
+// api: an enc_lists::PyApi; items_at: the offset of a list's item pointer. A new reference to
+// the list, or NULL with the exception set.
+ENC_HOST_EXPORT void* gputok_id_list_parts(const void* const* parts, const long long* ns,
+                                           int nparts, int width, const void* api,
+                                           long long items_at) {
+  const enc_lists::PyApi& a = *static_cast<const enc_lists::PyApi*>(api);
+  if (width == 2)
+    return enc_lists::build(reinterpret_cast<const uint16_t* const*>(parts), ns, nparts, a,
+                            items_at);
+  return enc_lists::build(reinterpret_cast<const uint32_t* const*>(parts), ns, nparts, a,
+                          items_at);
+}
+
+// One array: ids holds n ids.
 ENC_HOST_EXPORT void* gputok_id_list(const void* ids, int width, long long n, const void* api,
                                      long long items_at) {
-  const enc_lists::PyApi& a = *static_cast<const enc_lists::PyApi*>(api);
-  if (width == 2) return enc_lists::build(static_cast<const uint16_t*>(ids), n, a, items_at);
-  return enc_lists::build(static_cast<const uint32_t*>(ids), n, a, items_at);
+  const void* parts[1] = {ids};
+  return gputok_id_list_parts(parts, &n, 1, width, api, items_at);
 }

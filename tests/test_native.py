@@ -1100,6 +1100,39 @@ def test_a_giant_line_runs_as_ordinary_chunks(name):
     assert counters["device.chunks"] - before >= len(line.encode()) // 40_000
 
 
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base", "llama3", "qwen2"])
+def test_a_blob_without_spaces_is_cut_where_letters_meet_digits(name):
+    """base64, hex and digit-letter runs have no space: they are cut where an ASCII letter
+    meets an ASCII digit (``find_safe_cut``), run as several chunks over both workers, and give
+    the oracle's ids (every pattern family with a scanner); a blob with no such point (letters
+    and "+/" only) stays one chunk, and the same ids."""
+    import base64
+    import random
+
+    from gputok.stages import counters
+
+    rng = random.Random(11)
+    blob = base64.b64encode(rng.randbytes(300_000)).decode()
+    hexes = rng.randbytes(100_000).hex()
+    mixed = "".join(rng.choice(["ab", "7", "X9", "0000", "q", "Zz1", "'s", "\u00e9", "5\u0301"])
+                    for _ in range(60_000))
+    flat = "".join(rng.choice("abcXYZ+/") for _ in range(300_000))
+    docs = [blob, "short", hexes, mixed, flat]
+    if name in ("llama3", "qwen2"):
+        enc, hf = hf_encoding(name), hf_oracle(name)
+        want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    else:
+        enc = gputok.get_encoding(name)
+        want = tiktoken_oracle(name).encode_ordinary_batch(docs, num_threads=2)
+    be = native.create(threads=2, chunk_bytes=40_000)
+    for doc, ids in zip(docs, want):
+        before = counters["device.chunks"]
+        got, off = be.encode(enc.model, Documents([doc]), frozenset(), frozenset())
+        assert got.tolist() == ids
+        chunks = counters["device.chunks"] - before
+        assert chunks == 1 if doc in ("short", flat) else chunks >= len(doc) // 40_000, chunks
+
+
 def test_cut_points_are_safe_and_outside_token_spans():
     from gputok.backends.hostplan import cut_long_documents
 
@@ -1123,26 +1156,35 @@ def test_cut_points_are_safe_and_outside_token_spans():
 
 def test_safe_cut_search_matches_its_definition():
     """find_safe_cut against the plain definition (a regex search), on random bytes rich in
-    letters and spaces and on the long runs where a scan must not be slow or wrong."""
+    letters, digits and spaces and on the long runs where a scan must not be slow or wrong."""
     import random
     import re
 
     from gputok.backends.hostplan import find_safe_cut
 
-    rule = re.compile(rb"[A-Za-z] [A-Za-z]")
+    rule = re.compile(rb"(?=[A-Za-z] [A-Za-z]|[A-Za-z][0-9].|[0-9][A-Za-z].)", re.DOTALL)
     rng = random.Random(7)
-    for _ in range(300):
+    for k in range(600):
         n = rng.choice([0, 1, 2, 3, 5, 40, 5000, 9000])
-        buf = bytes(rng.choice(b"ab  Z\xc3\xa9.\n") for _ in range(n))
+        alphabet = b"ab  Z\xc3\xa9.\n" if k % 2 else b"ab  Z\xc3\xa9.\n097+/"
+        buf = bytes(rng.choice(alphabet) for _ in range(n))
         lo, hi = sorted(rng.randint(0, n) for _ in range(2))
         m = rule.search(buf, lo, hi)
         assert find_safe_cut(np.frombuffer(buf, np.uint8), lo, hi) == (
             m.start() + 1 if m else -1), (buf, lo, hi)
-    for run in (b"a" * 3_000_000, b" " * 3_000_000, "\U0001F600".encode() * 700_000):
+    for run in (b"a" * 3_000_000, b" " * 3_000_000, "\U0001F600".encode() * 700_000,
+                b"7" * 3_000_000, b"+/" * 1_500_000):
         buf = run + b"x y" + run
-        want = len(run) + 1
-        assert find_safe_cut(np.frombuffer(buf, np.uint8), 10, len(buf)) == want
-        assert find_safe_cut(np.frombuffer(buf, np.uint8), want, len(buf)) == -1
+        data = np.frombuffer(buf, np.uint8)
+        at = 10
+        for _ in range(3):  # the run's own cuts (none), then those around "x y"
+            m = rule.search(buf, at)
+            want = m.start() + 1 if m else -1
+            assert find_safe_cut(data, at, len(buf)) == want
+            if want < 0:
+                break
+            assert len(run) <= want <= len(run) + 3
+            at = want
 
 
 def test_no_cuts_for_pre_tokenizers_without_known_safe_points():

@@ -64,7 +64,7 @@ from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_docu
                        splice_normalized)
 from ..stages import counters
 from ..stages.emit import assemble
-from ..stages.lists import id_list
+from ..stages.lists import id_list, id_list_of_parts
 from ..stages.merge import LONG_PIECE
 from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
 from ..unicode import FORMS
@@ -206,6 +206,22 @@ class DeviceBackend(Backend):
         got = self._encode_streamed(model, docs, allowed, disallowed)
         if got is not None:
             return got
+        got = self._batch_parts(model, docs, allowed, disallowed)
+        if got is None:  # (a family without kernels here: the numpy backend)
+            return get_backend("numpy").encode(model, docs, allowed, frozenset())
+        parts, n_docs, keep = got
+        # the output in host memory the device recycles (native), else in fresh 2 MB pages
+        ids, off = assemble(parts, n_docs, model.id_dtype,
+                            getattr(self.dev, "host_block", huge_block))
+        return (ids, off) if keep is None else (ids, off[keep])
+
+    def _batch_parts(self, model, docs, allowed: frozenset, disallowed: frozenset
+                     ) -> "tuple | None":
+        """The batch path's chunk results, not yet joined: (parts ``(d0, ids, lengths)`` as
+        ``emit.assemble`` takes them, the number of documents they cover, and which of their
+        offsets are the batch's documents' (None: all; a document cut at safe points is
+        several)). None where a family has no kernels here (the caller takes the numpy
+        backend; the fallback is counted and warned about here)."""
         buf, doc_off = docs.packed()
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:
@@ -214,17 +230,14 @@ class DeviceBackend(Backend):
         if why is not None:  # a family without kernels (on this device): the numpy backend
             self.fallback("merge", model.kind, f"{model.name}: {why}",
                           once_key=("family", id(model)))
-            return get_backend("numpy").encode(model, docs, allowed, frozenset())
+            return None
         spans = token_spans(model, buf, doc_off, allowed)
         with self._lock:
             keep = None
             if self._mode(model)[0] != "split":  # a pattern family whose safe cuts are known
                 doc_off, keep = cut_long_documents(buf, doc_off, spans, self._chunk_budget())
             parts = self._encode(model, buf, doc_off, spans, allowed)
-        # the output in host memory the device recycles (native), else in fresh 2 MB pages
-        ids, off = assemble(parts, len(doc_off) - 1, model.id_dtype,
-                            getattr(self.dev, "host_block", huge_block))
-        return (ids, off) if keep is None else (ids, off[keep])
+        return parts, len(doc_off) - 1, keep
 
     def _encode_streamed(self, model, docs, allowed: frozenset, disallowed: frozenset
                          ) -> "tuple | None":
@@ -384,12 +397,20 @@ class DeviceBackend(Backend):
         host memory (``dev.trim_idle``: the native CPU) gives its idle workspace back first when
         the text is long (``TRIM_CHARS`` characters or more), so the list is not made beside
         it: a 1 MB base64 blob's ~20 MB of workspace stayed resident under its list (peak 2.4x
-        tiktoken's); a next text that long faults its workspace in again (a few % of its time)."""
-        ids, _ = self.encode(model, Documents([text]), allowed, frozenset())
+        tiktoken's); a next text that long faults its workspace in again (a few % of its time).
+        The list is made from the chunks' ids in turn (``lists.id_list_of_parts``), never
+        joined into one array first (a 10 MB base64 blob: 28 MB less)."""
+        docs = Documents([text])
+        self._plan_ahead(model)
+        got = self._batch_parts(model, docs, allowed, frozenset())
+        if got is None:
+            ids, _ = get_backend("numpy").encode(model, docs, allowed, frozenset())
+            return id_list(ids)
+        parts = sorted(got[0], key=lambda p: p[0])
         trim = getattr(self.dev, "trim_idle", None)
         if trim is not None and len(text) >= TRIM_CHARS:
             trim()
-        return id_list(ids)
+        return id_list_of_parts([p[1] for p in parts])
 
     def merge_pieces(self, model, pieces: list, flat: bool = False) -> "list | None":
         """The merge stage alone, for pieces the host cut (UTF-8 ``bytes``): each
@@ -490,8 +511,8 @@ class DeviceBackend(Backend):
         if flat:
             if k == 1:
                 return id_list(ids[:int(counts[0])])
-            return id_list(np.concatenate([ids[a:a + c] for a, c in zip(starts.tolist(),
-                                                                       counts.tolist())]))
+            return id_list_of_parts([ids[a:a + c] for a, c in zip(starts.tolist(),
+                                                                 counts.tolist())])
         return [tuple(ids[a:a + c].tolist()) for a, c in zip(starts.tolist(), counts.tolist())]
 
     def time_kernels(self, model, texts, repeat: int = 3) -> dict:

@@ -221,10 +221,13 @@ class _Library:
         lib.gputok_pack_utf8.argtypes = [vp, vp, vp, ll, vp]
         lib.gputok_pack_utf8.restype = ll
         pack.use_str_layout(lib.gputok_str_layout, lib.gputok_pack_utf8)  # str batches
-        id_list = ctypes.PyDLL(self.path).gputok_id_list  # (makes Python objects: GIL held)
+        py_lib = ctypes.PyDLL(self.path)  # (its list builders make Python objects: GIL held)
+        id_list, id_list_parts = py_lib.gputok_id_list, py_lib.gputok_id_list_parts
         id_list.argtypes = [vp, i, ll, vp, ll]
         id_list.restype = ctypes.py_object
-        lists.use_id_list(id_list)  # encode's id lists
+        id_list_parts.argtypes = [vp, vp, i, i, vp, ll]
+        id_list_parts.restype = ctypes.py_object
+        lists.use_id_list(id_list, id_list_parts)  # encode's id lists
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}

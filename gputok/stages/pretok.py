@@ -41,7 +41,8 @@ _CUT_LOOKBACK = 64  # spaces tried backwards for a safe cut before a non-ASCII c
 # follows; the next piece is " x..."; no rule of those patterns looks past a letter run, so a
 # text cut there splits into the concatenation of its parts' pieces. Normalisers are per
 # character there (a space composes with nothing). ``hostplan.find_safe_cut`` finds the same
-# cuts in UTF-8 bytes.
+# cuts in UTF-8 bytes, and where an ASCII letter meets an ASCII digit (a boundary of those
+# patterns too: a base64 blob has no space).
 _SAFE_CUT = re.compile(r"[A-Za-z] [A-Za-z]")
 
 
