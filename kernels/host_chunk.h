@@ -158,3 +158,100 @@ extern "C" __attribute__((visibility("default"))) int gputok_native_chunk_finish
                              out_doc);
   return 0;
 }
+
+// One short text, its whole sequence in one call (NativeDevice.text_short, for
+// DeviceBackend.encode_short): pre-tokenization of one document with one segment (its marks at
+// 0 and n, mbits: the segment's bits), then gputok_native_chunk_finish with its emit, the
+// workspace this thread's own and kept between calls (a short text is at most ~64 KB): the
+// interpreter's glue of the two calls (~15 arrays and addresses, ~20 us a call) was more than
+// the kernels of a 1,000-character text. tab: the model's tables and scalars (ENC_TAB_*,
+// NativeDevice._text_tab); dedup_per_entry: the dedup set's slots per entry (0: none), sized
+// as DeviceStages.merge sizes it. The ids go to out (room for max(n, 1), uint16 or uint32);
+// returns their count, or -1 when there is no memory for the workspace.
+enum {
+  ENC_TAB_W_SLOTS,
+  ENC_TAB_W_TOK_BYTES,
+  ENC_TAB_T_SLOTS,
+  ENC_TAB_BYTE_IDS,
+  ENC_TAB_JOIN,
+  ENC_TAB_CLS_TABLE,
+  ENC_TAB_LETTERS,
+  ENC_TAB_W_BITS,
+  ENC_TAB_T_BITS,
+  ENC_TAB_N_LETTERS,
+  ENC_TAB_O200K,
+  ENC_TAB_GPT2,
+  ENC_TAB_DIGIT_GROUP,
+  ENC_TAB_END_WHOLE,
+  ENC_TAB_WORDS
+};
+
+namespace {
+struct EncHostShortWork {  // a thread's workspace, grown to the largest text it met
+  enc_u64* mem = nullptr;
+  enc_u64 words = 0;
+  ~EncHostShortWork() { free(mem); }
+  enc_u64* get(enc_u64 want) {
+    if (words < want) {
+      free(mem);
+      mem = static_cast<enc_u64*>(malloc(8 * want));
+      words = mem != nullptr ? want : 0;
+    }
+    return mem;
+  }
+};
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) long long gputok_native_text_short(
+    const enc_u8* buf, enc_i64 n, const enc_u64* tab, const enc_u8* mbits,
+    double dedup_per_entry, int out_u16, void* out, int* ran_long) {
+  thread_local EncHostShortWork first, second;
+  static enc_u64 no_dedup[1];  // (never read with dedup_bits 0)
+  const enc_u64 m = (enc_u64)n + 2;
+  // mark, cls (m bytes each), then ent (m uint32)
+  const enc_u64 bytes_mc = (2 * m + 7) & ~(enc_u64)7;
+  enc_u64* w1 = first.get(bytes_mc / 8 + (m + 1) / 2);
+  if (w1 == nullptr) return -1;
+  enc_u8* mark = reinterpret_cast<enc_u8*>(w1);
+  enc_u32* ent = reinterpret_cast<enc_u32*>(w1 + bytes_mc / 8);
+  const enc_u32 mpos[2] = {0, (enc_u32)n};
+  const enc_u32 cap = (enc_u32)gputok_native_chunk_pretok(
+      buf, n, mpos, mbits, 2, reinterpret_cast<const enc_u8*>(tab[ENC_TAB_CLS_TABLE]),
+      reinterpret_cast<const enc_u8*>(tab[ENC_TAB_LETTERS]), (enc_u32)tab[ENC_TAB_N_LETTERS],
+      (int)tab[ENC_TAB_O200K], (int)tab[ENC_TAB_GPT2], (int)tab[ENC_TAB_DIGIT_GROUP],
+      (int)tab[ENC_TAB_END_WHOLE], mark, mark + m, ent);
+  // the dedup set (1 << dbits slots), then pstart, spec, owner (cap), count (cap + 1) and
+  // doc_entry (2), as NativeDevice.chunk_inline lays them out
+  enc_u32 dbits = 0;
+  if (dedup_per_entry > 0) {
+    const double want = (double)cap * dedup_per_entry;
+    unsigned long long v = (unsigned long long)((want > 2.0 ? want : 2.0) - 1.0);
+    enc_u32 bits = 0;
+    while (v) {
+      ++bits;
+      v >>= 1;
+    }
+    dbits = bits > 4 ? bits : 4;
+  }
+  const enc_u64 slots = dbits ? (enc_u64)1 << dbits : 0;
+  const enc_u64 words32 = 4 * (enc_u64)cap + 1 + 2;
+  enc_u64* w2 = second.get(slots + (words32 + 1) / 2);
+  if (w2 == nullptr) return -1;
+  enc_u32* pstart = reinterpret_cast<enc_u32*>(w2 + slots);
+  enc_u32* spec = pstart + cap;
+  enc_u32* owner = spec + cap;
+  enc_u32* count = owner + cap;
+  enc_u32* doc_entry = count + cap + 1;
+  enc_i64 out_doc[2];
+  const enc_u32 doc_off[2] = {0, (enc_u32)n};
+  const int status = gputok_native_chunk_finish(
+      buf, n, doc_off, 1, nullptr, nullptr, 0,
+      reinterpret_cast<const enc_u32*>(tab[ENC_TAB_W_SLOTS]),
+      reinterpret_cast<const enc_u8*>(tab[ENC_TAB_W_TOK_BYTES]), (enc_u32)tab[ENC_TAB_W_BITS],
+      reinterpret_cast<const enc_u64*>(tab[ENC_TAB_T_SLOTS]), (enc_u32)tab[ENC_TAB_T_BITS],
+      reinterpret_cast<const enc_u32*>(tab[ENC_TAB_BYTE_IDS]),
+      reinterpret_cast<const enc_u32*>(tab[ENC_TAB_JOIN]), dbits ? w2 : no_dedup, dbits, cap,
+      ent, pstart, spec, owner, count, doc_entry, ran_long, out_u16, out, out_doc);
+  if (status != 0) return -1;
+  return out_doc[1];
+}

@@ -619,6 +619,56 @@ def test_a_short_text_is_one_device_call(monkeypatch):
         assert (counters["device.short_texts"] > before) == (enc is llama)
 
 
+def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
+    """``NativeDevice.text_short`` (kernels/host_chunk.h, ``gputok_native_text_short``: one
+    call, the thread's own workspace) gives ``chunk_inline``'s ids and counts the same kernels,
+    for texts of every kind and size up to ``TEXT_SHORT_MAX`` in an order that grows and shrinks
+    the workspace, with and without the dedup set, uint16 and uint32 ids; ``encode_short`` takes
+    it up to ``text_short_max`` bytes and ``chunk_inline`` past that, the same ids either way."""
+    from gputok.backends import driver
+    from gputok.stages import counters
+
+    docs = e2e_docs()
+    base = " ".join(docs)
+    texts = [base[:600], "a" * 9000, base[:native.TEXT_SHORT_MAX], "x", base[3000:4000],
+             "\U0001F600" * 3000 + " ok", "\u65e5\u672c\u8a9e" * 5000, " " * 700 + "b" * 300,
+             base[-20_000:], "7" * 999 + "+/" * 500]
+    for name in ("cl100k_base", "o200k_base", "r50k_base"):
+        enc = gputok.get_encoding(name)
+        for dedup in (True, False):
+            be = native.create(threads=2, dedup=dedup)
+            be.dev.poison = True
+            plan = be._plan(enc.model)
+            spe = be.stages.dedup_slots_per_entry if dedup else 0.0
+            for text in texts:
+                data = text.encode()[:native.TEXT_SHORT_MAX]
+                a = be.dev.launches.copy()
+                got = be.dev.text_short(plan.tables, data, driver._SEGMENT_BITS,
+                                        enc.model.id_dtype, spe)
+                ran = {k: v - a.get(k, 0) for k, v in be.dev.launches.items() if v != a.get(k, 0)}
+                ends = np.array([0, len(data)], np.uint32)
+                hc = driver.HostChunk(0, 1, len(data), "device", [
+                    np.frombuffer(data, np.uint8), ends, ends, driver._SEGMENT_BITS,
+                    driver._NONE_U32, driver._NONE_U32], 1, n_marks=2)
+                a = be.dev.launches.copy()
+                want, doc = be.dev.chunk_inline(plan.tables, hc, enc.model.id_dtype, spe)
+                ran2 = {k: v - a.get(k, 0) for k, v in be.dev.launches.items() if v != a.get(k, 0)}
+                assert got.dtype == want.dtype and got.tolist() == want.tolist(), (name, text[:9])
+                assert ran == ran2 and int(doc[1]) == len(got)
+    be = native.create(threads=2)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    text = base[:5000]
+    calls: list = []
+    short = be.dev.text_short
+    monkeypatch.setattr(be.dev, "text_short", lambda *a: calls.append(1) or short(*a))
+    before = counters["device.short_texts"]
+    assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
+    monkeypatch.setattr(be.dev, "text_short_max", 1000)
+    assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
+    assert be.encode_short(enc.model, text[:900]) == tk.encode_ordinary(text[:900])
+    assert len(calls) == 2 and counters["device.short_texts"] == before + 3
+
+
 def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeypatch):
     """``Encoding.encode`` of a text under the batch path's threshold: with a cold piece cache
     and ``DEVICE_MISSES`` misses or more, every miss merges in one ``merge_pieces`` call; a few

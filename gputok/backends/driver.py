@@ -374,6 +374,16 @@ class DeviceBackend(Backend):
         n = len(data)
         if not n or n > CHUNK_LIMIT:
             return None
+        short = getattr(self.dev, "text_short", None)
+        if (short is not None and n <= self.dev.text_short_max and plan.mode == "device"
+                and plan.norm_form is None and plan.kind != "wordpiece" and self.profile is None):
+            st = self.stages  # (the whole sequence in one call, the workspace the device's)
+            ids = short(plan.tables, data, _SEGMENT_BITS, model.id_dtype,
+                        st.dedup_slots_per_entry if st.dedup else 0.0)
+            with self._count_lock:
+                counters["device.chunks"] += 1
+                counters["device.short_texts"] += 1
+            return id_list(ids)
         ends = np.array([0, n], np.uint32)  # one document, one segment, no token spans
         hc = HostChunk(0, 1, n, "device", [np.frombuffer(data, np.uint8), ends, ends,
                                             _SEGMENT_BITS, _NONE_U32, _NONE_U32], 1, n_marks=2)

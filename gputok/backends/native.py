@@ -92,6 +92,7 @@ tables. Decisions:
 from __future__ import annotations
 
 import contextlib
+import functools
 import ctypes
 import itertools
 import os
@@ -110,6 +111,7 @@ CHUNK_BYTES = 1 << 20  # text per chunk at most (see the performance notes)
 CHUNK_PER_WORKER = 1 << 17  # the chunk cap grows by this per chunk worker (chunk_bytes_for)
 CHUNK_MIN = 1 << 18  # and starts here
 EXACT_OUT_BYTES = 1 << 16  # chunks above this get an output of their id count (chunk_inline)
+TEXT_SHORT_MAX = EXACT_OUT_BYTES  # bytes: a longer text's chunk takes chunk_inline
 SLAB_PER_THREAD = 8 << 20  # the workspace pool's slab budget per thread (host_pool.py)
 STREAM_MIN = 256 << 10  # smaller chunks run on the calling thread: a stream hand-off per launch
 #                       (~50 us on the shared box) is not worth it for a few ms of work
@@ -211,6 +213,9 @@ class _Library:
         lib.gputok_native_chunk_finish.restype = i
         lib.gputok_native_chunk_emit.argtypes = [u, vp, vp, vp, vp, vp, ll, i, vp, vp]
         lib.gputok_native_chunk_emit.restype = None
+        lib.gputok_native_text_short.argtypes = [ctypes.c_char_p, ll, vp, vp, ctypes.c_double,
+                                                 i, vp, vp]
+        lib.gputok_native_text_short.restype = ll
         try:
             threads = threads_default()
         except ValueError:  # a bad $GPUTOK_NUM_THREADS is reported where the device is made
@@ -367,6 +372,7 @@ class NativeDevice:
         self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
         self._tables_addr: dict = {}  # id(tables) -> (weak reference, addresses): merge_inline
         self._no_dedup = np.zeros(1, np.uint64)  # chunk_inline's dedup set when it has none
+        self._text_tabs: dict = {}  # id(tables) -> (weak reference, words, address): text_short
 
     def defines(self) -> tuple:
         return ()
@@ -632,6 +638,58 @@ class NativeDevice:
             names.append("encode_dup_counts")
         self._count(*names)
         return out[:int(out_doc[n_docs])], out_doc
+
+    text_short_max = TEXT_SHORT_MAX
+
+    def text_short(self, tables, data: bytes, seg_bits: np.ndarray, out_dtype,
+                   dedup_slots_per_entry: float = 0.0) -> np.ndarray:
+        """One short text's ids (one document, one segment whose mark bits are ``seg_bits``,
+        no special tokens) in one call with the calling thread's own workspace
+        (kernels/host_chunk.h, ``gputok_native_text_short``): what ``chunk_inline`` does for
+        such a chunk, without its ~15 arrays and addresses (~20 us of a 1,000-character
+        text's ~60). ``data`` at most ``TEXT_SHORT_MAX`` bytes."""
+        n = len(data)
+        out = self._bare(max(n, 1), out_dtype)
+        u16 = out.itemsize == 2
+        ran_long = ctypes.c_int(0)
+        got = self.lib.lib.gputok_native_text_short(
+            data, n, self._text_tab(tables), seg_bits.ctypes.data,
+            float(dedup_slots_per_entry), int(u16), _address(out), ctypes.byref(ran_long))
+        if got < 0:
+            raise MemoryError(f"native device: no memory for the workspace of a {n}-byte text")
+        self._count(*self._short_names(bool(tables.scalars.get("o200k")), u16,
+                                       bool(ran_long.value), dedup_slots_per_entry > 0))
+        return out[:got]
+
+    def _text_tab(self, tables) -> int:
+        """The address of ``tables``' words for ``gputok_native_text_short`` (ENC_TAB_*: the
+        tables' addresses, then the scalars), kept with the tables' addresses."""
+        got = self._text_tabs.get(id(tables))
+        if got is None or got[0]() is not tables:
+            sc = tables.scalars
+            o200k = bool(sc.get("o200k"))
+            words = (ctypes.c_uint64 * 14)(
+                *self._table_addresses(tables), int(sc["w_bits"]), int(sc["t_bits"]),
+                int(sc["n_letters"]), int(o200k), 0 if o200k else int(sc["gpt2"]),
+                0 if o200k else int(sc["digit_group"]), 0 if o200k else int(sc["end_whole"]))
+            got = self._text_tabs[id(tables)] = (weakref.ref(tables), words,
+                                                 ctypes.addressof(words))
+        return got[2]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _short_names(o200k: bool, u16: bool, ran_long: bool, dedup: bool) -> tuple:
+        """The kernels one ``text_short`` call ran, as ``chunk_inline`` counts them."""
+        names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
+            "encode_pretok_classify", "encode_pretok_spans"]
+        names += ["encode_piece_kind", "encode_merge_short",
+                  "encode_emit_u16" if u16 else "encode_emit_u32", "encode_doc_offsets",
+                  "scan_add", "encode_pretok_marks"]
+        if ran_long:
+            names.append("encode_merge_long")
+        if dedup:
+            names.append("encode_dup_counts")
+        return tuple(names)
 
     def _pretok(self, tables, at_data: int, n: int, mpos, mbits, n_marks: int,
                 at_ent: int) -> int:
