@@ -32,10 +32,15 @@ _FEW_PIECES = 16
 _FEW_MIN = LONG_PIECE // 4  # characters: a shorter text has no piece of LONG_PIECE bytes
 
 # A text of these many characters whose device runs a whole chunk as one call
-# (``DeviceBackend.encode_short``) goes there: ~40 us of call against the host cut's regex
-# (~80 us per 1,000 characters of prose with every piece in the cache, far more without). Past
-# _SHORT_MAX the batch pipeline's launches over every core take over.
-_SHORT_MIN = 512
+# (``DeviceBackend.encode_short``) goes there: on the native CPU device ~10 us of call and
+# ~35 ns a byte of prose, against the host cut's regex and cache probes (~80 ns a character of
+# prose with every piece in the cache, far more without). The host path was still ahead below
+# ~192 characters of ASCII prose or code (64: 5.2 against 10.2 us, 128: 9.6 against 12.6,
+# 192-256 even, cl100k and o200k); a text that is not all ASCII was slower there from 64 on
+# (256 characters of multilingual text: 67-75 against 29-39 us). Past _SHORT_MAX the batch
+# pipeline's launches over every core take over.
+_SHORT_MIN = 192
+_SHORT_MIN_NON_ASCII = _FEW_MIN
 _SHORT_MAX = 1 << 14
 
 
@@ -47,7 +52,8 @@ def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
     if n < _FEW_MIN:
         return encode_text(model, text, allowed)
     backend = get_backend("auto")
-    if _SHORT_MIN <= n <= _SHORT_MAX and not model.active_tokens(allowed):
+    if (n >= _SHORT_MIN or (n >= _SHORT_MIN_NON_ASCII and not text.isascii())) \
+            and n <= _SHORT_MAX and not model.active_tokens(allowed):
         short = getattr(backend, "encode_short", None)
         got = None if short is None else short(model, text)
         if got is not None:

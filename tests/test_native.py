@@ -575,8 +575,9 @@ def test_an_ascii_view_is_the_str_characters_and_keeps_the_str():
 
 
 def test_a_short_text_is_one_device_call(monkeypatch):
-    """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters with no
-    special token active: ``DeviceBackend.encode_short``, the whole sequence in one call
+    """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters (from
+    ``_SHORT_MIN_NON_ASCII`` when not all ASCII) with no special token active:
+    ``DeviceBackend.encode_short``, the whole sequence in one call
     (prose, code, CJK, emoji, runs, lone surrogates, byte-level HF BPE); active specials, a
     normaliser (Qwen2's NFC) or a shorter text take the other paths. Ids as the oracles'."""
     from gputok import backends
@@ -601,8 +602,11 @@ def test_a_short_text_is_one_device_call(monkeypatch):
         before = counters["device.short_texts"]
         assert enc.encode(special, allowed_special="all") == tk.encode(special,
                                                                       allowed_special="all")
-        assert enc.encode_ordinary(texts[0][:400]) == tk.encode_ordinary(texts[0][:400])
+        assert enc.encode_ordinary(texts[0][:150]) == tk.encode_ordinary(texts[0][:150])
         assert counters["device.short_texts"] == before  # specials active; under _SHORT_MIN
+        for text in ("\u00e9t\u00e9 " * 20, "\U0001F600 x" * 30):  # not ASCII: from 64 on
+            assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+        assert counters["device.short_texts"] == before + 2
     # threads side by side (no backend lock around the call)
     import concurrent.futures
 
