@@ -14,9 +14,11 @@ Two times a cell:
   measured alike; a call's workspace is memory an earlier call of the process used.
 * **cold**: the median process's, below 1 MB its best call, from 1 MB its first call, whose
   first touch of fresh memory is in it. On a VM the host may back a page the guest touches for
-  the first time only then, at a cost that changes from run to run (system time and page
-  faults of the largest cold call are printed under the table; see also
-  bench/results/native-longpieces-*.md).
+  the first time only then, at a cost that changes from run to run: under the table, each
+  cold call's time over its own process's best call is set beside its new memory times the
+  cost per MB of touching new memory measured in that process right after it
+  (``fresh_ms_per_mb``). (A whole process can also run ~1.5x slower than the next on a shared
+  VM, which is why the steady time is the best process's.)
 
 ``--procs`` processes a cell, taken in rounds (every size and library once a round, then
 again), so that a slow minute of a shared machine falls on all sizes alike rather than on one.
@@ -107,6 +109,7 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
     first = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     peak = _rss_kb("VmHWM:") - before if before is not None else None
+    fresh = fresh_ms_per_mb()  # (after the first call: it must not hand the call warm pages)
     digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
     count = len(ids)
     # then at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1 ms:
@@ -123,7 +126,29 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
     return {"bytes": nbytes, "s": min(times), "first_s": first, "calls": len(times),
             "peak_mb": None if peak is None else peak / 1024, "ids": count, "digest": digest,
             "first_faults": r1.ru_minflt - r0.ru_minflt,
-            "first_sys_s": r1.ru_stime - r0.ru_stime, "first_user_s": r1.ru_utime - r0.ru_utime}
+            "first_sys_s": r1.ru_stime - r0.ru_stime, "first_user_s": r1.ru_utime - r0.ru_utime,
+            "fresh_ms_per_mb": fresh}
+
+
+FRESH_MB = 8  # the control's size
+
+
+def fresh_ms_per_mb() -> float:
+    """The control for the cold time: milliseconds per MB to touch memory new to this process
+    (an anonymous mapping of ``FRESH_MB`` MB, one byte written per 4 KB page), as a cold call
+    touches its fresh workspace and output. A kernel zeroes a page in well under a
+    microsecond; on a VM whose host backs guest memory lazily it can take far longer, and it
+    changes from run to run."""
+    import mmap
+
+    n = FRESH_MB << 20
+    m = mmap.mmap(-1, n)
+    t0 = time.perf_counter()
+    for k in range(0, n, 4096):
+        m[k] = 1
+    took = time.perf_counter() - t0
+    m.close()
+    return took * 1e3 / FRESH_MB
 
 
 def cold_s(run: dict) -> float:
@@ -152,6 +177,8 @@ def cell_of(runs: list) -> dict:
     mid = by_cold[len(runs) // 2]
     got["cold_s"] = cold_s(mid)
     got["cold_faults"], got["cold_sys_s"] = mid["first_faults"], mid["first_sys_s"]
+    got["cold_fresh_ms_per_mb"] = mid["fresh_ms_per_mb"]
+    got["cold_over_own_s"] = cold_s(mid) - mid["s"]  # (over that process's own best call)
     got["runs_s"] = [r["s"] for r in by_steady]
     got["runs_cold_s"] = [cold_s(r) for r in by_cold]
     if got["peak_mb"] is not None:
@@ -215,13 +242,25 @@ def main():
           "process; speed = tiktoken time / gputok time (steady); memory = gputok peak / "
           "tiktoken peak (resident memory added by the first call)")
     print(f"\n{'input':<8}{'steady band':>12}  {'ns/B by size':<22}{'cold band':>10}  "
-          f"{'ns/B by size':<22}{'largest cold call: faults, system s':>36}")
+          f"{'ns/B by size':<22}")
     for kind in args.kinds:
         (sb, sp), (cb, cp) = band(rows, kind, "s"), band(rows, kind, "cold_s")
-        last = [r["gputok"] for r in rows if r["kind"] == kind][-1]
-        print(f"{kind:<8}{sb:11.2f}x  {sp:<22}{cb:9.2f}x  {cp:<22}"
-              f"{last['cold_faults']:>26} {last['cold_sys_s']:9.3f}")
+        print(f"{kind:<8}{sb:11.2f}x  {sp:<22}{cb:9.2f}x  {cp:<22}")
     print("band = slowest / fastest ns per byte over the sizes (target: 1.5x at most)")
+    big = [r for r in rows if r["gputok"]["bytes"] >= COLD_FROM]
+    if big:
+        print(f"\ncold calls from 1 MB (gputok, the median process by cold time):\n"
+              f"{'input':<8}{'bytes':>10}{'cold - best ms':>16}{'peak MB':>9}"
+              f"{'fresh ms/MB':>13}{'peak x fresh ms':>17}{'faults':>8}{'system s':>10}")
+        for r in big:
+            g = r["gputok"]
+            print(f"{r['kind']:<8}{g['bytes']:>10}{g['cold_over_own_s'] * 1e3:16.1f}"
+                  f"{g['peak_mb']:9.1f}{g['cold_fresh_ms_per_mb']:13.2f}"
+                  f"{g['peak_mb'] * g['cold_fresh_ms_per_mb']:17.1f}{g['cold_faults']:>8}"
+                  f"{g['cold_sys_s']:10.3f}")
+        print("cold - best: that process's first call over its own best call; fresh ms/MB: its "
+              "control, touching 8 MB of memory new to it after the call (fresh_ms_per_mb); "
+              "peak x fresh: what the call's own new memory would cost at that rate")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": _common.machine(), "encoding": args.encoding, "rows": rows,
