@@ -92,8 +92,8 @@ tables. Decisions:
 from __future__ import annotations
 
 import contextlib
-import functools
 import ctypes
+import functools
 import itertools
 import os
 import threading
@@ -561,9 +561,10 @@ class NativeDevice:
         base32 = _address(ws32)
         addr = self._table_addresses(tables)
         self.lib.lib.gputok_native_merge_inline(
-            data if isinstance(data, bytes) else _address(data), _address(starts), _address(spec), cap, addr[0], addr[1],
-            sc["w_bits"] if whole else 0, addr[2], sc["t_bits"], addr[3], addr[4], n,
-            has_long, base32, base32 + 4 * (cap + 1), base32 + 4 * (cap + 1 + n), _address(ws64))
+            data if isinstance(data, bytes) else _address(data), _address(starts),
+            _address(spec), cap, addr[0], addr[1], sc["w_bits"] if whole else 0, addr[2],
+            sc["t_bits"], addr[3], addr[4], n, has_long, base32, base32 + 4 * (cap + 1),
+            base32 + 4 * (cap + 1 + n), _address(ws64))
         self._count("encode_piece_kind", "encode_merge_short",
                     *(("encode_merge_long",) if has_long else ()))
         return count[:cap], scratch
@@ -578,7 +579,7 @@ class NativeDevice:
         a short text skips them too.
         ``dedup_slots_per_entry``: the dedup set's size per entry as ``DeviceStages.merge``
         sizes it (0: no dedup)."""
-        a, sc = tables.arrays, tables.scalars
+        sc = tables.scalars
         data, off, mpos, mbits, ss, sid = hc.inputs
         n, n_docs = hc.n, hc.n_docs
         lib = self.lib.lib
