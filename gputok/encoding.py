@@ -38,10 +38,12 @@ _FEW_MIN = LONG_PIECE // 4  # characters: a shorter text has no piece of LONG_PI
 # ~192 characters of ASCII prose or code (64: 5.2 against 10.2 us, 128: 9.6 against 12.6,
 # 192-256 even, cl100k and o200k); a text that is not all ASCII was slower there from 64 on
 # (256 characters of multilingual text: 67-75 against 29-39 us). Past _SHORT_MAX the batch
-# pipeline's launches over every core take over.
+# pipeline's launches over every core take over: a single text of 24-48K characters took
+# 1.3-2.3x as long there as in one call (cl100k / o200k prose 1,184 / 1,026 against 512 / 504
+# us at 24K), even at 64K (0.69-0.96x the pipeline's time); at ~90K they were even.
 _SHORT_MIN = 192
 _SHORT_MIN_NON_ASCII = _FEW_MIN
-_SHORT_MAX = 1 << 14
+_SHORT_MAX = 1 << 16
 
 
 def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":

@@ -591,7 +591,8 @@ def test_a_short_text_is_one_device_call(monkeypatch):
     base = " ".join(docs)
     texts = [base[:600], base[1000:5000], base[-16_000:], "\u65e5\u672c\u8a9e\u306e\u6587" * 150,
              "\U0001F600" * 700 + " ok", "a" * 3000 + " " * 900 + "b", "x\ud800y " * 200,
-             "tab\tand\r\nlines 123456 " * 40]
+             "tab\tand\r\nlines 123456 " * 40, base[:40_000],  # (over 64 KB of UTF-8: two calls)
+             "\u65e5\u672c\u8a9e \u0444\u044b\u0432 " * 3000]
     for name in ("cl100k_base", "o200k_base", "r50k_base"):
         enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
         for text in texts:
@@ -1567,7 +1568,7 @@ def test_few_pieces_cut_on_the_device(key):
     prose = "caf\u00e9 " * 2000
     assert be.encode_few(enc.model, prose.encode(), 16) is None
     before = counters["device.few_texts"]
-    text = "x " + "\U0001F600" * 20_000
+    text = "x " + "\U0001F600" * (gputok.encoding._SHORT_MAX + 1000)  # (shorter: one call)
     assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
     assert counters["device.few_texts"] == before + 1
 
