@@ -375,8 +375,7 @@ class DeviceBackend(Backend):
         if not n or n > CHUNK_LIMIT:
             return None
         short = getattr(self.dev, "text_short", None)
-        if (short is not None and n <= self.dev.text_short_max and plan.mode == "device"
-                and plan.norm_form is None and plan.kind != "wordpiece" and self.profile is None):
+        if short is not None and n <= self.dev.text_short_max and self._one_call(plan, plan.mode):
             st = self.stages  # (the whole sequence in one call, the workspace the device's)
             ids = short(plan.tables, data, _SEGMENT_BITS, model.id_dtype,
                         st.dedup_slots_per_entry if st.dedup else 0.0)
@@ -519,8 +518,6 @@ class DeviceBackend(Backend):
             counters["device.merge_pieces"] += k
         # no dedup: each piece's ids are at its own start (a whole token: one id there)
         if flat:
-            if k == 1:
-                return id_list(ids[:int(counts[0])])
             return id_list_of_parts([ids[a:a + c] for a, c in zip(starts.tolist(),
                                                                  counts.tolist())])
         return [tuple(ids[a:a + c].tolist()) for a, c in zip(starts.tolist(), counts.tolist())]
@@ -850,11 +847,10 @@ class DeviceBackend(Backend):
     def _inline_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype) -> "tuple | None":
         """A chunk cut on the device, start to end in one call on this thread where the device
         has that form (``chunk_inline``: the native CPU device) and the model takes no
-        normaliser check and no WordPiece stage: (first document, ids, lengths); else None.
-        Not while ``profile`` collects per-stage times (those need the stages' own launches)."""
+        normaliser check and no WordPiece stage (``_one_call``): (first document, ids,
+        lengths); else None."""
         inline = getattr(self.dev, "chunk_inline", None)
-        if inline is None or hc.mode != "device" or plan.norm_form is not None \
-                or plan.kind == "wordpiece" or self.profile is not None:
+        if inline is None or not self._one_call(plan, hc.mode):
             return None
         st = self.stages
         ids, doc = inline(plan.tables, hc, out_dtype,
@@ -862,6 +858,13 @@ class DeviceBackend(Backend):
         with self._count_lock:
             counters["device.chunks"] += 1
         return hc.d0, ids, doc[1:] - doc[:-1]  # (np.diff: ~1.5 us more a call)
+
+    def _one_call(self, plan: ModelPlan, mode: str) -> bool:
+        """Whether a chunk of ``mode`` may run its whole sequence as one call (``chunk_inline``,
+        ``text_short``): pieces cut on the device, no normaliser check, no WordPiece stage, no
+        ``profile`` collecting per-stage times (those need the stages' own launches)."""
+        return (mode == "device" and plan.norm_form is None and plan.kind != "wordpiece"
+                and self.profile is None)
 
     def _enqueue(self, plan: ModelPlan, hc: HostChunk, slot: int, out_dtype) -> _InFlight:
         """Upload one chunk, queue its kernels and the download of its document offsets on the

@@ -370,9 +370,8 @@ class NativeDevice:
         # pages, up to 8 MB of them a thread (each chunk worker's small arrays: ~3 MB at 1 MB
         # chunks on 2 threads, 256 KB ones on 16)
         self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
-        self._tables_addr: dict = {}  # id(tables) -> (weak reference, addresses): merge_inline
+        self._tables_addr: dict = {}  # id(tables) -> _tables_entry
         self._no_dedup = np.zeros(1, np.uint64)  # chunk_inline's dedup set when it has none
-        self._text_tabs: dict = {}  # id(tables) -> (weak reference, words, address): text_short
 
     def defines(self) -> tuple:
         return ()
@@ -626,18 +625,8 @@ class NativeDevice:
             lib.gputok_native_chunk_emit(cap, at_ws[0], at_ws[2], at_ws[3], at_ent, at_ws[4],
                                          n_docs, int(u16), _address(out), at_out_doc)
         del block, ent
-        names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
-            "encode_pretok_classify", "encode_pretok_spans"]
-        names += ["encode_piece_kind", "encode_merge_short",
-                  "encode_emit_u16" if u16 else "encode_emit_u32", "encode_doc_offsets",
-                  "scan_add"]
-        if hc.n_marks:
-            names.append("encode_pretok_marks")
-        if ran_long.value:
-            names.append("encode_merge_long")
-        if dbits:
-            names.append("encode_dup_counts")
-        self._count(*names)
+        self._count(*self._chunk_names(o200k, u16, bool(hc.n_marks), bool(ran_long.value),
+                                       bool(dbits)))
         return out[:int(out_doc[n_docs])], out_doc
 
     text_short_max = TEXT_SHORT_MAX
@@ -658,34 +647,21 @@ class NativeDevice:
             float(dedup_slots_per_entry), int(u16), _address(out), ctypes.byref(ran_long))
         if got < 0:
             raise MemoryError(f"native device: no memory for the workspace of a {n}-byte text")
-        self._count(*self._short_names(bool(tables.scalars.get("o200k")), u16,
+        self._count(*self._chunk_names(bool(tables.scalars.get("o200k")), u16, True,
                                        bool(ran_long.value), dedup_slots_per_entry > 0))
         return out[:got]
 
-    def _text_tab(self, tables) -> int:
-        """The address of ``tables``' words for ``gputok_native_text_short`` (ENC_TAB_*: the
-        tables' addresses, then the scalars), kept with the tables' addresses."""
-        got = self._text_tabs.get(id(tables))
-        if got is None or got[0]() is not tables:
-            sc = tables.scalars
-            o200k = bool(sc.get("o200k"))
-            words = (ctypes.c_uint64 * 14)(
-                *self._table_addresses(tables), int(sc["w_bits"]), int(sc["t_bits"]),
-                int(sc["n_letters"]), int(o200k), 0 if o200k else int(sc["gpt2"]),
-                0 if o200k else int(sc["digit_group"]), 0 if o200k else int(sc["end_whole"]))
-            got = self._text_tabs[id(tables)] = (weakref.ref(tables), words,
-                                                 ctypes.addressof(words))
-        return got[2]
-
     @staticmethod
     @functools.lru_cache(maxsize=None)
-    def _short_names(o200k: bool, u16: bool, ran_long: bool, dedup: bool) -> tuple:
-        """The kernels one ``text_short`` call ran, as ``chunk_inline`` counts them."""
+    def _chunk_names(o200k: bool, u16: bool, marks: bool, ran_long: bool, dedup: bool) -> tuple:
+        """The kernels one ``chunk_inline`` or ``text_short`` call ran, for the launch counts."""
         names = ["encode_o200k_classify", "encode_o200k_spans"] if o200k else [
             "encode_pretok_classify", "encode_pretok_spans"]
         names += ["encode_piece_kind", "encode_merge_short",
                   "encode_emit_u16" if u16 else "encode_emit_u32", "encode_doc_offsets",
-                  "scan_add", "encode_pretok_marks"]
+                  "scan_add"]
+        if marks:
+            names.append("encode_pretok_marks")
         if ran_long:
             names.append("encode_merge_long")
         if dedup:
@@ -728,14 +704,30 @@ class NativeDevice:
         """Addresses of a model's tables (w_slots, w_tok_bytes, t_slots, byte_ids, join, and
         the pre-tokenizer's cls_table and letters where it has them: else 0), kept per tables
         object."""
+        return self._tables_entry(tables)[1]
+
+    def _text_tab(self, tables) -> int:
+        """The address of ``tables``' words for ``gputok_native_text_short`` (ENC_TAB_*: the
+        tables' addresses, then the scalars), kept with the addresses."""
+        return self._tables_entry(tables)[3]
+
+    def _tables_entry(self, tables) -> tuple:
+        """(weak reference, addresses, ENC_TAB_* words, their address) of a tables object."""
         got = self._tables_addr.get(id(tables))
         if got is None or got[0]() is not tables:
-            a = tables.arrays
-            got = self._tables_addr[id(tables)] = (weakref.ref(tables), tuple(
-                _address(a[k]) if k in a else 0
-                for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join", "cls_table",
-                          "letters")))
-        return got[1]
+            a, sc = tables.arrays, tables.scalars
+            addr = tuple(_address(a[k]) if k in a else 0
+                         for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join",
+                                   "cls_table", "letters"))
+            o200k = bool(sc.get("o200k"))
+            words = (ctypes.c_uint64 * 14)(
+                *addr, int(sc["w_bits"]), int(sc["t_bits"]), int(sc.get("n_letters", 0)),
+                int(o200k), 0 if o200k else int(sc.get("gpt2", 0)),
+                0 if o200k else int(sc.get("digit_group", 0)),
+                0 if o200k else int(sc.get("end_whole", 0)))
+            got = self._tables_addr[id(tables)] = (weakref.ref(tables), addr, words,
+                                                   ctypes.addressof(words))
+        return got
 
     # -- memory (host memory: copies are views)
     def host_block(self, nbytes: int) -> np.ndarray:

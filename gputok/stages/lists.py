@@ -34,6 +34,7 @@ class IdLists:
         import sys
 
         self._fn, self._fn_parts = fn, fn_parts
+        self.joins = fn_parts is not None  # (``parts`` builds one list of several arrays)
         self._api = None
         self.usable = False
         if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8:
@@ -126,7 +127,7 @@ def id_list_of_parts(arrays: list) -> list:
     a batch's chunks, and a 10 MB base64 blob's 7 M ids joined were 28 MB of fresh memory
     written once and read once."""
     b = _builder
-    if (b is None or b._fn_parts is None or not arrays
+    if (b is None or not b.joins or not arrays
             or len({a.dtype for a in arrays}) != 1 or arrays[0].dtype not in _WIDTHS
             or any(a.ndim != 1 or not a.flags.c_contiguous for a in arrays)
             or sum(map(len, arrays)) < NATIVE_MIN):
