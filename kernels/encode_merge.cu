@@ -97,9 +97,9 @@ __forceinline__ bool enc_host_ahead(EncHostAhead& a, const enc_u8* buf, const en
 // lane merges in its own small arrays (a piece is shorter than ENC_LONG_PIECE), which stay in
 // L1, and copies the final ids to scratch: prio_ws is never touched (~4 bytes of workspace per
 // byte of text that a chunk no longer pages in).
-struct EncHostLanes {
-  enc_u32 ids[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
-  enc_u32 pr[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
+struct EncHostLanes {  // (room past a run for enc_host_shift_block: ENC_HOST_SHIFT_BLOCK + 2)
+  enc_u32 ids[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE + ENC_HOST_SHIFT_BLOCK + 2];
+  enc_u32 pr[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE + ENC_HOST_SHIFT_BLOCK + 2];
   EncMergeRun run[ENC_HOST_MERGE_LANES];
   enc_u32* out[ENC_HOST_MERGE_LANES];  // where the piece's ids go (scratch at its start)
   enc_i64 entry[ENC_HOST_MERGE_LANES];
@@ -118,6 +118,7 @@ __forceinline__ void enc_host_lanes_add(EncHostLanes& l, const EncMergeTable& t,
                                         enc_u32* out, enc_u32 len, enc_i64 e) {
   const int k = l.busy[l.n++];
   enc_merge_short_begin(t, l.run[k], b, byte_ids, l.ids[k], l.pr[k], len);
+  l.run[k].roomy = true;
   l.out[k] = out;
   l.entry[k] = e;
 }

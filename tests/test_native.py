@@ -1366,6 +1366,75 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
     assert sizes[0] > 1_000_000 and sizes[3] < 600_000 and sizes[-2] < 200_000
 
 
+@pytest.mark.parametrize("slow", [None, 0, 2])
+def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow, monkeypatch):
+    """A streamed batch's chunks put their ids into the batch's output as they finish
+    (``emit.Placement``): a big chunk that knows its id count while every earlier chunk has
+    its place emits there, any other is copied in by whichever thread places the chunk before
+    it. Chunk ``slow`` held back, so that later chunks finish first and wait; the output too
+    small for the ids (the chunks from there on joined at the end): the same ids each time."""
+    import threading
+
+    from gputok.backends import driver
+    from gputok.stages import counters
+    from gputok.stages.emit import Placement
+
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    be = native.create(threads=2, chunk_bytes=100_000)
+    docs = e2e_docs()  # ~17 KB in 77 documents: 1.2 MB in documents of ~3 KB
+    docs = ["\n".join(docs[i % 77:] + docs[:i % 77])[:3000] for i in range(400)]
+    want = tk.encode_ordinary_batch(docs, num_threads=2)
+    in_place, copied = [], []
+    real_reserve, real_place, real_whole = Placement.reserve, Placement.place, be._whole_chunk
+    release = threading.Event()
+
+    def reserve(self, k, count):
+        got = real_reserve(self, k, count)
+        (in_place if got is not None else copied).append(k)
+        return got
+
+    def held(hc) -> bool:
+        return slow is not None and len(starts) > slow and hc.d0 == starts[slow]
+
+    def whole(plan, hc, out_dtype, out_for=None):
+        if held(hc):
+            release.wait(10)  # until a later chunk has finished
+        got = real_whole(plan, hc, out_dtype, out_for)
+        if not held(hc) and slow is not None and len(starts) > slow and hc.d0 > starts[slow]:
+            release.set()
+        return got
+
+    monkeypatch.setattr(Placement, "reserve", reserve)
+    monkeypatch.setattr(be, "_whole_chunk", whole)
+    starts = []
+    real_pieces = be._native_pieces
+
+    def pieces(*a):
+        for got in real_pieces(*a):
+            starts.append(got[0])
+            yield got
+
+    monkeypatch.setattr(be, "_native_pieces", pieces)
+
+    def run():
+        before = counters["device.streamed_batches"]
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        assert counters["device.streamed_batches"] - before == 1
+        return [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+
+    assert run() == want
+    assert len(starts) >= 8 and in_place  # (chunks over EXACT_OUT_BYTES: some emitted in place)
+    if slow is not None:
+        assert copied  # (the slow chunk's followers found no place and were copied in later)
+    # an output too small: placed as far as it goes, the rest joined
+    real_placement = be._placement
+    monkeypatch.setattr(be, "_placement", lambda model, nbytes, chars: Placement(
+        real_placement(model, nbytes, chars).out[:50_000]))
+    in_place.clear()
+    release.clear()
+    assert run() == want
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_str_batches_chunk_by_chunk_fuzzed(seed):
     """Random str batches - documents of every size from empty to a chunk's budget in
@@ -1583,3 +1652,29 @@ def test_chunks_without_a_dedup_set():
         [tk.encode_ordinary(d) for d in docs]
     assert "encode_dup_counts" not in be.dev.launches
     assert be.dev.launches.get("encode_merge_short", 0) >= 1
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_runs_of_every_short_length_merge_as_tiktoken(name):
+    """The merge step's CPU forms (kernels/dialect_host.h: the pair probe two slots at a time,
+    a short run's gap closed by one fixed-size move) on runs of every length around the move's
+    size (ENC_HOST_SHIFT_BLOCK + 2 = 18 ids) and past it: one-piece words of Latin, Cyrillic and
+    CJK letters and digits, each merged on the native device as tiktoken merges it."""
+    import random
+
+    rng = random.Random(5)
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    be = native.create(threads=2)
+    alphabets = ["abcdefghijklmnopqrstuvwxyz", "\u0430\u0431\u0432\u0433\u0434\u0435\u0436\u0438"
+                 "\u043a\u043b\u043c\u043d\u043e\u043f\u0440\u0441\u0442", "\u4e2d\u6587\u5b57"
+                 "\u7684\u4e00\u662f\u4e0d\u4e86\u4eba\u6211\u5728\u6709\u4ed6\u8fd9",
+                 "\u00e9\u00e8\u00e0\u00fc\u00f6\u00e4\u00df\u00e7"]
+    docs = []
+    for n in range(1, 48):
+        for a in alphabets:
+            for _ in range(6):
+                word = "".join(rng.choice(a) for _ in range(n))
+                docs.append(" " + word if rng.random() < 0.5 else word)
+    ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+    got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+    assert got == tk.encode_ordinary_batch(docs, num_threads=2)

@@ -63,7 +63,7 @@ from .host_pool import huge_block
 from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_documents, prepare,
                        splice_normalized)
 from ..stages import counters
-from ..stages.emit import assemble
+from ..stages.emit import Placement, assemble
 from ..stages.lists import id_list, id_list_of_parts
 from ..stages.merge import LONG_PIECE
 from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
@@ -75,6 +75,7 @@ BYTES_PER_BYTE = 64  # device memory planned per input byte of a chunk (see the 
 MAX_CHUNK = 256 << 20  # bytes of text per chunk at most
 MIN_CHUNK = 1 << 20  # below this an out-of-memory chunk goes to the host
 CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
+PLACE_MAX = 1 << 30  # bytes of output a streamed batch places its chunks' ids in (_placement)
 # a batch of one chunk this short runs as one call where the device has that form
 # (``_inline_chunk``, ~0.1 ms of launches saved); longer ones launch stage by stage, their heavy
 # kernels cut over every core (``launch_shape``): on the 2-core box 4 KB of prose took 0.26 ->
@@ -293,21 +294,46 @@ class DeviceBackend(Backend):
                 yield d0, d1, replace(hc, d0=d0, d1=d1)
 
         parts: list = []
+        place = None
         with self._lock:
             try:
                 if first[1] == len(strs):  # one chunk after all: on this thread, no hand-off
                     _, _, hc = next(chunks())
                     parts.append(self._inline_chunk(plan, hc, model.id_dtype)
                                  or self._whole_chunk(plan, hc, model.id_dtype))
+                    if len(parts[0][1]) == int(parts[0][2].sum()):  # its ids are the batch's
+                        d0, ids, lengths = parts[0]
+                        off = np.zeros(len(strs) + 1, np.int64)
+                        np.cumsum(lengths, out=off[1:])
+                        return ids, off
                 else:
-                    self._run_workers(model, plan, chunks(), parts, workers, None)
+                    place = self._placement(model, units[3] if units is not None else None,
+                                            total)
+                    self._run_workers(model, plan, chunks(), parts, workers, None, place)
             except self.dev.oom_errors:
                 self.dev.release()
                 return None
         with self._count_lock:
             counters["device.streamed_batches"] += 1
+        if place is not None:
+            off = np.zeros(len(strs) + 1, np.int64)
+            np.cumsum(np.concatenate([p[2] for p in sorted(parts, key=lambda p: p[0])]),
+                      out=off[1:])
+            return place.ids(), off
         return assemble(parts, len(strs), model.id_dtype,
                         getattr(self.dev, "host_block", huge_block))
+
+    def _placement(self, model, nbytes, chars: int) -> "Placement | None":
+        """Where a streamed batch's chunks put their ids as they finish (``emit.Placement``):
+        an output of one id per byte of UTF-8 (``nbytes``: each document's; else 4 per
+        character), the most a BPE model's ids can be, of which only what the ids fill is
+        touched. None (the chunks' ids joined at the end) past ``PLACE_MAX`` bytes of it."""
+        upper = int(nbytes.sum()) if nbytes is not None else 4 * chars
+        size = max(upper, 1) * np.dtype(model.id_dtype).itemsize
+        if size > PLACE_MAX:
+            return None
+        block = getattr(self.dev, "host_block", huge_block)(size)
+        return Placement(block.view(model.id_dtype))
 
     def _native_pieces(self, layout, units: tuple, budget: int, workers: int):
         """``_streamed_pieces`` with the native str packer (``pack.StrLayout``): the UTF-8
@@ -746,7 +772,8 @@ class DeviceBackend(Backend):
         while flight:
             self._finish(flight.popleft(), parts)
 
-    def _run_workers(self, model, plan, chunks, parts, workers: int, oversized) -> None:
+    def _run_workers(self, model, plan, chunks, parts, workers: int, oversized,
+                     place: "Placement | None" = None) -> None:
         """``_run`` for a host-memory device with chunk workers (``dev.chunk_workers``, the
         native CPU): each chunk of ``chunks`` ((d0, d1, host chunk) in order, ``_chunks``)
         runs start to end on one worker thread (``dev.solo()``: every launch at once, on that
@@ -754,21 +781,27 @@ class DeviceBackend(Backend):
         for another's fences, as the chunks of one Python thread feeding two streams do.
         ``parts`` are kept in document order, so an error (out of memory) leaves a prefix of
         the batch done, as ``_run`` does. ``oversized(d0, d1)``: the part of a document too big
-        for a chunk (a host chunk of None)."""
+        for a chunk (a host chunk of None). ``place``: where the chunks' ids go as they finish
+        (``emit.Placement``; their parts then carry None for ids)."""
         pool = self._chunk_pool(workers)
         pending: collections.deque = collections.deque()
         try:
-            for d0, d1, hc in chunks:
+            for k, (d0, d1, hc) in enumerate(chunks):
                 if hc is None:  # oversized: after the chunks before it, on the host
                     while pending:
                         parts.append(pending.popleft().result())
-                    parts.append(oversized(d0, d1))
+                    parts.append(self._placed(place, k, oversized(d0, d1)))
                 elif hc.n == 0:
-                    pending.append(_Done(self._empty_part(model, d0, d1)))
+                    pending.append(_Done(self._placed(place, k,
+                                                      self._empty_part(model, d0, d1))))
                 else:
                     if len(pending) > workers:
                         parts.append(pending.popleft().result())
-                    pending.append(pool.submit(self._whole_chunk, plan, hc, model.id_dtype))
+                    if place is None:
+                        pending.append(pool.submit(self._whole_chunk, plan, hc, model.id_dtype))
+                    else:
+                        pending.append(pool.submit(self._placed_chunk, plan, hc,
+                                                   model.id_dtype, place, k))
             while pending:
                 parts.append(pending.popleft().result())
         finally:  # on an error: chunks not started are dropped, running ones finish first
@@ -833,9 +866,36 @@ class DeviceBackend(Backend):
             for _ in range(workers):
                 pool.submit(meet.wait)
 
-    def _whole_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype) -> tuple:
-        """One chunk start to end on the calling worker thread: (first document, ids, lengths)."""
-        got = self._inline_chunk(plan, hc, out_dtype)
+    @staticmethod
+    def _placed(place: "Placement | None", k: int, part: tuple) -> tuple:
+        """Chunk ``k``'s part with its ids given to ``place`` (None: kept in the part)."""
+        if place is None:
+            return part
+        place.place(k, part[1])
+        return part[0], None, part[2]
+
+    def _placed_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype, place: Placement,
+                      k: int) -> tuple:
+        """``_whole_chunk`` for chunk ``k`` of a batch whose ids go to ``place``: emitted in
+        their place where the chunk's id count is known first and every earlier chunk has its
+        place, else copied in. (first document, None, lengths)."""
+        reserved = []
+
+        def out_for(count: int) -> "np.ndarray | None":
+            got = place.reserve(k, count)
+            reserved.append(got is not None)
+            return got
+
+        d0, ids, lengths = self._whole_chunk(plan, hc, out_dtype, out_for)
+        if not any(reserved):
+            place.place(k, ids)
+        return d0, None, lengths
+
+    def _whole_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype, out_for=None) -> tuple:
+        """One chunk start to end on the calling worker thread: (first document, ids, lengths).
+        ``out_for(count)``: where a chunk that knows its id count before it emits may put its
+        ids (an array of that many, or None: an array of its own)."""
+        got = self._inline_chunk(plan, hc, out_dtype, out_for)
         if got is not None:
             return got
         with self.dev.solo():
@@ -844,7 +904,8 @@ class DeviceBackend(Backend):
             self._finish(st, done)
         return done[0]
 
-    def _inline_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype) -> "tuple | None":
+    def _inline_chunk(self, plan: ModelPlan, hc: HostChunk, out_dtype,
+                      out_for=None) -> "tuple | None":
         """A chunk cut on the device, start to end in one call on this thread where the device
         has that form (``chunk_inline``: the native CPU device) and the model takes no
         normaliser check and no WordPiece stage (``_one_call``): (first document, ids,
@@ -854,7 +915,7 @@ class DeviceBackend(Backend):
             return None
         st = self.stages
         ids, doc = inline(plan.tables, hc, out_dtype,
-                          st.dedup_slots_per_entry if st.dedup else 0.0)
+                          st.dedup_slots_per_entry if st.dedup else 0.0, out_for)
         with self._count_lock:
             counters["device.chunks"] += 1
         return hc.d0, ids, doc[1:] - doc[:-1]  # (np.diff: ~1.5 us more a call)

@@ -568,7 +568,8 @@ class NativeDevice:
                     *(("encode_merge_long",) if has_long else ()))
         return count[:cap], scratch
 
-    def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0) -> tuple:
+    def chunk_inline(self, tables, hc, out_dtype, dedup_slots_per_entry: float = 0.0,
+                     out_for=None) -> tuple:
         """One chunk's whole kernel sequence in two calls on this thread (kernels/host_chunk.h:
         pre-tokenization, entries, merge and emit as ``DeviceBackend._kernels`` launches them,
         for a chunk cut on the device, its arrays from the same pool; a chunk over
@@ -577,7 +578,8 @@ class NativeDevice:
         interpreter's lock for two or three calls instead of ~20 launches and allocations, and
         a short text skips them too.
         ``dedup_slots_per_entry``: the dedup set's size per entry as ``DeviceStages.merge``
-        sizes it (0: no dedup)."""
+        sizes it (0: no dedup). ``out_for(count)``: where a big chunk emits its ``count`` ids
+        (an array of that many: the batch's output, ``emit.Placement``), or None (its own)."""
         sc = tables.scalars
         data, off, mpos, mbits, ss, sid = hc.inputs
         n, n_docs = hc.n, hc.n_docs
@@ -621,7 +623,9 @@ class NativeDevice:
                               "chunk")
         if out is None:
             total = int(block[n_slots:].view(np.uint32)[ends[3] + cap])  # count[cap]
-            out = empty(max(total, 1), out_dtype)
+            out = out_for(total) if out_for is not None else None
+            if out is None:
+                out = empty(max(total, 1), out_dtype)
             lib.gputok_native_chunk_emit(cap, at_ws[0], at_ws[2], at_ws[3], at_ent, at_ws[4],
                                          n_docs, int(u16), _address(out), at_out_doc)
         del block, ent

@@ -53,6 +53,23 @@ GPUTOK_FN enc_u32 enc_pair_lookup(GPUTOK_THREAD const EncMergeTable& t, enc_u32 
   if (t.bits & ENC_PAIR_COMPACT) {
     const enc_u64 want = ((enc_u64)left << ENC_PAIR_ID_BITS) | (enc_u64)right;
     const enc_u64 id_mask = ((enc_u64)1 << ENC_PAIR_ID_BITS) - 1;
+#ifdef ENC_PROBE_TWO_SLOTS
+    // the same probe two slots at a time, the answer selected without a branch: whether a
+    // pair is in the table is a coin toss on real text (about half of a merge step's probes
+    // find nothing), and a CPU mispredicted that branch on every other probe
+    while (true) {
+      const enc_u64 k0 = t.slots[s], k1 = t.slots[(s + 1) & mask];
+      const bool hit0 = (k0 >> ENC_PAIR_ID_BITS) == want, end0 = k0 == ENC_EMPTY_KEY;
+      const bool hit1 = (k1 >> ENC_PAIR_ID_BITS) == want, end1 = k1 == ENC_EMPTY_KEY;
+      if (hit0 | end0 | hit1 | end1) {
+        const enc_u32 v1 = hit1 ? (enc_u32)(k1 & id_mask) : ENC_NO_MERGE;
+        const enc_u32 v0 = hit0 ? (enc_u32)(k0 & id_mask) : (end0 ? ENC_NO_MERGE : v1);
+        *merged = v0;
+        return v0;
+      }
+      s = (s + 2) & mask;
+    }
+#else
     while (true) {
       const enc_u64 k = t.slots[s];
       if ((k >> ENC_PAIR_ID_BITS) == want) {
@@ -62,6 +79,7 @@ GPUTOK_FN enc_u32 enc_pair_lookup(GPUTOK_THREAD const EncMergeTable& t, enc_u32 
       if (k == ENC_EMPTY_KEY) return ENC_NO_MERGE;
       s = (s + 1) & mask;
     }
+#endif
   }
   const enc_u64 key = ((enc_u64)left << 32) | (enc_u64)right;
   while (true) {
@@ -181,6 +199,9 @@ struct EncMergeRun {
   GPUTOK_DEV enc_u32* pr;
   enc_u32 len;     // ids left
   enc_u32 lo, hi;  // pr[lo .. hi) pending: looked up at the next step
+#ifdef ENC_HOST_SHIFT_BLOCK
+  bool roomy;  // ids and pr have ENC_HOST_SHIFT_BLOCK + 2 elements past any run (see the step)
+#endif
 };
 
 GPUTOK_FN void enc_merge_begin(GPUTOK_THREAD const EncMergeTable& t,
@@ -191,6 +212,9 @@ GPUTOK_FN void enc_merge_begin(GPUTOK_THREAD const EncMergeTable& t,
   r.len = len;
   r.lo = 0;
   r.hi = len > 0 ? len - 1 : 0;
+#ifdef ENC_HOST_SHIFT_BLOCK
+  r.roomy = false;
+#endif
   for (enc_u32 k = 0; k + 1 < len; ++k) enc_pair_prefetch(t, ids[k], ids[k + 1]);
 }
 
@@ -241,8 +265,19 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
   enc_u32 merged = best;  // a compact table's priority is the merged id (the tiktoken rule)
   if (!(t.bits & ENC_PAIR_COMPACT)) enc_pair_lookup(t, ids[at], ids[at + 1], &merged);
   ids[at] = merged;
-  for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
-  for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
+#ifdef ENC_HOST_SHIFT_BLOCK
+  // a short run (most of them) closes the gap with one fixed-size move of each array
+  // (dialect_host.h, enc_host_shift_block): past the run's end it moves what no step reads,
+  // and the loops' exits, mispredicted as often as the run's length changes, are gone
+  if (r.roomy && len <= ENC_HOST_SHIFT_BLOCK + 2) {
+    enc_host_shift_block(ids + at + 1);
+    enc_host_shift_block(pr + at + 1);
+  } else
+#endif
+  {
+    for (enc_u32 k = at + 1; k + 1 < len; ++k) ids[k] = ids[k + 1];
+    for (enc_u32 k = at + 1; k + 2 < len; ++k) pr[k] = pr[k + 1];
+  }
   --len;
   r.len = len;
   // the pairs the merge made: (at - 1, at) and (at, at + 1), where they exist; both slots are
@@ -282,6 +317,9 @@ GPUTOK_FN void enc_merge_short_begin(GPUTOK_THREAD const EncMergeTable& t,
   r.len = len;
   r.lo = 0;
   r.hi = 0;
+#ifdef ENC_HOST_SHIFT_BLOCK
+  r.roomy = false;
+#endif
 }
 
 GPUTOK_FN enc_u32 enc_merge_short_piece(GPUTOK_THREAD const EncMergeTable& t,
