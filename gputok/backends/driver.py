@@ -203,10 +203,10 @@ class DeviceBackend(Backend):
                 "emit": where}
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
-        self._plan_ahead(model)
         got = self._encode_streamed(model, docs, allowed, disallowed)
         if got is not None:
             return got
+        self._plan_ahead(model)
         got = self._batch_parts(model, docs, allowed, disallowed)
         if got is None:  # (a family without kernels here: the numpy backend)
             return get_backend("numpy").encode(model, docs, allowed, frozenset())
@@ -280,7 +280,11 @@ class DeviceBackend(Backend):
             pieces = self._native_pieces(layout, units, budget, workers)
         else:
             pieces = self._streamed_pieces(strs, chars, total, budget, workers)
-        first = next(pieces)  # (this thread encodes while a worker maps the tables)
+        # the first chunk's bytes, then the plan on this thread (on a model's first batch: the
+        # tables mapped, ~3-5 ms). Built by a worker meanwhile (_plan_ahead, as the batch path
+        # does) it took the interpreter's lock from this thread's packing: a fresh process's
+        # first chunk started 6-28 ms into a 4 MB batch that way, 7-12 ms this way
+        first = next(pieces)
         try:
             plan = self.model_plan(model)
         except self.dev.oom_errors:

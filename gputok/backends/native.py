@@ -103,6 +103,9 @@ import weakref
 import numpy as np
 
 from ..stages import lists, pack
+# the pattern scanner's module (its class tables and cut rules: every plan of this device
+# uses them) loads with the device, not inside a model's first batch (~1.5-5 ms there)
+from ..stages import scan as _scan  # noqa: F401
 from . import native_build
 from .driver import DeviceBackend
 from .host_pool import SLACK, HostPool
