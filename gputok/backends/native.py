@@ -78,6 +78,29 @@ tables. Decisions:
 * THE BYTES HASH reads a piece a word at a time, and the native device loads that word whole
   (``enc_word_at``, dialect_host.h; a piece under 8 bytes where the 8 bytes stay in its 4 KB
   page): a short piece's whole-token lookup has no byte loop to mispredict (-24% in it);
+* the short merges are bound by the merge step's own work, not by the table: a hot table of
+  the first 16K merges and a filter of absent pairs (1 MB, cached) in front of the 8 MB one
+  made them slower, and one merge lane instead of eight ran as fast once the step's slots are
+  prefetched. The step's mispredicted branches were the cost (a simulator: ~5.5 per step, ~300
+  instructions): the pair probe two slots at a time with the answer selected, and a short
+  run's gap closed by one fixed-size move (dialect_host.h, ENC_PROBE_TWO_SLOTS,
+  ENC_HOST_SHIFT_BLOCK) took o200k multilingual's short merges 73.6 -> 64.0 ms for 4 MB (one
+  thread, best of 50), a fresh process's 4 MB batch 120 -> 103 ms (median of 16, alternated
+  with the code before). Tried and dropped: a fixed-width scan for the lowest pair (64- and
+  32-bit keys, padded runs): more instructions than the mispredictions it saved, at -O2;
+* a streamed batch's chunks put their ids into the batch's output as they finish
+  (``emit.Placement``): a big chunk emits straight into its place when every earlier chunk
+  has one; the others are copied in by the thread that places the chunk before them. The
+  chunks' own outputs go back to the pool for the next chunks, and no join of the whole batch
+  is left for the end (~10 ms on one thread in a fresh process, 4 MB of new pages);
+* a streamed batch builds its plan on its own thread after packing its first chunk: built by a
+  worker meanwhile it took the interpreter's lock from the packing (the first chunk started
+  6-28 ms into a fresh process's batch; now 7-12 ms). The scanner's module loads with this
+  module, not inside the first batch;
+* first touches of new memory are the cold pass's tax on a VM (0.6 ms per MB here, and 5-10
+  ms spikes when the host backs a region): a fresh process's first 4 MB batch makes ~15 MB of
+  new pages (workspace ~8-10 MB, its 4 MB of ids), tiktoken's ~200 MB; 128 KB chunks
+  instead of 256 KB and workspace without huge pages measured the same;
 * on 16 cores (Xeon, bench/results/cuda-h200-2026-11-27.md) one thread runs 32 MB/s and 16
   threads 190-205 MB/s on prose, 100-110 on multilingual text (4.4x and 3.5-4x tiktoken's batch
   API on as many threads, warm): the workers are busy ~70% of the chunk loop and each runs at
