@@ -305,11 +305,6 @@ class DeviceBackend(Backend):
                     _, _, hc = next(chunks())
                     parts.append(self._inline_chunk(plan, hc, model.id_dtype)
                                  or self._whole_chunk(plan, hc, model.id_dtype))
-                    if len(parts[0][1]) == int(parts[0][2].sum()):  # its ids are the batch's
-                        d0, ids, lengths = parts[0]
-                        off = np.zeros(len(strs) + 1, np.int64)
-                        np.cumsum(lengths, out=off[1:])
-                        return ids, off
                 else:
                     place = self._placement(model, units[3] if units is not None else None,
                                             total)
@@ -319,13 +314,14 @@ class DeviceBackend(Backend):
                 return None
         with self._count_lock:
             counters["device.streamed_batches"] += 1
-        if place is not None:
-            off = np.zeros(len(strs) + 1, np.int64)
-            np.cumsum(np.concatenate([p[2] for p in sorted(parts, key=lambda p: p[0])]),
-                      out=off[1:])
-            return place.ids(), off
-        return assemble(parts, len(strs), model.id_dtype,
-                        getattr(self.dev, "host_block", huge_block))
+        if place is None and len(parts) != 1:
+            return assemble(parts, len(strs), model.id_dtype,
+                            getattr(self.dev, "host_block", huge_block))
+        # the ids placed as the chunks finished, or one chunk's ids as they are
+        off = np.zeros(len(strs) + 1, np.int64)
+        np.cumsum(np.concatenate([p[2] for p in sorted(parts, key=lambda p: p[0])]),
+                  out=off[1:])
+        return (place.ids() if place is not None else parts[0][1]), off
 
     def _placement(self, model, nbytes, chars: int) -> "Placement | None":
         """Where a streamed batch's chunks put their ids as they finish (``emit.Placement``):
