@@ -97,9 +97,12 @@ __forceinline__ bool enc_host_ahead(EncHostAhead& a, const enc_u8* buf, const en
 // lane merges in its own small arrays (a piece is shorter than ENC_LONG_PIECE), which stay in
 // L1, and copies the final ids to scratch: prio_ws is never touched (~4 bytes of workspace per
 // byte of text that a chunk no longer pages in).
-struct EncHostLanes {  // (room past a run for enc_host_shift_block: ENC_HOST_SHIFT_BLOCK + 2)
-  enc_u32 ids[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE + ENC_HOST_SHIFT_BLOCK + 2];
-  enc_u32 pr[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE + ENC_HOST_SHIFT_BLOCK + 2];
+// (a run that closes its gaps with enc_host_shift_block is at most ENC_HOST_SHIFT_BLOCK + 2
+// long and reads up to ENC_HOST_SHIFT_BLOCK elements past its end: a lane's arrays have room)
+static_assert(ENC_LONG_PIECE >= 2 * ENC_HOST_SHIFT_BLOCK + 2, "a merge lane's room");
+struct EncHostLanes {
+  enc_u32 ids[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
+  enc_u32 pr[ENC_HOST_MERGE_LANES][ENC_LONG_PIECE];
   EncMergeRun run[ENC_HOST_MERGE_LANES];
   enc_u32* out[ENC_HOST_MERGE_LANES];  // where the piece's ids go (scratch at its start)
   enc_i64 entry[ENC_HOST_MERGE_LANES];

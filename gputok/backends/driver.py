@@ -63,7 +63,7 @@ from .host_pool import huge_block
 from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_documents, prepare,
                        splice_normalized)
 from ..stages import counters
-from ..stages.emit import Placement, assemble
+from ..stages.emit import Placement, assemble, offsets_of
 from ..stages.lists import id_list, id_list_of_parts
 from ..stages.merge import LONG_PIECE
 from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
@@ -318,10 +318,7 @@ class DeviceBackend(Backend):
             return assemble(parts, len(strs), model.id_dtype,
                             getattr(self.dev, "host_block", huge_block))
         # the ids placed as the chunks finished, or one chunk's ids as they are
-        off = np.zeros(len(strs) + 1, np.int64)
-        np.cumsum(np.concatenate([p[2] for p in sorted(parts, key=lambda p: p[0])]),
-                  out=off[1:])
-        return (place.ids() if place is not None else parts[0][1]), off
+        return (place.ids() if place is not None else parts[0][1]), offsets_of(parts, len(strs))
 
     def _placement(self, model, nbytes, chars: int) -> "Placement | None":
         """Where a streamed batch's chunks put their ids as they finish (``emit.Placement``):

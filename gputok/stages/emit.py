@@ -44,10 +44,17 @@ def assemble(parts: list, n_docs: int, dtype, block=None) -> tuple[np.ndarray, n
            else block(total * dtype.itemsize).view(dtype))
     if parts:
         np.concatenate([p[1] for p in parts], out=ids, casting="unsafe")
+    return ids, offsets_of(parts, n_docs)
+
+
+def offsets_of(parts: list, n_docs: int) -> np.ndarray:
+    """The document offsets of chunk results ``(d0, ids, lengths)`` (any order, covering
+    documents 0..n_docs-1; their ids are not read)."""
     offsets = np.zeros(n_docs + 1, np.int64)
     if parts:
+        parts = sorted(parts, key=lambda p: p[0])
         np.cumsum(np.concatenate([p[2] for p in parts]), out=offsets[1:])
-    return ids, offsets
+    return offsets
 
 
 class Placement:
@@ -61,7 +68,7 @@ class Placement:
     ~5 MB of chunk outputs alive and copied them into ~5 MB of new pages on one thread after
     the workers were done.
 
-    ``out``: the output, at least as long as the batch's ids can be (``capacity``); only what is
+    ``out``: the output, at least as long as the batch's ids can be; only what is
     written is touched. Should the ids outgrow it, the chunks from there on are kept and joined
     at the end. Thread safe.
 
@@ -74,7 +81,6 @@ class Placement:
 
     def __init__(self, out: np.ndarray):
         self.out = out
-        self.capacity = len(out)
         self._lock = threading.Lock()
         self._next = 0  # the next chunk to take its place
         self._cursor = 0  # ids placed or reserved so far
@@ -85,7 +91,7 @@ class Placement:
         """Chunk ``k``'s place for ``count`` ids, where every earlier chunk has one (the chunk
         emits there and is then placed), else None (it emits elsewhere and calls ``place``)."""
         with self._lock:
-            if k != self._next or self._full or self._cursor + count > self.capacity:
+            if k != self._next or self._full or self._cursor + count > len(self.out):
                 return None
             at = self._cursor
             self._cursor += count
@@ -106,7 +112,7 @@ class Placement:
         ready = []
         while self._next in self._waiting and not self._full:
             ids = self._waiting[self._next]
-            if self._cursor + len(ids) > self.capacity:
+            if self._cursor + len(ids) > len(self.out):
                 self._full = True
                 break
             del self._waiting[self._next]

@@ -200,7 +200,7 @@ struct EncMergeRun {
   enc_u32 len;     // ids left
   enc_u32 lo, hi;  // pr[lo .. hi) pending: looked up at the next step
 #ifdef ENC_HOST_SHIFT_BLOCK
-  bool roomy;  // ids and pr have ENC_HOST_SHIFT_BLOCK + 2 elements past any run (see the step)
+  bool roomy;  // ids and pr hold 2 * ENC_HOST_SHIFT_BLOCK + 2 elements at least (see the step)
 #endif
 };
 
