@@ -395,10 +395,10 @@ class DeviceBackend(Backend):
         except UnicodeEncodeError:  # surrogates: tiktoken's repair first
             data = fix_surrogates(text).encode("utf-8")
         n = len(data)
-        if not n or n > CHUNK_LIMIT:
-            return None
+        if not n or n > CHUNK_LIMIT or not self._one_call(plan, plan.mode):
+            return None  # (pieces cut on the host: the caller's host cut and device merge)
         short = getattr(self.dev, "text_short", None)
-        if short is not None and n <= self.dev.text_short_max and self._one_call(plan, plan.mode):
+        if short is not None and n <= self.dev.text_short_max:
             st = self.stages  # (the whole sequence in one call, the workspace the device's)
             ids = short(plan.tables, data, _SEGMENT_BITS, model.id_dtype,
                         st.dedup_slots_per_entry if st.dedup else 0.0)
