@@ -323,3 +323,36 @@ def test_batch_word_entries_equal_the_per_segment_split():
     assert got[0] == want[0]
     for g, w in zip(got[1:], want[1:]):
         assert g.dtype == w.dtype and g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_empty_continuing_prefix_is_kept(backend, corpora, tmp_path):
+    """``continuing_subword_prefix: ""`` (nomic-bert style): continuations are plain vocabulary
+    entries, as HF reads the field; it is not replaced by "##" (which gave [UNK])."""
+    from tokenizers import Tokenizer
+
+    from gputok.backends import native
+
+    if backend == "native" and not native.available()[0]:
+        pytest.skip(f"native backend unavailable: {native.available()[1]}")
+    cfg = config("uncased")
+    cfg["model"]["continuing_subword_prefix"] = ""
+    cfg["decoder"]["prefix"] = ""
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    enc, hf = gputok.load(tmp_path / "tokenizer.json"), Tokenizer.from_str(json.dumps(cfg))
+    hf.no_truncation()
+    hf.no_padding()
+    assert enc.encode("unaffable") == hf.encode("unaffable", add_special_tokens=False).ids == [
+        enc.encode_single_token(t) for t in ("una", "ff", "able")]
+    docs = EDGES + [d[:3000] for kind in corpora for d in corpora[kind][:10]]
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    be = native.create(threads=2) if backend == "native" else "numpy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == want
+    assert RefWordPiece(cfg).encode(docs[3], allowed_special="all") == want[3]
+    cfg["model"]["continuing_subword_prefix"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    with pytest.raises(ValueError, match="continuing_subword_prefix must be a string"):
+        gputok.load(tmp_path / "tokenizer.json")

@@ -165,7 +165,11 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
         clean_text=norm.get("clean_text", True),
         handle_chinese_chars=norm.get("handle_chinese_chars", True),
         strip_accents=norm.get("strip_accents"), lowercase=norm.get("lowercase", True))
-    prefix = model.get("continuing_subword_prefix") or "##"
+    # HF keeps the prefix as written: "" (nomic-bert) makes continuations plain vocabulary
+    # entries, so `or "##"` would turn every continuation into [UNK]
+    prefix = model.get("continuing_subword_prefix", "##")
+    need(isinstance(prefix, str), f"model.continuing_subword_prefix must be a string, not "
+                                  f"{prefix!r}")
     fam = WordPieceFamily(vocab, unk_token=unk, prefix=prefix,
                           max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
                           steps=steps, where=name)
