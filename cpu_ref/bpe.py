@@ -50,8 +50,9 @@ def bpe_hf(
 ) -> list[int]:
     """Encode one word (already mapped to byte-level unicode symbols) with the HF rule.
 
-    ``symbols`` are the initial symbols (one per byte for byte-level BPE); ``merge_rank`` maps a
-    pair of symbol strings to its index in the ``merges`` list.
+    ``symbols`` are the initial symbols (one per byte for byte-level BPE, each in ``vocab``:
+    ``hf.RefHF.symbols`` says what becomes of a byte the vocabulary lacks); ``merge_rank`` maps
+    a pair of symbol strings to its index in the ``merges`` list.
     """
     word = "".join(symbols)
     if ignore_merges and word in vocab:

@@ -186,7 +186,7 @@ def _sentencepiece(meta, tokens, types, where):
     if len(scores) != len(tokens):
         raise GGUFError(f"{where}: {len(scores)} scores for {len(tokens)} tokens")
     proto = spm_proto.ModelProto(pieces=[(t, float(s), int(k)) for t, s, k in
-                                         zip(tokens, scores, types)])
+                                         zip(tokens, scores, _one_unknown(meta, types))])
     proto.trainer_spec.model_type = 2
     proto.trainer_spec.byte_fallback = any(k == TOKEN_BYTE for k in types)
     ns = proto.normalizer_spec
@@ -194,6 +194,24 @@ def _sentencepiece(meta, tokens, types, where):
     ns.add_dummy_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
     ns.remove_extra_whitespaces = False
     return spm.RefSentencePiece(proto)
+
+
+def _one_unknown(meta: dict, types: list) -> list:
+    """A sentencepiece model holds one UNKNOWN piece (it refuses a second: "unk is already
+    defined"); a GGUF may type several tokens UNKNOWN (Phi-3's converter padded its vocabulary
+    with 53 "[PAD...]" tokens typed UNKNOWN and typed "<unk>" itself CONTROL). llama.cpp takes
+    the unk from ``tokenizer.ggml.unknown_token_id`` (else the first UNKNOWN token) and treats
+    every token typed UNKNOWN as a control token: matched in text only where special tokens are
+    parsed, never made by merging. So: the unk id's piece is the UNKNOWN piece, the other
+    UNKNOWN pieces are CONTROL."""
+    out = [int(k) for k in types]
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    if not (isinstance(unk, int) and 0 <= unk < len(out)):
+        unk = next((i for i, k in enumerate(out) if k == TOKEN_UNKNOWN), None)
+    out = [TOKEN_CONTROL if k == TOKEN_UNKNOWN else k for k in out]
+    if unk is not None:
+        out[unk] = TOKEN_UNKNOWN
+    return out
 
 
 def unphantom(token: str) -> str:

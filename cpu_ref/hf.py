@@ -81,6 +81,10 @@ def pre_tokenize(spec: dict | None, text: str) -> list[str]:
             if step.get("behavior", "Isolated") != "Isolated":
                 raise _unsupported(f"Split behavior {step.get('behavior')!r}")
             words = [p for w in words for p in patterns.split_isolated(regex_src, w)]
+        elif kind == "Digits":
+            # each numeric character (Rust's char::is_numeric: N*) or each run of them, isolated
+            digits = r"\p{N}" if step.get("individual_digits") else r"\p{N}+"
+            words = [p for w in words for p in patterns.split_isolated(digits, w)]
         elif kind == "ByteLevel":
             if step.get("add_prefix_space"):
                 words = [w if w.startswith(" ") else " " + w for w in words]
@@ -120,6 +124,10 @@ class RefHF:
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         self.merge_rank = {pair: i for i, pair in reversed(list(enumerate(merges)))}
         self.ignore_merges = bool(model.get("ignore_merges", False))
+        self.unk_token = model.get("unk_token")
+        self.fuse_unk = bool(model.get("fuse_unk", False))
+        if model.get("byte_fallback"):
+            raise _unsupported("model.byte_fallback")
         self.normalizer = cfg.get("normalizer")
         self.pre_tokenizer = cfg.get("pre_tokenizer")
         self.added = {t["content"]: t for t in cfg.get("added_tokens", [])}
@@ -133,8 +141,47 @@ class RefHF:
             self.id_to_bytes[t["id"]] = c.encode("utf-8")
 
     def encode_word(self, word: str) -> list[int]:
-        symbols = [BYTE_TO_UNICODE[b] for b in word.encode("utf-8")]
-        return bpe.bpe_hf(symbols, self.vocab, self.merge_rank, ignore_merges=self.ignore_merges)
+        spelled = "".join(BYTE_TO_UNICODE[b] for b in word.encode("utf-8"))
+        if self.ignore_merges and spelled in self.vocab:
+            return [self.vocab[spelled]]  # the whole word first, before any symbol is looked up
+        return bpe.bpe_hf(self.symbols(spelled), self.vocab, self.merge_rank)
+
+    def symbols(self, spelled: str) -> list[str]:
+        """The word's first symbols: one per character of its byte-level spelling, as HF's BPE
+        model looks each up in ``model.vocab`` before merging.
+
+        Byte-level vocabularies need not hold all 256 bytes (DeepSeek, Falcon, MPT, StarCoder,
+        Refact lack 13-28). HF's rule for a character that is not in the vocabulary:
+
+        * no ``unk_token``: the character is skipped. Its neighbours become adjacent, so a merge
+          can join them across it (".\x03." merges like "..").
+        * ``unk_token`` set: the character becomes the unk token's symbol, which takes part in
+          merging like any other (its pairs are looked up in ``merges``); with ``fuse_unk``,
+          consecutive unknown characters make one unk symbol. An ``unk_token`` that is not in
+          the vocabulary is an error, raised only when an unknown character occurs.
+        * ``byte_fallback`` is not used for byte-level files (gputok refuses it there).
+
+        The whole-word lookup of ``ignore_merges`` sees the word as it is, unknowns included.
+        The bytes 0xC0, 0xC1 and 0xF5-0xFF are never in UTF-8 text (text is str, and bytes input
+        is decoded first, its invalid sequences raising or replaced by U+FFFD), so only the
+        other missing bytes (controls, 0xF1, 0xF2, ...) ever meet this rule.
+        """
+        out: list[str] = []
+        unknown_last = False
+        for ch in spelled:
+            if ch in self.vocab:
+                out.append(ch)
+                unknown_last = False
+                continue
+            if self.unk_token is None:
+                continue  # skipped: the neighbours meet
+            if self.unk_token not in self.vocab:
+                raise ValueError(f"tokenizer.json: unk_token {self.unk_token!r} is not in the "
+                                 "vocabulary (HF fails on the first unknown character too)")
+            if not (self.fuse_unk and unknown_last):
+                out.append(self.unk_token)
+            unknown_last = True
+        return out
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Plain text: no added-token splitting of control tokens (non-special added tokens are

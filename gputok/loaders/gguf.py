@@ -194,11 +194,28 @@ def _sentencepiece(meta, tokens, types, name, where, digest) -> Model:
     if len(scores) != len(tokens):
         raise ValueError(f"{where}: {len(scores)} scores for {len(tokens)} tokens")
     spec = SpmSpec(pieces=list(tokens), scores=[float(s) for s in scores],
-                   types=[int(k) if 1 <= int(k) <= 6 else NORMAL for k in types], model_type=2,
+                   types=unk_types(meta, types), model_type=2,
                    byte_fallback=BYTE in types, normalizer_name="identity",
                    add_dummy_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
                    remove_extra_whitespaces=False)
     return model_from_spec(spec, name, where=where, digest=digest)
+
+
+def unk_types(meta: dict, types: list) -> list:
+    """The token types of a llama GGUF with one UNKNOWN piece, its unk: llama.cpp's unk is
+    ``tokenizer.ggml.unknown_token_id`` (else the first UNKNOWN token), whatever the token's type
+    (Phi-3's converter typed "<unk>" CONTROL and its 53 padding tokens UNKNOWN). llama.cpp treats
+    the other UNKNOWN tokens as control tokens (matched in text only where specials are
+    parsed, never a merge result), so they become CONTROL; a sentencepiece model may hold one
+    UNKNOWN piece only ("unk is already defined")."""
+    out = [int(k) if 1 <= int(k) <= 6 else NORMAL for k in types]
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    if not (isinstance(unk, int) and 0 <= unk < len(out)):
+        unk = next((i for i, k in enumerate(out) if k == UNKNOWN), None)
+    out = [CONTROL if k == UNKNOWN else k for k in out]
+    if unk is not None:
+        out[unk] = UNKNOWN
+    return out
 
 
 def unphantom(token: str) -> str:

@@ -66,7 +66,7 @@ _TABLE = (
     (("qwen2", "deepseek-r1-qwen"), PreTokenizer((patterns.QWEN2,), normalizer="NFC")),
     (("kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open"),
      PreTokenizer((patterns.QWEN2,))),
-    (("qwen35",), PreTokenizer((QWEN35,), normalizer="NFC")),
+    (("qwen35",), PreTokenizer((QWEN35,))),  # (Qwen 3.5 does not normalise: "e\u0301" stays two)
     (("deepseek-llm",), PreTokenizer((
         "[\r\n]", rf"\s?[{_DS}]+",
         "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+", r"\s+$", _DS_CJK,

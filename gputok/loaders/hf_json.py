@@ -22,6 +22,7 @@ import regex
 
 from .. import patterns
 from ..bytelevel import unspell
+from .bytelevel_gaps import missing_bytes
 from ..model import Model
 from ..stages.pretok import PrefixSpace, PretokSpec, Split
 
@@ -89,22 +90,21 @@ def _model(cfg, name: str, digest: str) -> Model:
         added_ids.add(t["id"])
 
     decoder: dict[int, bytes] = {}
+    spelled_as_text = set()
     for tok, i in vocab.items():
         _need(isinstance(i, int) and i >= 0, f"model.vocab[{tok!r}] = {i!r} is not an id")
         b = unspell(tok)
         if b is None:
-            # entries outside the byte alphabet can only be added tokens, spelled as text
-            _need(i in added_ids, f"model.vocab entry {tok!r} is not in the byte-level alphabet "
-                                  "(only byte-level BPE models are supported)")
+            # an entry outside the byte alphabet (Command-R's "\u200d"): a word's symbols are
+            # alphabet characters, so no symbol or merge of them is ever this entry, as in HF;
+            # it is reached only as an added token. Decoded as its text, as HF's ByteLevel
+            # decoder does with a token it cannot map.
+            spelled_as_text.add(i)
             b = tok.encode("utf-8")
         _need(i not in decoder, f"model.vocab gives id {i} to two tokens")
         decoder[i] = b
-    by_bytes = {b: i for i, b in decoder.items() if i not in added_ids}
-    missing = [b for b in range(256) if bytes([b]) not in by_bytes]
-    _need(not missing, f"model.vocab lacks {len(missing)} single-byte tokens (first: byte "
-                       f"{missing[0] if missing else 0}); byte-level BPE needs all 256")
-    byte_ids = np.array([by_bytes[bytes([b])] for b in range(256)], dtype=np.uint32)
-
+    by_bytes = {b: i for i, b in decoder.items()
+                if i not in added_ids and i not in spelled_as_text}
     merges = []
     for k, m in enumerate(merges_in):
         if isinstance(m, str):
@@ -119,6 +119,7 @@ def _model(cfg, name: str, digest: str) -> Model:
         for part in (a, b, a + b):
             _need(part in vocab, f"model.merges[{k}] = {m!r} refers to {part!r}, not in vocab")
         merges.append((vocab[a], vocab[b], vocab[a + b]))
+    gaps = missing_bytes(model, by_bytes, merges, decoder, _need)
 
     specials, plain = {}, {}
     for t in added:
@@ -128,7 +129,8 @@ def _model(cfg, name: str, digest: str) -> Model:
     return Model(
         name=name, pretok=PretokSpec(_pretok_steps(cfg.get("pre_tokenizer")), family="hf"),
         normalizer=_normalizer_steps(cfg.get("normalizer")), decoder=decoder,
-        byte_ids=byte_ids, merges=merges, whole=whole, specials=specials, added=plain,
+        byte_ids=gaps.byte_ids, merges=gaps.merges, whole=whole, specials=specials, added=plain,
+        drop_id=gaps.drop_id,
         lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
         rstrip=frozenset(t["content"] for t in added if t.get("rstrip")), digest=digest)
 
@@ -179,10 +181,14 @@ def _pretok_steps(spec) -> tuple:
         _need(not spec.get("invert"), "pre_tokenizer Split with invert=true is not supported")
         source = pat["Regex"] if "Regex" in pat else regex.escape(pat["String"])
         return (Split(source, keep_gaps=True),)
+    if kind == "Digits":
+        # HF splits off each numeric character (Rust's char::is_numeric: Nd, Nl, No), or each
+        # run of them, keeping the rest: an isolated split on \p{N} or \p{N}+
+        return (Split(r"\p{N}" if spec.get("individual_digits") else r"\p{N}+", keep_gaps=True),)
     if kind == "ByteLevel":
         steps: tuple = (PrefixSpace(),) if spec.get("add_prefix_space") else ()
         if spec.get("use_regex", True):
             steps += (Split(patterns.BYTELEVEL, keep_gaps=True),)
         return steps
-    raise _Fail(f"pre_tokenizer {kind!r} is not supported (supported: Split, ByteLevel, "
+    raise _Fail(f"pre_tokenizer {kind!r} is not supported (supported: Split, Digits, ByteLevel, "
                 "Sequence)")

@@ -239,4 +239,11 @@ def merged_tokens(model, table) -> "list[bytes]":
     a superset, read without filling the decoder)."""
     if model.ranks is not None:
         return list(model.ranks)
-    return [model.decoder[int(i)] for i in unique_sorted(table.pair_merged)]
+    toks = [model.decoder[i] for i in unique_sorted(table.pair_merged).tolist()
+            if i != model.drop_id]
+    # a byte the vocabulary lacks (loaders/bytelevel_gaps.py) starts as the unk or the drop id,
+    # whose merges join it to its neighbours whatever the tokens spell: never cut beside it
+    for b, i in enumerate(table.byte_id_list):
+        if model.decoder.get(i) != bytes([b]):
+            toks += [bytes([x, b]) for x in range(256)] + [bytes([b, x]) for x in range(256)]
+    return toks
