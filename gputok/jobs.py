@@ -164,10 +164,14 @@ def _encode(enc, texts, backend, opts):
 
 def _worker_main(spec, backend, opts, inq, outq, parent):
     """A pool process: load the vocabulary once, then encode batches until told to stop (or
-    until the parent is gone: a SIGKILLed job must not leave workers behind)."""
+    until the parent is gone, however it died: a SIGKILLed job must not leave workers behind,
+    ``lifetime.die_with_parent``)."""
     import queue
     import signal
 
+    from .lifetime import die_with_parent
+
+    die_with_parent(parent)
     # Ctrl-C is the driver's to handle (it keeps the finished documents, then stops the
     # workers); SIGTERM ends a worker at once (a forked worker inherits the CLI's handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -181,7 +185,7 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
             item = inq.get(timeout=1.0)
         except queue.Empty:
             if os.getppid() != parent:
-                return
+                os._exit(0)  # not a normal exit: it would join a queue feeder that cannot drain
             continue
         if item is None:
             return
