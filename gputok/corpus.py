@@ -40,7 +40,7 @@ from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat
 from .corpus_jsonl import _NO_RUN, _Run, packed_docs, parser
 from .sources import CorpusError, Source  # re-exported: gputok.corpus.CorpusError
 from .sources import _BOM, _decode, _open_text, _parse_json_line, _parse_json_text, _skip
-from .stages.pack import Packed
+from .stages.pack import Packed, fix_surrogates
 
 KINDS = ("txt", "jsonl", "parquet", "arrow")
 _SUFFIX_KIND = {".txt": "txt", ".text": "txt", ".md": "txt", ".jsonl": "jsonl", ".json": "jsonl",
@@ -178,9 +178,13 @@ def _check_first_line(p: str, comp, field: str) -> "str | None":
     return None
 
 
-def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[tuple]:
+def _docs_from(src: Source, i: int, start, field: str, errors: str, *,
+               as_encoded: bool = False) -> Iterator[tuple]:
     """``(text, (file, offset, line), on_disk_position)`` for each document of source ``i``,
-    starting after position ``start``; ``text`` is None for a skipped blank line."""
+    starting after position ``start``; ``text`` is None for a skipped blank line.
+    ``as_encoded``: a JSON string that spells a lone surrogate (``"\\ud800"``) comes as the
+    encoder reads it, the surrogate as U+FFFD (tiktoken's rule, ``stages.pack.fix_surrogates``);
+    otherwise as ``json.loads`` gives it."""
     offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
     if src.kind == "txt":
         if offset:  # a text file is one document: a recorded offset means it is done
@@ -213,6 +217,8 @@ def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[
             text = _decode(data, src.path, line, errors)
             del data
             doc = _parse_json_text(text, src.path, line, field)
+            if as_encoded and "\\u" in text:  # only an escape can spell a surrogate
+                doc = fix_surrogates(doc)
             del text  # not kept alive in this frame while the batch is encoded
             yield doc, (i, offset, line), disk
             del doc
@@ -301,9 +307,9 @@ class _read_errors:
         if kind is None or issubclass(kind, CorpusError):
             return False
         if issubclass(kind, (EOFError, zlib.error, gzip.BadGzipFile)):
+            # what is kept is the job's to say (its shards), not the reader's
             raise CorpusError(f"{src.path}: truncated or corrupt {src.compression or ''} data "
-                              f"({kind.__name__}: {e}); the documents before it are kept"
-                              ) from None
+                              f"({kind.__name__}: {e})") from None
         if kind.__module__.startswith("zstandard"):
             raise CorpusError(f"{src.path}: truncated or corrupt zst data ({e})") from None
         return False
@@ -406,7 +412,9 @@ def location(sources: "list[Source]", end) -> str:
 def iter_documents(paths, *, field: str = "text", errors: str = "strict"
                    ) -> Iterator[tuple["str | None", int, str]]:
     """Yield ``(document, input_bytes_consumed, location)`` for every document, in order
-    (``document`` is None for a blank line, still counted for progress). Used by the trainer.
+    (``document`` is None for a blank line, still counted for progress). Used by the trainer:
+    documents come as the encoder reads them (a lone surrogate spelled in JSON is U+FFFD, as
+    ``train_bpe`` treats a str holding one), so a vocabulary is trained on the text it encodes.
 
     >>> next(iter_documents(["sample/austen.jsonl"]))[2]
     'sample/austen.jsonl:1'
@@ -420,7 +428,7 @@ def iter_documents(paths, *, field: str = "text", errors: str = "strict"
             continue
         done = 0
         try:
-            for text, end, disk in _docs_from(src, i, None, field, errors):
+            for text, end, disk in _docs_from(src, i, None, field, errors, as_encoded=True):
                 yield text, disk - done, location(sources, end)
                 done = disk
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .corpus import Batch, location, read_batches, resolve_inputs
+from .corpus import Batch, CorpusError, location, read_batches, resolve_inputs
 from .shards import ShardWriter
 
 from .specials import DisallowedSpecialError, shell_quote as _shell_quote
@@ -487,6 +487,10 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         _flush_quietly(writer)
         writer.release()
         raise Interrupted(writer.kept()) from None
+    except CorpusError as e:  # bad input halfway: say what the output holds now
+        _flush_quietly(writer)
+        writer.release()
+        raise CorpusError(f"{e}. {writer.kept()[0].upper()}{writer.kept()[1:]}") from None
     except BaseException:
         _flush_quietly(writer)
         writer.release()
