@@ -40,14 +40,50 @@ def _workers(text: str):
     raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes >= 1, got {text!r}")
 
 
-def _encoding(args):
+def _encoding_spec(args):
+    """What ``--encoding`` / ``--tokenizer`` / ``--pattern`` name: a name, a path, or (a
+    ``.tiktoken`` file with ``--pattern``) a loaded ``Encoding``."""
     import gputok
 
     if args.encoding and args.tokenizer:
         raise ValueError("give --encoding NAME or --tokenizer FILE, not both")
+    if args.pattern is not None:
+        if not args.tokenizer:
+            raise ValueError("--pattern goes with --tokenizer FILE.tiktoken (a named encoding "
+                             "has its own pattern)")
+        return gputok.load(args.tokenizer, pat_str=args.pattern)
     if args.tokenizer:
-        return gputok.load(args.tokenizer)
-    return gputok.get_encoding(args.encoding or "cl100k_base")
+        _needs_pattern(args.tokenizer)
+        return args.tokenizer
+    return args.encoding or "cl100k_base"
+
+
+def _needs_pattern(path) -> None:
+    """A ``.tiktoken`` file holds ranks only: without its ``.json`` sidecar the command line
+    must name the pattern (the loader's own message names the Python argument)."""
+    from . import patterns
+    from .loaders import sniff
+    from .loaders.tiktoken_file import read_sidecar, sidecar_path
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        kind = sniff(Path(path), head)
+    except (OSError, ValueError):
+        return  # the loader says what is wrong with the file
+    if kind == "tiktoken" and read_sidecar(path) is None:
+        raise ValueError(f"{path}: a .tiktoken file holds no pre-tokenizer pattern; pass "
+                         f"--pattern NAME ({', '.join(patterns.NAMED)}) or --pattern REGEX, or "
+                         f"put a {sidecar_path(path).name} sidecar with 'pat_str' next to it")
+
+
+def _encoding(args):
+    import gputok
+
+    spec = _encoding_spec(args)
+    if isinstance(spec, gputok.Encoding):
+        return spec
+    return gputok.load(spec) if args.tokenizer else gputok.get_encoding(spec)
 
 
 def _allowed(args):
@@ -69,8 +105,7 @@ def cmd_encode(args) -> int:
     from .corpus import total_input_bytes
     from .jobs import encode_corpus
 
-    if args.encoding and args.tokenizer:
-        raise ValueError("give --encoding NAME or --tokenizer FILE, not both")
+    encoding = _encoding_spec(args)
     bar = _bar(args, total_input_bytes(args.inputs), "encode")
 
     def progress(nbytes, docs, tokens):
@@ -79,8 +114,7 @@ def cmd_encode(args) -> int:
             bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
     try:
-        s = encode_corpus(args.inputs, args.output,
-                          encoding=args.tokenizer or args.encoding or "cl100k_base",
+        s = encode_corpus(args.inputs, args.output, encoding=encoding,
                           fmt=args.format, field=args.field, input_format=args.input_format,
                           errors=args.errors, allowed_special=_allowed(args),
                           special_as_text=args.special_as_text, append_eot=args.append_eot,
@@ -240,7 +274,10 @@ def cmd_parity(args) -> int:
 
 def _vocab_args(sp):
     sp.add_argument("--encoding", "-e", help="named encoding (default cl100k_base)")
-    sp.add_argument("--tokenizer", help="a tokenizer.json or .tiktoken file instead")
+    sp.add_argument("--tokenizer", help="a tokenizer.json, .model, .gguf or .tiktoken file "
+                    "instead")
+    sp.add_argument("--pattern", help="the pre-tokenizer of a --tokenizer .tiktoken file that "
+                    "has no .tiktoken.json sidecar: cl100k, o200k, gpt2, ... or a regex")
     sp.add_argument("--allowed-special", action="append", metavar="TOKEN",
                     help="a special token to encode as its control id (repeat for more; 'all' "
                          "for every one)")

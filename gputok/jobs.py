@@ -171,11 +171,11 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
 
     from .lifetime import die_with_parent
 
-    die_with_parent(parent)
     # Ctrl-C is the driver's to handle (it keeps the finished documents, then stops the
     # workers); SIGTERM ends a worker at once (a forked worker inherits the CLI's handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent)
     try:
         enc = _load_encoding(spec)
     except Exception as e:  # reported on the first batch
@@ -395,6 +395,9 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     if batch_bytes < 1:
         raise ValueError(f"batch_bytes must be >= 1, got {batch_bytes}")
     sources = resolve_inputs(inputs, field=field, input_format=input_format, exclude=output)
+    if resume and overwrite:
+        raise ValueError("--resume continues the job in the output directory and --overwrite "
+                         "deletes it: pass one of them")
     if resume and any(s.path == "-" for s in sources):
         raise ValueError("-: standard input cannot be resumed (its documents are gone); "
                          "write it to a file first")

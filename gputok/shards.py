@@ -206,7 +206,7 @@ class ShardWriter:
         if old is not None and resume:
             for key in RESUME_KEYS:
                 if old.get(key) != self.meta.get(key):
-                    raise ValueError(f"{self.manifest_path}: cannot resume, {key} differs "
+                    raise ValueError(f"{self.manifest_path}: cannot resume, the {key} changed "
                                      f"(the job has {old.get(key)!r}, now {self.meta.get(key)!r}); "
                                      "rerun with the same options, or --overwrite")
             self.shards = self._verified(old.get("shards", []))

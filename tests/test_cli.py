@@ -76,7 +76,8 @@ def test_append_eot(tmp_path):
 @pytest.mark.parametrize("content,needle", [
     (b'{"text": "ok"}\n{not json}\n', "bad.jsonl:2: invalid JSON"),
     (b'{"body": "x"}\n', "bad.jsonl:1: no field 'text'"),
-    (b'{"text": 3}\n', "bad.jsonl:1: field 'text' is a int"),
+    (b'{"text": 3}\n', "bad.jsonl:1: field 'text' is a number, not a string"),
+    (b'{"text": null}\n', "bad.jsonl:1: field 'text' is null, not a string"),
     (b'["text"]\n', "bad.jsonl:1: expected a JSON object"),
     (b'{"text": "\xff"}\n', "bad.jsonl:1: invalid UTF-8"),
     (b'{"text": "a <|endoftext|>"}\n', "--special-as-text"),
@@ -500,3 +501,61 @@ def test_train_reads_a_lone_surrogate_escape_as_the_api_does(tmp_path, capsys):
     enc_out = tmp_path / "enc"
     assert main(["encode", str(src), "-o", str(enc_out), "--tokenizer", str(out), "-q"]) == 0
     assert _all_docs(enc_out) == [want.encode(t) for t in texts]
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path):
+    src = _jsonl(tmp_path / "d.jsonl", ["a", "b"])
+    out = tmp_path / "o"
+    assert _run("encode", src, "-o", out, "-q").returncode == 0
+    before = (out / "manifest.json").read_bytes()
+    r = _run("encode", src, "-o", out, "-q", "--resume", "--overwrite")
+    assert r.returncode == 2 and r.stderr == ("gputok: error: --resume continues the job in the "
+                                              "output directory and --overwrite deletes it: pass "
+                                              "one of them\n")
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_invalid_json_on_stdin_hints_the_text_input_format(tmp_path):
+    r = _run("encode", "-", "-o", tmp_path / "o", "-q", stdin="just some text\n")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("gputok: error: -:1: invalid JSON (Expecting value at column 1); "
+                               "standard input is read as JSON lines: pass --input-format txt to "
+                               "read it as one text."), r.stderr
+    r = _run("encode", "-", "-o", tmp_path / "o2", "-q", "--input-format", "txt",
+             stdin="just some text\n")
+    assert r.returncode == 0, r.stderr
+    assert _all_docs(tmp_path / "o2") == [gputok.get_encoding("cl100k_base").encode("just some text\n")]
+
+
+def test_resume_with_other_inputs_says_what_changed(tmp_path):
+    a, b = _jsonl(tmp_path / "a.jsonl", ["a"]), _jsonl(tmp_path / "b.jsonl", ["b"])
+    out = tmp_path / "o"
+    assert _run("encode", a, "-o", out, "-q").returncode == 0
+    r = _run("encode", a, b, "-o", out, "-q", "--resume")
+    assert r.returncode == 2
+    assert f"{out}/manifest.json: cannot resume, the inputs changed (the job has " in r.stderr
+
+
+def test_a_tiktoken_file_without_sidecar_asks_for_pattern_on_the_command_line(tmp_path):
+    import shutil
+
+    import testdata
+
+    ranks = tmp_path / "g.tiktoken"
+    shutil.copy(testdata.vocab_path("r50k_base"), ranks)
+    r = _run("show", "--tokenizer", ranks, "hello")
+    assert r.returncode == 2 and r.stderr.startswith(
+        f"gputok: error: {ranks}: a .tiktoken file holds no pre-tokenizer pattern; pass "
+        "--pattern NAME (gpt2, ")
+    assert "pat_str=" not in r.stderr and "g.tiktoken.json sidecar" in r.stderr
+    src = _jsonl(tmp_path / "d.jsonl", ["hello world", "it's 2024"])
+    r = _run("encode", "--tokenizer", ranks, src, "-o", tmp_path / "o", "-q")
+    assert r.returncode == 2 and "--pattern NAME" in r.stderr
+    r = _run("encode", "--tokenizer", ranks, "--pattern", "gpt2", src, "-o", tmp_path / "o", "-q")
+    assert r.returncode == 0, r.stderr
+    r50k = gputok.get_encoding("r50k_base")
+    assert _all_docs(tmp_path / "o") == [r50k.encode("hello world"), r50k.encode("it's 2024")]
+    r = _run("show", "--tokenizer", ranks, "--pattern", "gpt2", "hello world")
+    assert r.returncode == 0 and "31373" in r.stdout
+    r = _run("show", "--pattern", "gpt2", "hello")
+    assert r.returncode == 2 and "--pattern goes with --tokenizer" in r.stderr
