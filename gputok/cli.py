@@ -121,7 +121,8 @@ def cmd_encode(args) -> int:
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
                           shard_bytes=args.shard_bytes, resume=args.resume,
                           overwrite=args.overwrite, backend=args.backend, devices=args.devices,
-                          workers=args.workers, progress=progress)
+                          workers=args.workers, include=args.include, exclude=args.exclude,
+                          progress=progress)
     finally:
         if bar is not None:
             bar.close()
@@ -233,7 +234,9 @@ def cmd_train(args) -> int:
         raise ValueError(f"--vocab-size {args.vocab_size} is below the {smallest} ids every "
                          f"byte-level vocabulary has (256 bytes + {len(set(specials))} special "
                          f"token(s)); pass --vocab-size {smallest} or more")
-    sources = resolve_inputs(args.inputs, field=args.field)
+    sources = resolve_inputs(args.inputs, field=args.field, include=args.include,
+                             exclude=args.exclude,
+                             note=lambda line: print(f"gputok: {line}", file=sys.stderr))
     if any(s.kind in ("parquet", "arrow") or s.path == "-" for s in sources):
         raise ValueError("gputok train reads .txt and .jsonl(.gz) files")
     inputs = [Path(s.path) for s in sources]
@@ -272,6 +275,15 @@ def cmd_parity(args) -> int:
     return run_parity(args)
 
 
+def _input_args(sp):
+    sp.add_argument("--include", action="append", default=[], metavar="GLOB",
+                    help="in directory inputs, also read files matching GLOB (a name like "
+                         "'*.md', or a path below the directory like 'extra/*.txt'); repeatable")
+    sp.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                    help="in directory and glob inputs, skip files matching GLOB (e.g. "
+                         "'test-*'); repeatable")
+
+
 def _vocab_args(sp):
     sp.add_argument("--encoding", "-e", help="named encoding (default cl100k_base)")
     sp.add_argument("--tokenizer", help="a tokenizer.json, .model, .gguf or .tiktoken file "
@@ -295,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     _vocab_args(e)
     e.add_argument("inputs", nargs="+", metavar="INPUT",
                    help=".txt (one doc per file), .jsonl (one doc per line), .parquet/.arrow "
-                        "(--field column), .gz/.zst, directories, globs, or - for stdin (jsonl)")
+                        "(--field column), .gz/.zst, directories (their data files: README, "
+                        "licences and metadata are skipped), globs, or - for stdin (jsonl)")
     e.add_argument("-o", "--output", required=True, help="output directory")
+    _input_args(e)
     e.add_argument("--format", "-f", default="npy", choices=FORMATS,
                    help="output format (default npy)")
     e.add_argument("--field", default="text", help="JSON field / column holding the text")
@@ -338,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                    ".jsonl (one doc per line), optionally .gz; directories and globs")
     t.add_argument("-o", "--output", required=True,
                    help="tokenizer.json to write (or a .tiktoken file + .tiktoken.json sidecar)")
+    _input_args(t)
     t.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     t.add_argument("--vocab-size", type=int, required=True,
                    help="final vocabulary size, the 256 bytes and special tokens included")

@@ -26,6 +26,7 @@ the index of its source, the bytes (of decompressed text) or rows consumed in it
 
 from __future__ import annotations
 
+import fnmatch
 import glob as _glob
 import gzip
 import os
@@ -72,17 +73,64 @@ def _kind_of(name: str) -> "tuple[str | None, str | None]":
     return _SUFFIX_KIND.get(os.path.splitext(name)[1].lower()), comp
 
 
-def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
-                   exclude=None) -> "list[Source]":
+# A directory is a dataset as users have it: data files beside documentation and metadata.
+# These names are never data (a dataset card, a licence, what HF ``datasets`` writes beside its
+# Arrow files: dataset_info.json, state.json, dataset_dict.json, and cache-*.arrow, the results
+# of ``Dataset.map`` kept in its cache, whose columns are not the dataset's).
+NOT_DATA = ("readme", "readme.*", "*.md", "*.markdown", "*.rst", "licen[cs]e", "licen[cs]e.*",
+            "copying", "copying.*", "notice", "notice.*", "changelog*", "citation*",
+            "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json",
+            "cache-*.arrow", "*.lock", "*.py", "*.sh", "*.yaml", "*.yml", "*.cfg", "*.toml")
+
+
+def _matches(rel: str, patterns) -> bool:
+    """Whether a file (its path relative to the directory given, with /) matches one of the
+    globs: a glob with a / is matched against that path, one without against the name."""
+    name = rel.rsplit("/", 1)[-1].lower()
+    return any(fnmatch.fnmatchcase(rel.lower() if "/" in g else name, g.lower())
+               for g in patterns)
+
+
+def dataset_files(directory: str, *, include=(), exclude=()) -> "tuple[list[str], list[str]]":
+    """``(data files, skipped files)`` below ``directory``, each sorted: the files of a known
+    input kind, less those whose names are never data (``NOT_DATA``) and those matching an
+    ``exclude`` glob; a file matching an ``include`` glob is taken whatever its name. Hidden
+    files and folders (``.git``, ``.cache``) are passed over without a word.
+
+    >>> dataset_files("sample")[0]
+    ['sample/austen.jsonl']
+    """
+    data, skipped = [], []
+    for p in sorted(Path(directory).rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if any(part.startswith(".") for part in rel.split("/")) or not p.is_file():
+            continue
+        if _matches(rel, exclude):
+            skipped.append(str(p))
+        elif _matches(rel, include) or (_kind_of(p.name)[0] and not _matches(rel, NOT_DATA)):
+            data.append(str(p))
+        else:
+            skipped.append(str(p))
+    return data, skipped
+
+
+def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto", include=(),
+                   exclude=(), skip_dir=None, note=None) -> "list[Source]":
     """Expand and check every input before any work starts; ``CorpusError`` lists every problem.
-    Directories and globs skip files under ``exclude`` (the job's output directory: a job that
-    writes Parquet into the folder it reads must not read its own shards on the next run).
+
+    A directory gives its data files (``dataset_files``: documentation and metadata such as
+    README.md, licences and HF ``datasets``' dataset_info.json are skipped, and ``note`` is
+    called with one line saying what was); ``include`` / ``exclude`` globs add or drop files
+    of directories and globs. Directories and globs skip files under ``skip_dir`` (the job's
+    output directory: a job that writes Parquet into the folder it reads must not read its own
+    shards on the next run).
 
     >>> [s.kind for s in resolve_inputs(["sample/austen.jsonl"])]
     ['jsonl']
     """
     if input_format not in ("auto",) + KINDS:
         raise ValueError(f"input_format must be auto or one of {', '.join(KINDS)}")
+    include, exclude = tuple(include or ()), tuple(exclude or ())
     out: list[Source] = []
     problems: list[str] = []
     for spec in map(str, specs):
@@ -94,20 +142,24 @@ def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
             continue
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             matches = sorted(p for p in _glob.glob(spec, recursive=True) if os.path.isfile(p))
-            if not matches:
-                problems.append(f"{spec}: the pattern matches no file")
-            paths = matches
-        elif os.path.isdir(spec):
-            paths = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(spec).parts)
-                           and _kind_of(p.name)[0])
+            paths = [p for p in matches if not _matches(p.replace(os.sep, "/"), exclude)]
             if not paths:
-                problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow file")
+                problems.append(f"{spec}: the pattern matches no file"
+                                + (" outside --exclude" if matches else ""))
+        elif os.path.isdir(spec):
+            paths, skipped = dataset_files(spec, include=include, exclude=exclude)
+            if skip_dir is not None:
+                paths, skipped = _outside(paths, skip_dir), _outside(skipped, skip_dir)
+            if skipped and note is not None:
+                note(_skipped_line(spec, skipped, bool(exclude)))
+            if not paths:
+                problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow "
+                                "data file" + (" (--include GLOB takes others)" if skipped
+                                               else ""))
         else:
             paths = [spec]
-        if exclude is not None and paths != [spec]:
-            skip = os.path.abspath(exclude) + os.sep
-            paths = [p for p in paths if not os.path.abspath(p).startswith(skip)]
+        if skip_dir is not None and paths != [spec]:
+            paths = _outside(paths, skip_dir)
         for p in paths:
             problem = _check_file(p, field, input_format, out)
             if problem:
@@ -120,6 +172,19 @@ def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
     if sum(s.path == "-" for s in out) > 1:
         raise CorpusError("-: standard input can be given once")
     return out
+
+
+def _outside(paths: list, directory) -> list:
+    skip = os.path.abspath(directory) + os.sep
+    return [p for p in paths if not os.path.abspath(p).startswith(skip)]
+
+
+def _skipped_line(spec: str, skipped: list, excluding: bool) -> str:
+    """One line for the files of a directory that are not read."""
+    names = [os.path.relpath(p, spec) for p in skipped]
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    why = "that are not data or match --exclude" if excluding else "that are not data"
+    return f"{spec}: skipped {len(names)} file(s) {why}: {shown} (--include GLOB reads one)"
 
 
 def _check_file(p: str, field: str, input_format: str, out: list) -> "str | None":

@@ -375,11 +375,15 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                   append_eot: bool = False, batch_bytes: int = 8 << 20,
                   shard_tokens: "int | None" = 1 << 24, shard_bytes: "int | None" = None,
                   resume: bool = False, overwrite: bool = False, backend: str = "auto",
-                  devices=None, workers="auto", progress=None, warn=None) -> JobSummary:
+                  devices=None, workers="auto", include=(), exclude=(), progress=None,
+                  warn=None) -> JobSummary:
     """Encode files into shards of ``fmt`` under ``output``; resumable, see ``gputok.shards``.
 
     ``encoding``: a named encoding, a path (``tokenizer.json``, ``.tiktoken``) or an
-    ``Encoding``. ``progress(input_bytes, docs, tokens)`` is called after every batch.
+    ``Encoding``. ``include`` / ``exclude``: globs choosing the files of directory inputs
+    (``resolve_inputs``). ``progress(input_bytes, docs, tokens)`` is called after every batch;
+    ``warn(line)`` gets notes such as the files of a directory that were skipped (default:
+    stderr).
 
     >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
     ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP
@@ -394,7 +398,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if batch_bytes < 1:
         raise ValueError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    sources = resolve_inputs(inputs, field=field, input_format=input_format, exclude=output)
+    sources = resolve_inputs(inputs, field=field, input_format=input_format, include=include,
+                             exclude=exclude, skip_dir=output, note=warn or _note)
     if resume and overwrite:
         raise ValueError("--resume continues the job in the output directory and --overwrite "
                          "deletes it: pass one of them")
@@ -506,6 +511,12 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     summary.seconds = time.perf_counter() - t0
     summary.shards = len(writer.shards)
     return summary
+
+
+def _note(line: str) -> None:
+    import sys
+
+    print(f"gputok: {line}", file=sys.stderr)
 
 
 def _flush_quietly(writer: ShardWriter) -> None:
