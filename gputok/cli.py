@@ -40,14 +40,50 @@ def _workers(text: str):
     raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes >= 1, got {text!r}")
 
 
-def _encoding(args):
+def _encoding_spec(args):
+    """What ``--encoding`` / ``--tokenizer`` / ``--pattern`` name: a name, a path, or (a
+    ``.tiktoken`` file with ``--pattern``) a loaded ``Encoding``."""
     import gputok
 
     if args.encoding and args.tokenizer:
         raise ValueError("give --encoding NAME or --tokenizer FILE, not both")
+    if args.pattern is not None:
+        if not args.tokenizer:
+            raise ValueError("--pattern goes with --tokenizer FILE.tiktoken (a named encoding "
+                             "has its own pattern)")
+        return gputok.load(args.tokenizer, pat_str=args.pattern)
     if args.tokenizer:
-        return gputok.load(args.tokenizer)
-    return gputok.get_encoding(args.encoding or "cl100k_base")
+        _needs_pattern(args.tokenizer)
+        return args.tokenizer
+    return args.encoding or "cl100k_base"
+
+
+def _needs_pattern(path) -> None:
+    """A ``.tiktoken`` file holds ranks only: without its ``.json`` sidecar the command line
+    must name the pattern (the loader's own message names the Python argument)."""
+    from . import patterns
+    from .loaders import sniff
+    from .loaders.tiktoken_file import read_sidecar, sidecar_path
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        kind = sniff(Path(path), head)
+    except (OSError, ValueError):
+        return  # the loader says what is wrong with the file
+    if kind == "tiktoken" and read_sidecar(path) is None:
+        raise ValueError(f"{path}: a .tiktoken file holds no pre-tokenizer pattern; pass "
+                         f"--pattern NAME ({', '.join(patterns.NAMED)}) or --pattern REGEX, or "
+                         f"put a {sidecar_path(path).name} sidecar with 'pat_str' next to it")
+
+
+def _encoding(args):
+    import gputok
+
+    spec = _encoding_spec(args)
+    if isinstance(spec, gputok.Encoding):
+        return spec
+    return gputok.load(spec) if args.tokenizer else gputok.get_encoding(spec)
 
 
 def _allowed(args):
@@ -69,8 +105,7 @@ def cmd_encode(args) -> int:
     from .corpus import total_input_bytes
     from .jobs import encode_corpus
 
-    if args.encoding and args.tokenizer:
-        raise ValueError("give --encoding NAME or --tokenizer FILE, not both")
+    encoding = _encoding_spec(args)
     bar = _bar(args, total_input_bytes(args.inputs), "encode")
 
     def progress(nbytes, docs, tokens):
@@ -79,15 +114,15 @@ def cmd_encode(args) -> int:
             bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
     try:
-        s = encode_corpus(args.inputs, args.output,
-                          encoding=args.tokenizer or args.encoding or "cl100k_base",
+        s = encode_corpus(args.inputs, args.output, encoding=encoding,
                           fmt=args.format, field=args.field, input_format=args.input_format,
                           errors=args.errors, allowed_special=_allowed(args),
                           special_as_text=args.special_as_text, append_eot=args.append_eot,
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
                           shard_bytes=args.shard_bytes, resume=args.resume,
                           overwrite=args.overwrite, backend=args.backend, devices=args.devices,
-                          workers=args.workers, progress=progress)
+                          workers=args.workers, include=args.include, exclude=args.exclude,
+                          progress=progress)
     finally:
         if bar is not None:
             bar.close()
@@ -199,7 +234,9 @@ def cmd_train(args) -> int:
         raise ValueError(f"--vocab-size {args.vocab_size} is below the {smallest} ids every "
                          f"byte-level vocabulary has (256 bytes + {len(set(specials))} special "
                          f"token(s)); pass --vocab-size {smallest} or more")
-    sources = resolve_inputs(args.inputs, field=args.field)
+    sources = resolve_inputs(args.inputs, field=args.field, include=args.include,
+                             exclude=args.exclude,
+                             note=lambda line: print(f"gputok: {line}", file=sys.stderr))
     if any(s.kind in ("parquet", "arrow") or s.path == "-" for s in sources):
         raise ValueError("gputok train reads .txt and .jsonl(.gz) files")
     inputs = [Path(s.path) for s in sources]
@@ -238,9 +275,21 @@ def cmd_parity(args) -> int:
     return run_parity(args)
 
 
+def _input_args(sp):
+    sp.add_argument("--include", action="append", default=[], metavar="GLOB",
+                    help="in directory inputs, also read files matching GLOB (a name like "
+                         "'*.md', or a path below the directory like 'extra/*.txt'); repeatable")
+    sp.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                    help="in directory and glob inputs, skip files matching GLOB (e.g. "
+                         "'test-*'); repeatable")
+
+
 def _vocab_args(sp):
     sp.add_argument("--encoding", "-e", help="named encoding (default cl100k_base)")
-    sp.add_argument("--tokenizer", help="a tokenizer.json or .tiktoken file instead")
+    sp.add_argument("--tokenizer", help="a tokenizer.json, .model, .gguf or .tiktoken file "
+                    "instead")
+    sp.add_argument("--pattern", help="the pre-tokenizer of a --tokenizer .tiktoken file that "
+                    "has no .tiktoken.json sidecar: cl100k, o200k, gpt2, ... or a regex")
     sp.add_argument("--allowed-special", action="append", metavar="TOKEN",
                     help="a special token to encode as its control id (repeat for more; 'all' "
                          "for every one)")
@@ -258,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     _vocab_args(e)
     e.add_argument("inputs", nargs="+", metavar="INPUT",
                    help=".txt (one doc per file), .jsonl (one doc per line), .parquet/.arrow "
-                        "(--field column), .gz/.zst, directories, globs, or - for stdin (jsonl)")
+                        "(--field column), .gz/.zst, directories (their data files: README, "
+                        "licences and metadata are skipped), globs, or - for stdin (jsonl)")
     e.add_argument("-o", "--output", required=True, help="output directory")
+    _input_args(e)
     e.add_argument("--format", "-f", default="npy", choices=FORMATS,
                    help="output format (default npy)")
     e.add_argument("--field", default="text", help="JSON field / column holding the text")
@@ -301,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                    ".jsonl (one doc per line), optionally .gz; directories and globs")
     t.add_argument("-o", "--output", required=True,
                    help="tokenizer.json to write (or a .tiktoken file + .tiktoken.json sidecar)")
+    _input_args(t)
     t.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     t.add_argument("--vocab-size", type=int, required=True,
                    help="final vocabulary size, the 256 bytes and special tokens included")

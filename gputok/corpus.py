@@ -26,6 +26,7 @@ the index of its source, the bytes (of decompressed text) or rows consumed in it
 
 from __future__ import annotations
 
+import fnmatch
 import glob as _glob
 import gzip
 import os
@@ -40,7 +41,7 @@ from .corpus_arrow import _arrow_batches, _check_arrow_field, _concat
 from .corpus_jsonl import _NO_RUN, _Run, packed_docs, parser
 from .sources import CorpusError, Source  # re-exported: gputok.corpus.CorpusError
 from .sources import _BOM, _decode, _open_text, _parse_json_line, _parse_json_text, _skip
-from .stages.pack import Packed
+from .stages.pack import Packed, fix_surrogates
 
 KINDS = ("txt", "jsonl", "parquet", "arrow")
 _SUFFIX_KIND = {".txt": "txt", ".text": "txt", ".md": "txt", ".jsonl": "jsonl", ".json": "jsonl",
@@ -72,17 +73,64 @@ def _kind_of(name: str) -> "tuple[str | None, str | None]":
     return _SUFFIX_KIND.get(os.path.splitext(name)[1].lower()), comp
 
 
-def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
-                   exclude=None) -> "list[Source]":
+# A directory is a dataset as users have it: data files beside documentation and metadata.
+# These names are never data (a dataset card, a licence, what HF ``datasets`` writes beside its
+# Arrow files: dataset_info.json, state.json, dataset_dict.json, and cache-*.arrow, the results
+# of ``Dataset.map`` kept in its cache, whose columns are not the dataset's).
+NOT_DATA = ("readme", "readme.*", "*.md", "*.markdown", "*.rst", "licen[cs]e", "licen[cs]e.*",
+            "copying", "copying.*", "notice", "notice.*", "changelog*", "citation*",
+            "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json",
+            "cache-*.arrow", "*.lock", "*.py", "*.sh", "*.yaml", "*.yml", "*.cfg", "*.toml")
+
+
+def _matches(rel: str, patterns) -> bool:
+    """Whether a file (its path relative to the directory given, with /) matches one of the
+    globs: a glob with a / is matched against that path, one without against the name."""
+    name = rel.rsplit("/", 1)[-1].lower()
+    return any(fnmatch.fnmatchcase(rel.lower() if "/" in g else name, g.lower())
+               for g in patterns)
+
+
+def dataset_files(directory: str, *, include=(), exclude=()) -> "tuple[list[str], list[str]]":
+    """``(data files, skipped files)`` below ``directory``, each sorted: the files of a known
+    input kind, less those whose names are never data (``NOT_DATA``) and those matching an
+    ``exclude`` glob; a file matching an ``include`` glob is taken whatever its name. Hidden
+    files and folders (``.git``, ``.cache``) are passed over without a word.
+
+    >>> dataset_files("sample")[0]
+    ['sample/austen.jsonl']
+    """
+    data, skipped = [], []
+    for p in sorted(Path(directory).rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if any(part.startswith(".") for part in rel.split("/")) or not p.is_file():
+            continue
+        if _matches(rel, exclude):
+            skipped.append(str(p))
+        elif _matches(rel, include) or (_kind_of(p.name)[0] and not _matches(rel, NOT_DATA)):
+            data.append(str(p))
+        else:
+            skipped.append(str(p))
+    return data, skipped
+
+
+def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto", include=(),
+                   exclude=(), skip_dir=None, note=None) -> "list[Source]":
     """Expand and check every input before any work starts; ``CorpusError`` lists every problem.
-    Directories and globs skip files under ``exclude`` (the job's output directory: a job that
-    writes Parquet into the folder it reads must not read its own shards on the next run).
+
+    A directory gives its data files (``dataset_files``: documentation and metadata such as
+    README.md, licences and HF ``datasets``' dataset_info.json are skipped, and ``note`` is
+    called with one line saying what was); ``include`` / ``exclude`` globs add or drop files
+    of directories and globs. Directories and globs skip files under ``skip_dir`` (the job's
+    output directory: a job that writes Parquet into the folder it reads must not read its own
+    shards on the next run).
 
     >>> [s.kind for s in resolve_inputs(["sample/austen.jsonl"])]
     ['jsonl']
     """
     if input_format not in ("auto",) + KINDS:
         raise ValueError(f"input_format must be auto or one of {', '.join(KINDS)}")
+    include, exclude = tuple(include or ()), tuple(exclude or ())
     out: list[Source] = []
     problems: list[str] = []
     for spec in map(str, specs):
@@ -94,20 +142,24 @@ def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
             continue
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             matches = sorted(p for p in _glob.glob(spec, recursive=True) if os.path.isfile(p))
-            if not matches:
-                problems.append(f"{spec}: the pattern matches no file")
-            paths = matches
-        elif os.path.isdir(spec):
-            paths = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(spec).parts)
-                           and _kind_of(p.name)[0])
+            paths = [p for p in matches if not _matches(p.replace(os.sep, "/"), exclude)]
             if not paths:
-                problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow file")
+                problems.append(f"{spec}: the pattern matches no file"
+                                + (" outside --exclude" if matches else ""))
+        elif os.path.isdir(spec):
+            paths, skipped = dataset_files(spec, include=include, exclude=exclude)
+            if skip_dir is not None:
+                paths, skipped = _outside(paths, skip_dir), _outside(skipped, skip_dir)
+            if skipped and note is not None:
+                note(_skipped_line(spec, skipped, bool(exclude)))
+            if not paths:
+                problems.append(f"{spec}: the directory holds no .txt/.jsonl/.parquet/.arrow "
+                                "data file" + (" (--include GLOB takes others)" if skipped
+                                               else ""))
         else:
             paths = [spec]
-        if exclude is not None and paths != [spec]:
-            skip = os.path.abspath(exclude) + os.sep
-            paths = [p for p in paths if not os.path.abspath(p).startswith(skip)]
+        if skip_dir is not None and paths != [spec]:
+            paths = _outside(paths, skip_dir)
         for p in paths:
             problem = _check_file(p, field, input_format, out)
             if problem:
@@ -120,6 +172,19 @@ def resolve_inputs(specs, *, field: str = "text", input_format: str = "auto",
     if sum(s.path == "-" for s in out) > 1:
         raise CorpusError("-: standard input can be given once")
     return out
+
+
+def _outside(paths: list, directory) -> list:
+    skip = os.path.abspath(directory) + os.sep
+    return [p for p in paths if not os.path.abspath(p).startswith(skip)]
+
+
+def _skipped_line(spec: str, skipped: list, excluding: bool) -> str:
+    """One line for the files of a directory that are not read."""
+    names = [os.path.relpath(p, spec) for p in skipped]
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    why = "that are not data or match --exclude" if excluding else "that are not data"
+    return f"{spec}: skipped {len(names)} file(s) {why}: {shown} (--include GLOB reads one)"
 
 
 def _check_file(p: str, field: str, input_format: str, out: list) -> "str | None":
@@ -178,9 +243,13 @@ def _check_first_line(p: str, comp, field: str) -> "str | None":
     return None
 
 
-def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[tuple]:
+def _docs_from(src: Source, i: int, start, field: str, errors: str, *,
+               as_encoded: bool = False) -> Iterator[tuple]:
     """``(text, (file, offset, line), on_disk_position)`` for each document of source ``i``,
-    starting after position ``start``; ``text`` is None for a skipped blank line."""
+    starting after position ``start``; ``text`` is None for a skipped blank line.
+    ``as_encoded``: a JSON string that spells a lone surrogate (``"\\ud800"``) comes as the
+    encoder reads it, the surrogate as U+FFFD (tiktoken's rule, ``stages.pack.fix_surrogates``);
+    otherwise as ``json.loads`` gives it."""
     offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
     if src.kind == "txt":
         if offset:  # a text file is one document: a recorded offset means it is done
@@ -213,6 +282,8 @@ def _docs_from(src: Source, i: int, start, field: str, errors: str) -> Iterator[
             text = _decode(data, src.path, line, errors)
             del data
             doc = _parse_json_text(text, src.path, line, field)
+            if as_encoded and "\\u" in text:  # only an escape can spell a surrogate
+                doc = fix_surrogates(doc)
             del text  # not kept alive in this frame while the batch is encoded
             yield doc, (i, offset, line), disk
             del doc
@@ -301,9 +372,9 @@ class _read_errors:
         if kind is None or issubclass(kind, CorpusError):
             return False
         if issubclass(kind, (EOFError, zlib.error, gzip.BadGzipFile)):
+            # what is kept is the job's to say (its shards), not the reader's
             raise CorpusError(f"{src.path}: truncated or corrupt {src.compression or ''} data "
-                              f"({kind.__name__}: {e}); the documents before it are kept"
-                              ) from None
+                              f"({kind.__name__}: {e})") from None
         if kind.__module__.startswith("zstandard"):
             raise CorpusError(f"{src.path}: truncated or corrupt zst data ({e})") from None
         return False
@@ -406,7 +477,9 @@ def location(sources: "list[Source]", end) -> str:
 def iter_documents(paths, *, field: str = "text", errors: str = "strict"
                    ) -> Iterator[tuple["str | None", int, str]]:
     """Yield ``(document, input_bytes_consumed, location)`` for every document, in order
-    (``document`` is None for a blank line, still counted for progress). Used by the trainer.
+    (``document`` is None for a blank line, still counted for progress). Used by the trainer:
+    documents come as the encoder reads them (a lone surrogate spelled in JSON is U+FFFD, as
+    ``train_bpe`` treats a str holding one), so a vocabulary is trained on the text it encodes.
 
     >>> next(iter_documents(["sample/austen.jsonl"]))[2]
     'sample/austen.jsonl:1'
@@ -420,7 +493,7 @@ def iter_documents(paths, *, field: str = "text", errors: str = "strict"
             continue
         done = 0
         try:
-            for text, end, disk in _docs_from(src, i, None, field, errors):
+            for text, end, disk in _docs_from(src, i, None, field, errors, as_encoded=True):
                 yield text, disk - done, location(sources, end)
                 done = disk
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .corpus import Batch, location, read_batches, resolve_inputs
+from .corpus import Batch, CorpusError, location, read_batches, resolve_inputs
 from .shards import ShardWriter
 
 from .specials import DisallowedSpecialError, shell_quote as _shell_quote
@@ -164,14 +164,18 @@ def _encode(enc, texts, backend, opts):
 
 def _worker_main(spec, backend, opts, inq, outq, parent):
     """A pool process: load the vocabulary once, then encode batches until told to stop (or
-    until the parent is gone: a SIGKILLed job must not leave workers behind)."""
+    until the parent is gone, however it died: a SIGKILLed job must not leave workers behind,
+    ``lifetime.die_with_parent``)."""
     import queue
     import signal
+
+    from .lifetime import die_with_parent
 
     # Ctrl-C is the driver's to handle (it keeps the finished documents, then stops the
     # workers); SIGTERM ends a worker at once (a forked worker inherits the CLI's handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent)
     try:
         enc = _load_encoding(spec)
     except Exception as e:  # reported on the first batch
@@ -181,7 +185,7 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
             item = inq.get(timeout=1.0)
         except queue.Empty:
             if os.getppid() != parent:
-                return
+                os._exit(0)  # not a normal exit: it would join a queue feeder that cannot drain
             continue
         if item is None:
             return
@@ -371,11 +375,15 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                   append_eot: bool = False, batch_bytes: int = 8 << 20,
                   shard_tokens: "int | None" = 1 << 24, shard_bytes: "int | None" = None,
                   resume: bool = False, overwrite: bool = False, backend: str = "auto",
-                  devices=None, workers="auto", progress=None, warn=None) -> JobSummary:
+                  devices=None, workers="auto", include=(), exclude=(), progress=None,
+                  warn=None) -> JobSummary:
     """Encode files into shards of ``fmt`` under ``output``; resumable, see ``gputok.shards``.
 
     ``encoding``: a named encoding, a path (``tokenizer.json``, ``.tiktoken``) or an
-    ``Encoding``. ``progress(input_bytes, docs, tokens)`` is called after every batch.
+    ``Encoding``. ``include`` / ``exclude``: globs choosing the files of directory inputs
+    (``resolve_inputs``). ``progress(input_bytes, docs, tokens)`` is called after every batch;
+    ``warn(line)`` gets notes such as the files of a directory that were skipped (default:
+    stderr).
 
     >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
     ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP
@@ -390,7 +398,11 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if batch_bytes < 1:
         raise ValueError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    sources = resolve_inputs(inputs, field=field, input_format=input_format, exclude=output)
+    sources = resolve_inputs(inputs, field=field, input_format=input_format, include=include,
+                             exclude=exclude, skip_dir=output, note=warn or _note)
+    if resume and overwrite:
+        raise ValueError("--resume continues the job in the output directory and --overwrite "
+                         "deletes it: pass one of them")
     if resume and any(s.path == "-" for s in sources):
         raise ValueError("-: standard input cannot be resumed (its documents are gone); "
                          "write it to a file first")
@@ -483,6 +495,10 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
         _flush_quietly(writer)
         writer.release()
         raise Interrupted(writer.kept()) from None
+    except CorpusError as e:  # bad input halfway: say what the output holds now
+        _flush_quietly(writer)
+        writer.release()
+        raise CorpusError(f"{e}. {writer.kept()[0].upper()}{writer.kept()[1:]}") from None
     except BaseException:
         _flush_quietly(writer)
         writer.release()
@@ -495,6 +511,12 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     summary.seconds = time.perf_counter() - t0
     summary.shards = len(writer.shards)
     return summary
+
+
+def _note(line: str) -> None:
+    import sys
+
+    print(f"gputok: {line}", file=sys.stderr)
 
 
 def _flush_quietly(writer: ShardWriter) -> None:

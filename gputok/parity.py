@@ -187,28 +187,65 @@ def _mismatch(sides, text, ids_a, ids_b, where, k) -> dict:
                   for i in ids_a[lo:k + WINDOW]],
             "b": [[i, sides[1].piece(i).decode("utf-8", "backslashreplace")]
                   for i in ids_b[lo:k + WINDOW]],
-            "from_token": lo, "text": text[max(0, char - 40):char + 40]}
+            "from_token": lo, "text": _printable(text[max(0, char - 40):char + 40])}
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate spelled ``\\udxxx`` (no UTF-8 form: the JSON and
+    Markdown reports are UTF-8 files)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class Refused:
+    """A document a side would not encode: its error, in words (a report line, not a crash)."""
+
+    def __init__(self, e: Exception):
+        self.why = f"{type(e).__name__}: {e}"
+
+
+def _encode_each(side: Side, texts) -> list:
+    """``side.encode(texts)``; when the batch fails, each document alone, so the ones the side
+    refuses (HF ``tokenizers`` takes no str holding a lone surrogate, for one) become
+    ``Refused`` and the others are still compared."""
+    try:
+        return side.encode(texts)
+    except Exception:
+        pass
+    out = []
+    for t in texts:
+        try:
+            out.append(side.encode([t])[0])
+        except Exception as e:
+            out.append(Refused(e))
+    return out
 
 
 def compare_docs(sides, texts, wheres=None, *, limit: int = 50) -> dict:
-    """Encode ``texts`` with both sides; mismatches (at most ``limit`` kept, all counted) and
-    each side's seconds."""
+    """Encode ``texts`` with both sides; mismatches (at most ``limit`` kept, all counted; a
+    document one side refuses is one, with that side's error) and each side's seconds."""
     out = {"docs": len(texts), "bytes": sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
            "seconds": [], "mismatches": [], "n_mismatches": 0}
     results = []
     for s in sides:
-        s.encode(texts[:8])  # warm-up: caches, lazy tables, JIT
+        _encode_each(s, texts[:8])  # warm-up: caches, lazy tables, JIT
         t0 = time.perf_counter()
-        results.append(s.encode(texts))
+        results.append(_encode_each(s, texts))
         out["seconds"].append(time.perf_counter() - t0)
     for d, (a, b) in enumerate(zip(*results)):
+        w = wheres[d] if wheres else f"doc {d}"
+        refused = [(s.spec, r.why) for s, r in zip(sides, (a, b)) if isinstance(r, Refused)]
+        if refused:
+            out["n_mismatches"] += 1
+            if len(out["mismatches"]) < limit:
+                out["mismatches"].append({"where": w, "refused": refused,
+                                          "text": _printable(texts[d][:80])})
+            continue
         a, b = list(a), list(b)
         k = first_difference(a, b)
         if k is None:
             continue
         out["n_mismatches"] += 1
         if len(out["mismatches"]) < limit:
-            w = wheres[d] if wheres else f"doc {d}"
             out["mismatches"].append(_mismatch(sides, texts[d], a, b, w, k))
     return out
 
@@ -276,6 +313,11 @@ def markdown(report: dict) -> str:
               f"**{total} document(s) differ**", ""]
     for c in report["corpora"]:
         for m in c["mismatches"]:
+            if "refused" in m:
+                lines += [f"## {m['where']}: " + "; ".join(f"`{spec}` cannot encode it ({why})"
+                                                          for spec, why in m["refused"]), "",
+                          f"text there: `{m['text']!r}`", ""]
+                continue
             lines += [f"## {m['where']}: first difference at token {m['token']} (character "
                       f"{m['char']}; {m['len_a']} vs {m['len_b']} tokens)", "",
                       f"text there: `{m['text']!r}`", "",

@@ -6,6 +6,7 @@ Layout of an output directory (``npy`` shown; other formats differ only in the s
     shard_00000.ids.npy        a shard's files, named by ``gputok.formats``
     shard_00000.offsets.npy
     .gputok.lock               held while a job writes here: two jobs never share a directory
+                               (one left by a dead job is taken over: ``gputok.lifetime``)
 
 The rules that make a job killed at any moment lose nothing and duplicate nothing:
 
@@ -41,9 +42,11 @@ import numpy as np
 
 from .backends.host_pool import huge_block
 from .formats import Format, get_format
+from .lifetime import JobLock, LockHeld
 
 FORMAT = "gputok-shards-v2"
 MANIFEST = "manifest.json"
+LOCK = ".gputok.lock"  # held by the job writing here; records its pid and start time
 _OURS = re.compile(r"^(shard_\d{5}\..+|\.shard_\d{5}\..+\.tmp|\.manifest\.json\.tmp)$")
 # what must match for --resume to continue a job: anything that changes the ids or their layout
 RESUME_KEYS = ("output_format", "encoding", "n_vocab", "inputs", "field", "input_format",
@@ -180,20 +183,18 @@ class ShardWriter:
     # ---- setup: lock, manifest, verification, cleanup ---------------------------------------
 
     def _open_dir(self, resume: bool, overwrite: bool) -> None:
+        self._lock = JobLock(self.outdir / LOCK)
         try:
             self.outdir.mkdir(parents=True, exist_ok=True)
-            self._lock = open(self.outdir / ".gputok.lock", "a+b")
+            self._lock.acquire()
+        except LockHeld as e:
+            raise ShardWriteError(f"{self.outdir}: {e}") from None
         except OSError as e:
             raise ShardWriteError(f"cannot write to the output directory {self.outdir}: "
                                   f"{e.strerror or e}") from None
-        try:
-            import fcntl
-
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:
-            pass
-        except OSError:
-            raise ShardWriteError(f"{self.outdir}: another gputok job is writing there") from None
+        if self._lock.stale:
+            self.warn(f"{self.outdir}: the job that held it ({self._lock.stale}) is gone; its "
+                      "lock is taken over")
         old = None
         if self.manifest_path.exists():
             try:
@@ -205,7 +206,7 @@ class ShardWriter:
         if old is not None and resume:
             for key in RESUME_KEYS:
                 if old.get(key) != self.meta.get(key):
-                    raise ValueError(f"{self.manifest_path}: cannot resume, {key} differs "
+                    raise ValueError(f"{self.manifest_path}: cannot resume, the {key} changed "
                                      f"(the job has {old.get(key)!r}, now {self.meta.get(key)!r}); "
                                      "rerun with the same options, or --overwrite")
             self.shards = self._verified(old.get("shards", []))
@@ -389,7 +390,7 @@ class ShardWriter:
 
     def release(self) -> None:
         if self._lock is not None:
-            self._lock.close()
+            self._lock.release()
             self._lock = None
 
     def _write_manifest(self) -> None:

@@ -71,7 +71,10 @@ def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise CorpusError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        hint = ("; standard input is read as JSON lines: pass --input-format txt to read it as "
+                "one text" if path == "-" else "")
+        raise CorpusError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno}){hint}"
+                          ) from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
     if field not in obj:
@@ -80,8 +83,9 @@ def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
                           "choose one with --field")
     doc = obj[field]
     if not isinstance(doc, str):
-        raise CorpusError(f"{path}:{lineno}: field {field!r} is a {type(doc).__name__}, "
-                          "not a string")
+        kind = {dict: "an object", list: "a list", int: "a number", float: "a number",
+                bool: "a boolean", type(None): "null"}.get(type(doc), type(doc).__name__)
+        raise CorpusError(f"{path}:{lineno}: field {field!r} is {kind}, not a string")
     return doc
 
 

@@ -25,6 +25,65 @@ HF_FILES = {"qwen2": "qwen2_tokenizer_json", "llama3": "llama3_tokenizer_json"}
 CORPUS_KINDS = list(testdata.KINDS)
 
 
+# ---- test tiers ------------------------------------------------------------------------------
+#
+# The default tier (``python -m pytest``) is what a contributor runs: every module, every
+# backend, every format, every kernel on the emulator in one thread order, parity on sampled
+# corpora; minutes on two cores. The full tier (``--full`` or ``GPUTOK_FULL=1``; ``.ci/run``
+# turns it on) adds what only scale or repetition finds: the full corpora, the other thread
+# orders, SIGKILL rounds, Ray, megatron-core. A test joins the full tier with
+# ``@pytest.mark.full``; a test parametrised over a thread order of the emulator runs
+# one order, ``DEFAULT_ORDER``, in the default tier and every order in the full tier.
+
+FULL_ENV = "GPUTOK_FULL"
+DEFAULT_ORDER = "forward"
+
+
+def full_tier() -> bool:
+    """Whether the full tier runs (also for knobs a module reads at import, e.g. kill rounds)."""
+    return os.environ.get(FULL_ENV, "") == "1"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help=f"run the full tier too (the same as {FULL_ENV}=1; see tests/conftest.py)")
+
+
+def pytest_configure(config):
+    if config.getoption("--full"):
+        os.environ[FULL_ENV] = "1"  # seen by knobs read at import and by child processes
+
+
+ORDER_PARAMS = ("order", "emulated")  # parameters that name a thread order (or start with one)
+
+
+def _in_default_tier(item) -> bool:
+    if item.get_closest_marker("full") is not None:
+        return False
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name in ORDER_PARAMS:
+        if name in params:
+            order = params[name][0] if isinstance(params[name], tuple) else params[name]
+            return order == DEFAULT_ORDER
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    if full_tier():
+        return
+    keep = [it for it in items if _in_default_tier(it)]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[it for it in items if not _in_default_tier(it)])
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    if full_tier():
+        return "gputok tests: full tier"
+    return (f"gputok tests: default tier (the full tier: --full or {FULL_ENV}=1; its extra tests "
+            "show as deselected)")
+
+
 def fuzz_examples(default: int = 200) -> int:
     return int(os.environ.get("GPUTOK_FUZZ_EXAMPLES", default))
 

@@ -76,7 +76,8 @@ def test_append_eot(tmp_path):
 @pytest.mark.parametrize("content,needle", [
     (b'{"text": "ok"}\n{not json}\n', "bad.jsonl:2: invalid JSON"),
     (b'{"body": "x"}\n', "bad.jsonl:1: no field 'text'"),
-    (b'{"text": 3}\n', "bad.jsonl:1: field 'text' is a int"),
+    (b'{"text": 3}\n', "bad.jsonl:1: field 'text' is a number, not a string"),
+    (b'{"text": null}\n', "bad.jsonl:1: field 'text' is null, not a string"),
     (b'["text"]\n', "bad.jsonl:1: expected a JSON object"),
     (b'{"text": "\xff"}\n', "bad.jsonl:1: invalid UTF-8"),
     (b'{"text": "a <|endoftext|>"}\n', "--special-as-text"),
@@ -170,7 +171,11 @@ def test_unwritable_output_fails_before_any_work(tmp_path):
     assert r.stderr.startswith(f"gputok: error: cannot write to the output directory {blocker}/out")
 
 
-def test_truncated_gzip_is_one_line_and_keeps_finished_shards(tmp_path):
+@pytest.mark.parametrize("batch", ["20000", "8M"])
+def test_truncated_gzip_is_one_line_and_says_what_is_kept(tmp_path, batch):
+    """Small batches: the shards before the damage are kept and the message counts them; one
+    batch larger than the file: nothing was written, and the message says so (it once said
+    "the documents before it are kept" with 0 docs and 0 shards)."""
     import gzip
 
     raw = "".join(json.dumps({"text": f"doc {i} " * 20}) + "\n" for i in range(3000)).encode()
@@ -178,14 +183,23 @@ def test_truncated_gzip_is_one_line_and_keeps_finished_shards(tmp_path):
     (tmp_path / "t.jsonl.gz").write_bytes(gz[: len(gz) * 3 // 4])
     out = tmp_path / "out"
     r = _run("encode", "-e", "r50k_base", tmp_path / "t.jsonl.gz", "-o", out, "-q",
-             "--shard-tokens", "5000", "--batch-bytes", "20000")
+             "--shard-tokens", "5000", "--batch-bytes", batch)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.startswith(f"gputok: error: {tmp_path}/t.jsonl.gz: truncated or corrupt gz "
-                               "data (EOFError")
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gputok: error: {tmp_path}/t.jsonl.gz: truncated "
+                                               "or corrupt gz data (EOFError"), r.stderr
     m = json.loads((out / "manifest.json").read_text())
+    if batch == "8M":
+        assert m["docs"] == 0 and not m["shards"]
+        assert err[0].endswith(f". No shard was finished, so {out} holds nothing yet")
+        assert "kept" not in err[0]
+        return
     enc = gputok.get_encoding("r50k_base")
     assert m["docs"] > 1000 and _all_docs(out) == [enc.encode(f"doc {i} " * 20)
                                                    for i in range(m["docs"])]
+    assert err[0].endswith(f". {len(m['shards'])} finished shard(s) ({m['docs']} docs, "
+                           f"{m['tokens']} tokens, input up to {tmp_path}/t.jsonl.gz:{m['docs']}) "
+                           f"are kept in {out}; rerun with --resume to continue")
 
 
 def test_shard_cap_is_a_cap_and_small_jobs_keep_shards(tmp_path):
@@ -465,3 +479,83 @@ def test_a_failed_last_shard_leaves_the_job_incomplete(tmp_path, monkeypatch):
         w.close()
     assert not w.complete and not read_manifest(tmp_path / "o")["complete"]
     w.release()
+
+
+def test_train_reads_a_lone_surrogate_escape_as_the_api_does(tmp_path, capsys):
+    """A JSON line spelling ``"\\ud800"`` (a lone surrogate: no UTF-8 form) trains as
+    ``train_bpe`` on the same str does, the surrogate as U+FFFD (tiktoken's rule, which
+    ``gputok encode`` follows too), instead of a bare codec error."""
+    texts = ["ab\ud800cd ab\ud800cd", "pair \ud83d\ude00 \ud83d\ude00 ok", "ab\udfffcd"] * 3
+    src = _jsonl(tmp_path / "s.jsonl", texts)
+    assert "\\ud800" in src.read_text()
+    out = tmp_path / "tok.json"
+    assert main(["train", str(src), "-o", str(out), "--vocab-size", "270", "-q"]) == 0
+    capsys.readouterr()
+    want = gputok.train_bpe(texts, vocab_size=270)
+    got = gputok.load(out)
+    assert got.n_vocab == want.n_vocab == 270
+    assert [got.decode_single_token_bytes(i) for i in range(270)] == \
+        [want.decode_single_token_bytes(i) for i in range(270)]
+    assert "\N{REPLACEMENT CHARACTER}cd".encode() in {got.decode_single_token_bytes(i)
+                                                      for i in range(256, 270)}
+    enc_out = tmp_path / "enc"
+    assert main(["encode", str(src), "-o", str(enc_out), "--tokenizer", str(out), "-q"]) == 0
+    assert _all_docs(enc_out) == [want.encode(t) for t in texts]
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path):
+    src = _jsonl(tmp_path / "d.jsonl", ["a", "b"])
+    out = tmp_path / "o"
+    assert _run("encode", src, "-o", out, "-q").returncode == 0
+    before = (out / "manifest.json").read_bytes()
+    r = _run("encode", src, "-o", out, "-q", "--resume", "--overwrite")
+    assert r.returncode == 2 and r.stderr == ("gputok: error: --resume continues the job in the "
+                                              "output directory and --overwrite deletes it: pass "
+                                              "one of them\n")
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_invalid_json_on_stdin_hints_the_text_input_format(tmp_path):
+    r = _run("encode", "-", "-o", tmp_path / "o", "-q", stdin="just some text\n")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("gputok: error: -:1: invalid JSON (Expecting value at column 1); "
+                               "standard input is read as JSON lines: pass --input-format txt to "
+                               "read it as one text."), r.stderr
+    r = _run("encode", "-", "-o", tmp_path / "o2", "-q", "--input-format", "txt",
+             stdin="just some text\n")
+    assert r.returncode == 0, r.stderr
+    assert _all_docs(tmp_path / "o2") == [gputok.get_encoding("cl100k_base").encode("just some text\n")]
+
+
+def test_resume_with_other_inputs_says_what_changed(tmp_path):
+    a, b = _jsonl(tmp_path / "a.jsonl", ["a"]), _jsonl(tmp_path / "b.jsonl", ["b"])
+    out = tmp_path / "o"
+    assert _run("encode", a, "-o", out, "-q").returncode == 0
+    r = _run("encode", a, b, "-o", out, "-q", "--resume")
+    assert r.returncode == 2
+    assert f"{out}/manifest.json: cannot resume, the inputs changed (the job has " in r.stderr
+
+
+def test_a_tiktoken_file_without_sidecar_asks_for_pattern_on_the_command_line(tmp_path):
+    import shutil
+
+    import testdata
+
+    ranks = tmp_path / "g.tiktoken"
+    shutil.copy(testdata.vocab_path("r50k_base"), ranks)
+    r = _run("show", "--tokenizer", ranks, "hello")
+    assert r.returncode == 2 and r.stderr.startswith(
+        f"gputok: error: {ranks}: a .tiktoken file holds no pre-tokenizer pattern; pass "
+        "--pattern NAME (gpt2, ")
+    assert "pat_str=" not in r.stderr and "g.tiktoken.json sidecar" in r.stderr
+    src = _jsonl(tmp_path / "d.jsonl", ["hello world", "it's 2024"])
+    r = _run("encode", "--tokenizer", ranks, src, "-o", tmp_path / "o", "-q")
+    assert r.returncode == 2 and "--pattern NAME" in r.stderr
+    r = _run("encode", "--tokenizer", ranks, "--pattern", "gpt2", src, "-o", tmp_path / "o", "-q")
+    assert r.returncode == 0, r.stderr
+    r50k = gputok.get_encoding("r50k_base")
+    assert _all_docs(tmp_path / "o") == [r50k.encode("hello world"), r50k.encode("it's 2024")]
+    r = _run("show", "--tokenizer", ranks, "--pattern", "gpt2", "hello world")
+    assert r.returncode == 0 and "31373" in r.stdout
+    r = _run("show", "--pattern", "gpt2", "hello")
+    assert r.returncode == 2 and "--pattern goes with --tokenizer" in r.stderr

@@ -5,12 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from gputok.corpus import (CorpusError, iter_documents, location, read_batches, resolve_inputs,
                            total_input_bytes)
 
+ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["first doc", "second\nline", "", "日本語 😀", "last one"]
 
 
@@ -149,4 +151,118 @@ def test_a_job_does_not_read_its_own_output(tmp_path):
     for _ in range(2):  # the second run would see tokens/*.parquet without the exclusion
         s = encode_corpus([tmp_path], out, fmt="parquet", workers=1, overwrite=True)
         assert s.docs == 2
-    assert [s.path for s in resolve_inputs([tmp_path], exclude=out)] == [f"{tmp_path}/a.jsonl"]
+    assert [s.path for s in resolve_inputs([tmp_path], skip_dir=out)] == [f"{tmp_path}/a.jsonl"]
+
+
+# ---- dataset folders as users have them -----------------------------------------------------
+
+def _parquet(path, texts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"text": texts}), path)
+
+
+def _arrow_stream(path, texts):
+    import pyarrow as pa
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"text": texts})
+    with pa.ipc.new_stream(path, table.schema) as w:
+        w.write_table(table)
+
+
+def _texts(sources):
+    return _all(sources, batch_bytes=1 << 20)
+
+
+def test_a_hub_snapshot_reads_its_data_and_skips_the_card(tmp_path):
+    """A dataset repository as downloaded: a card, .gitattributes and data/<split>-*.parquet."""
+    pytest.importorskip("pyarrow")
+    d = tmp_path / "ds"
+    _parquet(d / "data" / "train-00000-of-00002.parquet", ["t0", "t1"])
+    _parquet(d / "data" / "train-00001-of-00002.parquet", ["t2"])
+    _parquet(d / "data" / "test-00000-of-00001.parquet", ["x0"])
+    (d / "README.md").write_text("---\nlicense: mit\n---\n# A dataset card\n")
+    (d / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    (d / "LICENSE").write_text("MIT\n")
+    notes = []
+    sources = resolve_inputs([d], note=notes.append)
+    assert [os.path.relpath(s.path, d) for s in sources] == [
+        "data/test-00000-of-00001.parquet", "data/train-00000-of-00002.parquet",
+        "data/train-00001-of-00002.parquet"]
+    assert notes == [f"{d}: skipped 2 file(s) that are not data: LICENSE, README.md "
+                     "(--include GLOB reads one)"]
+    assert _texts(sources) == ["x0", "t0", "t1", "t2"]
+    train = resolve_inputs([d / "data" / "train-*.parquet"])  # a split by its glob, as is
+    assert _texts(train) == ["t0", "t1", "t2"]
+    notes.clear()
+    only_train = resolve_inputs([d], exclude=["test-*"], note=notes.append)
+    assert _texts(only_train) == ["t0", "t1", "t2"]
+    assert notes[0].startswith(f"{d}: skipped 3 file(s) that are not data or match --exclude: "
+                               "LICENSE, README.md, data/test-00000-of-00001.parquet")
+    with_card = resolve_inputs([d], include=["README.md"], exclude=["data/*"],
+                               note=notes.append)
+    assert [s.kind for s in with_card] == ["txt"] and _texts(with_card)[0].startswith("---")
+
+
+def test_datasets_save_to_disk_and_cache_layouts_read_as_is(tmp_path):
+    """What HF ``datasets`` writes, by name: ``save_to_disk`` (dataset_dict.json, <split>/
+    data-*.arrow with dataset_info.json and state.json beside) and its cache (<builder>-<split>
+    .arrow, dataset_info.json, cache-*.arrow results of ``map``, .lock files)."""
+    pytest.importorskip("pyarrow")
+    saved = tmp_path / "saved"
+    _arrow_stream(saved / "train" / "data-00000-of-00001.arrow", ["a", "b"])
+    _arrow_stream(saved / "validation" / "data-00000-of-00001.arrow", ["c"])
+    (saved / "dataset_dict.json").write_text('{"splits": ["train", "validation"]}')
+    for split in ("train", "validation"):
+        (saved / split / "dataset_info.json").write_text('{"features": {}}')
+        (saved / split / "state.json").write_text('{"_data_files": []}')
+    notes = []
+    assert _texts(resolve_inputs([saved], note=notes.append)) == ["a", "b", "c"]
+    assert notes == [f"{saved}: skipped 5 file(s) that are not data: dataset_dict.json, "
+                     "train/dataset_info.json, train/state.json, validation/dataset_info.json, "
+                     "validation/state.json (--include GLOB reads one)"]
+    cache = tmp_path / "cache"
+    root = cache / "json" / "default-1a2b" / "0.0.0" / "3c4d"
+    _arrow_stream(root / "json-train.arrow", ["p", "q"])
+    _arrow_stream(root / "cache-5e6f.arrow", ["a map() result"])
+    (root / "dataset_info.json").write_text('{"builder_name": "json"}')
+    (cache / "_tmp_cache_json_default-1a2b_0.0.0_3c4d.lock").write_text("")
+    notes.clear()
+    assert _texts(resolve_inputs([cache], note=notes.append)) == ["p", "q"]
+    assert "cache-5e6f.arrow" in notes[0] and "dataset_info.json" in notes[0]
+
+
+def test_real_datasets_layouts(tmp_path):
+    """The same, written by the installed ``datasets`` itself."""
+    datasets = pytest.importorskip("datasets", reason="datasets not installed")
+    ds = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a", "b"],
+                                                                     "n": [1, 2]}),
+                               "test": datasets.Dataset.from_dict({"text": ["c"], "n": [3]})})
+    ds.save_to_disk(str(tmp_path / "saved"))
+    assert sorted(_texts(resolve_inputs([tmp_path / "saved"]))) == ["a", "b", "c"]
+    src = tmp_path / "src.jsonl"
+    src.write_text('{"text": "x"}\n{"text": "y"}\n')
+    loaded = datasets.load_dataset("json", data_files=str(src), cache_dir=str(tmp_path / "hf"))
+    loaded["train"].map(lambda r: {"text": r["text"] * 2})  # leaves a cache-*.arrow behind
+    assert _texts(resolve_inputs([tmp_path / "hf"])) == ["x", "y"]
+
+
+def test_encode_a_dataset_folder_skips_its_card_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    d = tmp_path / "d"
+    d.mkdir()
+    _jsonl(d / "part-0.jsonl", ["alpha", "beta"])
+    (d / "README.md").write_text("# not a training document\n")
+    (d / "dataset_info.json").write_text('{"description": "not JSON lines of text"}\n')
+    r = subprocess.run([sys.executable, "-m", "gputok", "encode", str(d), "-o",
+                        str(tmp_path / "o"), "-q", "-e", "r50k_base"], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"gputok: {d}: skipped 2 file(s) that are not data: README.md, "
+                        "dataset_info.json (--include GLOB reads one)\n")
+    assert r.stdout.startswith("gputok encode: 2 docs,")

@@ -47,3 +47,21 @@ def test_public_api():
 
     for name in ("Encoding", "StreamDecoder", "get_encoding", "list_encoding_names", "load"):
         assert name in gputok.__all__ and hasattr(gputok, name)
+
+
+def test_every_module_compiles_without_warnings():
+    """An invalid escape in a docstring (``"\\p{N}"``) is a SyntaxWarning on every import from
+    source under Python 3.12+ (an error in a later Python): every module of the product, the
+    spec, the tests and the benchmarks is compiled with warnings as errors."""
+    import warnings
+
+    bad = []
+    for top in ("gputok", "cpu_ref", "tests", "bench"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                try:
+                    compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+                except (SyntaxError, Warning) as e:
+                    bad.append(f"{path.relative_to(ROOT)}: {e}")
+    assert not bad, "\n".join(bad)

@@ -105,3 +105,23 @@ def test_plot(corpus, tmp_path):
     assert [p["docs"] for p in sizes] == first + [300] and sizes[-1]["mb"] == total / 1e6
     assert all(s > 0 for p in sizes for s in p["seconds"])
     assert f"| {big} | {total / 1e6:.2f} | 300 |" in (tmp_path / "r.md").read_text()
+
+
+def test_a_document_one_side_refuses_is_a_report_line(tmp_path, capsys):
+    """HF ``tokenizers`` takes no str holding a lone surrogate (a JSON ``"\\ud800"``): that
+    document is reported as refused, with the error, and the others are still compared."""
+    import testdata
+
+    hf = testdata.vocab_path("qwen2_tokenizer_json")
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps({"text": "ab\ud800cd"}) + "\n"
+                 + "".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:4]))
+    rc = main(["parity", "--a", f"hf:{hf}", "--b", f"gputok:{hf}", str(p),
+               "--json", str(tmp_path / "r.json")])
+    assert rc == 1
+    md = capsys.readouterr().out
+    assert f"## {p}:1: `hf:{hf}` cannot encode it (TypeError: " in md
+    assert "**1 document(s) differ**" in md
+    c = json.loads((tmp_path / "r.json").read_text())["corpora"][0]
+    assert c["docs"] == 5 and c["n_mismatches"] == 1
+    assert c["mismatches"][0]["refused"][0][0] == f"hf:{hf}"

@@ -108,7 +108,7 @@ def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, job_
             subprocess.run(["rm", "-rf", str(out)], check=True)
     assert kills >= rounds, f"only {kills} of the runs were still working when killed"
     assert mid_job >= rounds // 2, f"only {mid_job} kills landed after some shards were written"
-    if workers > 1:  # pool workers notice their parent is gone and exit (they poll every 1 s)
+    if workers > 1:  # pool workers end with their parent (gputok.lifetime)
         for _ in range(50):
             left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
             if not left.stdout.strip():
@@ -209,3 +209,55 @@ def test_disk_full_names_the_file_and_what_is_kept(corpus, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert _docs(out) == _docs(ref)
+
+
+def _job_processes(out) -> list:
+    """Processes whose command line names ``out``: the job and its pool workers."""
+    r = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    return r.stdout.split()
+
+
+@pytest.mark.parametrize("kill_at", ["start", "first shard", "half"])
+def test_sigkill_of_the_main_process_alone_ends_its_workers_and_frees_the_lock(
+        corpus, reference, tmp_path, kill_at):
+    """What an out-of-memory kill does: SIGKILL of the job's main process only, never of its
+    workers. The workers exit on their own at once (``lifetime.die_with_parent``: they may be
+    blocked in a pipe read of a half-sent batch), the output's lock is not theirs to keep, and
+    ``--resume`` right after finishes byte for byte as one uninterrupted run."""
+    inputs = corpus * 4  # batches of 256 KB: larger than a pipe holds, so sends are in flight
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    extra = ("--batch-bytes", "256k")
+    subprocess.run(_cmd(inputs, ref, "npy", *extra, workers=2), check=True, cwd=ROOT,
+                   capture_output=True)
+    p = subprocess.Popen(_cmd(inputs, out, "npy", *extra, workers=2), cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    want = {"start": 0, "first shard": 1, "half": 8002}[kill_at]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            m = read_manifest(out)
+        except (OSError, ValueError):
+            m = None
+        if m is not None and (m["docs"] >= want if want > 1 else len(m["shards"]) >= want):
+            break
+        time.sleep(0.01)
+    assert p.poll() is None, "the job ended before its kill point: " + p.stderr.read().decode()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    p.stderr.close()
+    for _ in range(60):
+        left = _job_processes(out)
+        if not left:
+            break
+        time.sleep(0.05)
+    for pid in left:  # not left running if this test fails
+        os.kill(int(pid), signal.SIGKILL)
+    assert not left, f"orphaned encoder workers after the main process died: {left}"
+    r = subprocess.run(_cmd(inputs, out, "npy", *extra, "--resume", workers=2), cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "another gputok job" not in r.stderr
+    got, want_m = read_manifest(out), read_manifest(ref)
+    assert got["complete"] and got["docs"] == want_m["docs"] == 4001 * 4
+    assert [s["sha256"] for s in got["shards"]] == [s["sha256"] for s in want_m["shards"]]
+    assert _docs(out) == reference["npy"] * 4

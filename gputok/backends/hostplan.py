@@ -220,7 +220,7 @@ _CUT_WINDOW_MAX = 1 << 20
 
 
 def find_safe_cut(data: np.ndarray, lo: int, hi: int) -> int:
-    """The first safe cut in ``data[lo:hi]`` (uint8): the smallest position ``p`` with
+    r"""The first safe cut in ``data[lo:hi]`` (uint8): the smallest position ``p`` with
     ``lo <= p - 1`` and ``p + 1 < hi`` where either a space has ASCII letters on both sides
     (THE SAFE CUT, ``stages/pretok.py``: the cut is at the space), or an ASCII letter and an
     ASCII digit meet, in either order (the cut is at the second); -1 when there is none.
