@@ -64,13 +64,41 @@ class Tokenizer:
         return batch.append_column(self.output_column, self._to_arrow(ids, offsets))
 
 
+def actor_cpus(actors: int, cluster_cpus: float) -> float:
+    """CPUs each actor asks Ray for: 1, but never so many that the pool holds every CPU of the
+    cluster. The dataset's other tasks (listing and reading files, ``from_items`` blocks) need
+    a CPU too, and a pool that holds them all waits forever for blocks nobody can read (two
+    actors on ``ray.init(num_cpus=2)`` did). An actor's encoder uses the node's cores whatever
+    it asks for (the native backend runs a thread per core), so the number is Ray's
+    bookkeeping, not the actor's speed.
+
+    >>> actor_cpus(2, 2), actor_cpus(16, 64), actor_cpus(4, 1)
+    (0.5, 1.0, 0.125)
+    """
+    room = cluster_cpus - 1 if cluster_cpus >= 2 else cluster_cpus / 2
+    return min(1.0, room / actors)
+
+
+def _cluster_cpus() -> float:
+    import os
+
+    import ray
+
+    if ray.is_initialized():
+        return float(ray.cluster_resources().get("CPU", 1))
+    return float(os.cpu_count() or 1)  # what Ray Data's own ray.init() will give this machine
+
+
 def tokenize(ds, encoding: str = "cl100k_base", *, actors: int = 2, num_gpus: float = 0,
-             batch_size: int = 4096, preserve_order: bool = True, **tokenizer_kwargs):
+             num_cpus: "float | None" = None, batch_size: int = 4096,
+             preserve_order: bool = True, **tokenizer_kwargs):
     """``ds.map_batches`` with a pool of ``actors`` ``Tokenizer`` actors (Arrow in, Arrow out).
 
-    ``num_gpus=1`` on GPU clusters gives each actor a GPU. Extra keyword arguments go to
-    ``Tokenizer`` (``text_column``, ``backend``, ``append_eot``, ...). Ray Data emits blocks as
-    they finish unless told otherwise; ``preserve_order=True`` (the default) sets the dataset's
+    ``num_gpus=1`` on GPU clusters gives each actor a GPU. ``num_cpus``: CPUs each actor asks
+    for (default ``actor_cpus``: 1, less when the pool would otherwise hold every CPU and
+    starve the reads). Extra keyword arguments go to ``Tokenizer`` (``text_column``,
+    ``backend``, ``append_eot``, ...). Ray Data emits blocks as they finish unless told
+    otherwise; ``preserve_order=True`` (the default) sets the dataset's
     ``execution_options.preserve_order`` so rows come out in input order, as from one process
     (``False`` lets a slow block not hold back the others).
 
@@ -81,10 +109,14 @@ def tokenize(ds, encoding: str = "cl100k_base", *, actors: int = 2, num_gpus: fl
         from ray.data import ActorPoolStrategy
     except ImportError:
         raise ImportError("gputok.ray needs Ray Data: pip install 'gputok[ray]'") from None
+    if actors < 1:
+        raise ValueError(f"actors must be >= 1, got {actors}")
+    if num_cpus is None:
+        num_cpus = actor_cpus(actors, _cluster_cpus())
     out = ds.map_batches(Tokenizer, fn_constructor_args=(encoding,),
                          fn_constructor_kwargs=tokenizer_kwargs, batch_format="pyarrow",
                          batch_size=batch_size, compute=ActorPoolStrategy(size=actors),
-                         num_gpus=num_gpus, zero_copy_batch=True)
+                         num_cpus=num_cpus, num_gpus=num_gpus, zero_copy_batch=True)
     if preserve_order:
         out.context.execution_options.preserve_order = True
     return out
