@@ -378,7 +378,7 @@ class Encoding:
         'hé'
         """
         if self.model.detok is not None:
-            from .detok import FamilyStreamDecoder
+            from .components.decoders.chains import FamilyStreamDecoder
 
             return FamilyStreamDecoder(self.model.detok, self.model.detok.is_byte, errors)
         return StreamDecoder(self.model.decoder, errors)

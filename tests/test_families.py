@@ -28,7 +28,7 @@ from cpu_ref.hf_spm import RefHFSpm
 from cpu_ref.spm import RefSentencePiece
 from gputok.loaders import spm_model
 from gputok.stages import counters, reset_counters
-from gputok.stages.charsmap import CharsMap, build_blob
+from gputok.components.normalizers.charsmap import CharsMap, build_blob
 from test_cpu_ref_spm import EDGES, _crafted_model
 
 MODELS = list(testdata.SPM_MODELS) + list(F.TRAINED)
@@ -441,10 +441,11 @@ def test_family_docstring_examples_run():
     import doctest
     import importlib
 
-    for name in ("gputok.stages.charsmap", "gputok.stages.charbpe", "gputok.stages.spm",
-                 "gputok.stages.spm_norm", "gputok.stages.bert", "gputok.stages.wordpiece",
+    for name in ("gputok.components.normalizers.charsmap", "gputok.components.segmenters.charbpe",
+                 "gputok.components.segmenters.spm_bpe", "gputok.components.normalizers.spm",
+                 "gputok.components.pretokenizers.bert", "gputok.components.segmenters.wordpiece",
                  "gputok.loaders.spm_model", "gputok.loaders.gguf", "gputok.loaders.gguf_pre",
-                 "gputok.detok"):
+                 "gputok.components.decoders.chains"):
         mod = importlib.import_module(name)
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, name

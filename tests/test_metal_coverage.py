@@ -137,7 +137,7 @@ def test_metal_qwen2_nfd_input_matches_hf_with_the_host_spans_cuda_counts(order,
 
 @pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
 def test_metal_wordpiece_shader_matches_its_numpy_reference(order, seed, corpora):
-    from gputok.stages.wordpiece import encode_wordpiece
+    from gputok.components.segmenters.wordpiece import encode_wordpiece
     from test_wordpiece import _words, trio
 
     enc, _, _ = trio("uncased")

@@ -26,8 +26,8 @@ from conftest import fuzz_examples
 from cpu_ref.wordpiece import RefWordPiece
 from gputok.unicode import bert as bu
 from gputok.stages import counters, reset_counters
-from gputok.stages.bert import BertSteps
-from gputok.stages.wordpiece import WordPieceFamily, encode_wordpiece
+from gputok.components.pretokenizers.bert import BertSteps
+from gputok.components.segmenters.wordpiece import WordPieceFamily, encode_wordpiece
 
 VARIANTS = {"uncased": {}, "cased": {"lowercase": False},
             "no_cjk": {"handle_chinese_chars": False},

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import regex
 
-from ..detok import HFDecoder
+from ..components.decoders.chains import HFDecoder
 from ..model import Model
-from ..stages.bert import BertSteps
-from ..stages.hf_spm import HFSpmFamily
-from ..stages.wordpiece import WordPieceFamily
+from ..components.pretokenizers.bert import BertSteps
+from ..components.segmenters.hf_charbpe import HFSpmFamily
+from ..components.segmenters.wordpiece import WordPieceFamily
 from ..stages.normalize import STEPS
 
 _UNICODE_STEPS = {s: s for s in STEPS}
@@ -93,7 +93,7 @@ def _metaspace(spec, need) -> "dict | None":
 
 
 def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
-    """An SPM-style BPE tokenizer.json (see ``stages/hf_spm.py``)."""
+    """An SPM-style BPE tokenizer.json (see ``components/segmenters/hf_charbpe.py``)."""
     model = cfg["model"]
     for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
         need(not model.get(key), f"model.{key} is not supported")
@@ -145,7 +145,7 @@ def _byte_value(tok: str) -> "int | None":
 
 def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
     """A BERT tokenizer.json: BertNormalizer (or none), BertPreTokenizer, WordPiece (the stage is
-    ``stages/wordpiece.py``)."""
+    ``components/segmenters/wordpiece.py``)."""
     model = cfg["model"]
     vocab = _vocab(model, need)
     unk = model.get("unk_token", "[UNK]")

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model import Model
-from ..stages.charsmap import CharsMap, CharsMapError
-from ..stages.spm import SpmFamily, decoder_map
-from ..stages.spm_norm import SpmNormalizer
+from ..components.normalizers.charsmap import CharsMap, CharsMapError
+from ..components.segmenters.spm_bpe import SpmFamily, decoder_map
+from ..components.normalizers.spm import SpmNormalizer
 
 MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
@@ -229,7 +229,7 @@ def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None
                     normalizer=norm, unk_surface=spec.unk_surface, where=where,
                     decode_strip=spec.add_dummy_prefix or spec.remove_extra_whitespaces,
                     decode_all_ws=spec.remove_extra_whitespaces)
-    from ..detok import SpmDecoder
+    from ..components.decoders.chains import SpmDecoder
 
     return Model(name=name, pretok=None, decoder=decoder_map(fam), byte_ids=fam.byte_ids,
                  specials=dict(fam.specials), digest=digest, kind="spm-bpe", family=fam,

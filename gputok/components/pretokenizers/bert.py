@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..unicode import bert as bu
-from . import counters
-from .charbpe import code_points
+from ...unicode import bert as bu
+from ...stages import counters
+from ..._arrays import code_points
 
 
 def _expand(cps: np.ndarray, seg: np.ndarray, at: np.ndarray, starts: np.ndarray,

@@ -32,17 +32,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import counters
-from .bert import BertSteps
-from .family import Family
-from .merge import VECTOR_MIN
-from .table import NO_MERGE, MergeTable
+from ...stages import counters
+from . import Base
+from ..pretokenizers.bert import BertSteps
+from ...stages.merge import VECTOR_MIN
+from ...stages.table import NO_MERGE, MergeTable
 
 NO_TOKEN = 0xFFFFFFFF
 ROOT = 0
 
 
-class WordPieceFamily(Family):
+class WordPieceFamily(Base):
     """The tables of one WordPiece model.
 
     >>> wp = WordPieceFamily({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3})

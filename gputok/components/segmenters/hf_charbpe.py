@@ -28,16 +28,16 @@ from __future__ import annotations
 import numpy as np
 import regex
 
-from .._arrays import unique_sorted
-from . import counters
+from ..._arrays import unique_sorted
+from ...stages import counters
+from . import Base
 from .charbpe import UNKNOWN, CharBpe, code_points
-from .family import Family
-from .normalize import normalize_text
+from ...stages.normalize import normalize_text
 
 SPACE = "\u2581"
 
 
-class HFSpmFamily(Family):
+class HFSpmFamily(Base):
     """The tables of one SPM-style tokenizer.json (built by ``loaders.hf_json``)."""
 
     kind = "spm-bpe"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import codecs
 
-from .decode import as_int_list
+from ...decode import as_int_list
 
 _PER_BYTE = "gputok.perbyte"
 
@@ -44,11 +44,11 @@ def _ids(tokens, n_vocab: int) -> list:
 
 class SpmDecoder:
     """sentencepiece's decoding of one model (see the module docstring); ``fam`` is its
-    ``stages.spm.SpmFamily``."""
+    ``components.segmenters.spm_bpe.SpmFamily``."""
 
     def __init__(self, fam):
-        from .stages.spm import BYTE, CONTROL, UNKNOWN_T
-        from .stages.spm_norm import SPACE
+        from ..segmenters.spm_bpe import BYTE, CONTROL, UNKNOWN_T
+        from ..normalizers.spm import SPACE
 
         self.n_vocab = fam.n_vocab
         self.types = fam.types

@@ -30,9 +30,9 @@ import heapq
 
 import numpy as np
 
-from . import counters
+from ...stages import counters
 from .charbpe import CP_MASK, UNKNOWN, CharBpe, code_points
-from .spm_norm import SPACE, SpmNormalizer
+from ..normalizers.spm import SPACE, SpmNormalizer
 
 NORMAL, UNKNOWN_T, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 TYPE_NAMES = {NORMAL: "NORMAL", UNKNOWN_T: "UNKNOWN", CONTROL: "CONTROL",

@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from .charbpe import code_points
+from ..._arrays import code_points
 from .charsmap import CharsMap
 
 SPACE = "\u2581"  # "▁"
