@@ -11,7 +11,7 @@ from . import padding
 from .backends import get_backend
 from .backends.device_tables import prefetch as prefetch_tables
 from .backends.numpy import encode_few, encode_text
-from .decode import StreamDecoder, as_int_list, join_bytes
+from .decode import StreamDecoder, as_int_list
 from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
 from .specials import check_disallowed, special_args
@@ -125,7 +125,7 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
-        if model.family is None:
+        if model.segmenter.byte_level:
             prefetch_tables(model)  # a device's first batch finds its tables read
 
     def __repr__(self) -> str:
@@ -215,10 +215,9 @@ class Encoding:
         if isinstance(text_or_bytes, str):
             if text_or_bytes in m.specials or text_or_bytes in m.added:
                 return m.token_id(text_or_bytes)
-            if m.family is not None:  # a piece as the vocabulary spells it ("▁the", "##ing")
-                tok = m.family.token_id(text_or_bytes)
-                if tok is not None:
-                    return tok
+            tok = m.segmenter.token_id(text_or_bytes)  # as the vocabulary spells it ("▁the")
+            if tok is not None:
+                return tok
             text_or_bytes = text_or_bytes.encode("utf-8")
         tok = m.token_ids_by_bytes.get(text_or_bytes)
         if tok is None:
@@ -303,9 +302,7 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
-        if self.model.detok is not None:  # families that decode as their library does
-            return self.model.detok.decode_bytes(tokens)
-        return join_bytes(self.model.decoder, tokens)
+        return self.model.detok.decode_bytes(tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         """Decode to text. Lossy by default: bytes that are not valid UTF-8 become U+FFFD
@@ -314,9 +311,7 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        if self.model.detok is not None:
-            return self.model.detok.decode(tokens, errors)
-        return join_bytes(self.model.decoder, tokens).decode("utf-8", errors=errors)
+        return self.model.detok.decode(tokens, errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token (specials included); unknown ids raise ``KeyError``.
@@ -377,11 +372,7 @@ class Encoding:
         >>> dec.feed(enc.encode("h\\u00e9")[:1]) + dec.feed(enc.encode("h\\u00e9")[1:]) + dec.flush()
         'hé'
         """
-        if self.model.detok is not None:
-            from .components.decoders.chains import FamilyStreamDecoder
-
-            return FamilyStreamDecoder(self.model.detok, self.model.detok.is_byte, errors)
-        return StreamDecoder(self.model.decoder, errors)
+        return self.model.detok.stream(errors)
 
     # ==== miscellaneous ==========================================================================
 

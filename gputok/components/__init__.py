@@ -99,8 +99,9 @@ class SegmenterDevice:
     """A segmenter's device form: ``stage`` is the ``DeviceStages`` method that runs it on a
     chunk's pieces; ``kernel`` the kernel a device must have (``has_kernel``); ``one_call``:
     the device's one-call forms (a short text, an inline chunk, the merge of given pieces) run it
-    too; ``tables()``: (host arrays, kernel scalars) to upload, or None for the merge tables of
-    ``backends/device_tables.py`` (byte-level BPE, cached on disk)."""
+    too; ``tables()``: (host arrays, kernel scalars) to upload (an array given as a
+    ``stages.table.MergeTable`` is uploaded in the merge table's hash layout), or None for the
+    merge tables of ``backends/device_tables.py`` (byte-level BPE, cached on disk)."""
 
     stage: str
     kernel: str

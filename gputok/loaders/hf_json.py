@@ -64,8 +64,14 @@ def _model(cfg, name: str, digest: str) -> Model:
         from .hf_families import wordpiece_model
 
         return wordpiece_model(cfg, name, digest, _need)
+    if model.get("type") in ("Unigram", "WordLevel"):
+        from .hf_models import unigram_model, wordlevel_model
+
+        make = unigram_model if model["type"] == "Unigram" else wordlevel_model
+        return make(cfg, name, digest, _need)
     _need(model.get("type", "BPE") == "BPE",
-          f"model.type {model.get('type')!r} is not supported (BPE or WordPiece)")
+          f"model.type {model.get('type')!r} is not supported (BPE, WordPiece, Unigram or "
+          "WordLevel)")
     if _spm_style(cfg):
         from .hf_families import spm_model
 
