@@ -94,7 +94,7 @@ def test_reader_errors_name_file_and_problem(tmp_path):
     with pytest.raises(ValueError, match="broken.model: not a SentencePiece model: .*"
                                          "(truncated|claims)"):
         gputok.load(bad)
-    cases = [([unk], {"model_type": 1}, "model_type UNIGRAM is not supported"),
+    cases = [([unk], {"model_type": 3}, "model_type WORD is not supported"),
              ([unk, ("a", 0.0, 1), ("a", -1.0, 1)], {}, "'a' is defined twice"),
              ([unk, ("<0x00>", 0.0, spm_proto.BYTE)], {"byte_fallback": True},
               "byte pieces are missing"),
