@@ -20,8 +20,10 @@ mT5; ``unigram_model.cc``, the optimised encoder of 0.2.x), on the normalised se
 * THE COMPARATOR (sentencepiece Unigram): ``best[e]`` takes a candidate ``best[s] + score`` only
   when it is strictly greater than what ``best[e]`` holds (or it is empty), so on a tie the first
   candidate in the order above wins: the smallest start, then the shortest piece, then unknown.
-  A piece's candidate sum is computed in double and compared with the stored float32 (then
-  stored rounded to float32); the unknown edge's sum is float32;
+  Sums are float32, from the sentence start: a sum restarted elsewhere rounds differently, and
+  real ties depend on it (XLM-R's three apostrophes are "'" + "''" because the two sums round
+  equal). The sentencepiece 0.2.x source reads as if a piece's candidate were summed in double;
+  the library (0.2.3) behaves as float32 on XLM-R's vocabulary, so float32 it is;
 * the path is read back from the end; then the processor: an unknown piece becomes its bytes'
   ``<0xXX>`` pieces with byte fallback, else consecutive unknown pieces are one unk id.
 
@@ -104,14 +106,14 @@ class RefUnigram(RefSentencePiece):
                 i = self.trie.get(data[s:e])
                 if i is None or self.types[i] == UNUSED:
                     continue
-                score = (f32((e - s) * self.max_score) - 0.1 if self.types[i] == USER_DEFINED
-                         else self.scores[i])
-                cand = score + base  # in double, compared with the stored float32
+                score = (f32(f32((e - s) * self.max_score) - 0.1)
+                         if self.types[i] == USER_DEFINED else f32(self.scores[i]))
+                cand = f32(score + base)
                 if best[e] is None or cand > best[e][0]:
-                    best[e] = (f32(cand), s, i)
+                    best[e] = (cand, s, i)
                 single |= e - s == mblen
             if not single:
-                cand = f32(self.unk_score + base)  # float32 arithmetic
+                cand = f32(self.unk_score + base)
                 e = s + mblen
                 if best[e] is None or cand > best[e][0]:
                     best[e] = (cand, s, self.unk_id)

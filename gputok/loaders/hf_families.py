@@ -4,9 +4,8 @@
 ``WordPiece``, or when the BPE model works on characters (``byte_fallback``, a ``Metaspace``
 pre-tokenizer, a ``Prepend`` normaliser or a ``ByteFallback``/``Metaspace`` decoder). What is
 not supported is refused with an error naming the field, never ignored. Ids equal
-``Tokenizer.encode(text, add_special_tokens=False)``: post-processors (BERT's [CLS] ... [SEP],
-Llama's <s>) are not applied; add them yourself, e.g.
-``[enc.encode_single_token("[CLS]")] + enc.encode(text) + [enc.encode_single_token("[SEP]")]``.
+``Tokenizer.encode(text, add_special_tokens=False)``; with ``add_special_tokens=True`` the file's
+post-processor adds what HF adds (BERT's [CLS] ... [SEP], Llama's <s>: ``loaders/post.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from ..components.pretokenizers import BertPreTokenizer, Metaspace, Whole
 from ..components.segmenters.hf_charbpe import HFSpmFamily
 from ..components.segmenters.wordpiece import WordPieceFamily
 from ..model import Model
+from .post import hf_post
 from ..stages.normalize import STEPS
 
 _UNICODE_STEPS = {s: s for s in STEPS}
@@ -132,7 +132,8 @@ def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
                  rstrip=frozenset(t["content"] for t in added if t.get("rstrip")),
                  digest=digest, segmenter=fam,
                  normalizer=HFSteps(_spm_norm_steps(cfg.get("normalizer"), need)),
-                 pretokenizer=_metaspace(cfg.get("pre_tokenizer"), need), detok=detok)
+                 pretokenizer=_metaspace(cfg.get("pre_tokenizer"), need), detok=detok,
+                 post=hf_post(cfg.get("post_processor"), need))
 
 
 def _byte_value(tok: str) -> "int | None":
@@ -184,4 +185,5 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
     return Model(name=name, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
                  byte_ids=np.full(256, fam.unk_id, np.uint32), specials=specials, added=plain,
                  digest=digest, segmenter=fam, normalizer=normalizer,
-                 pretokenizer=BertPreTokenizer(), detok=detok)
+                 pretokenizer=BertPreTokenizer(), detok=detok,
+                 post=hf_post(cfg.get("post_processor"), need))

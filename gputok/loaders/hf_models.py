@@ -4,7 +4,8 @@
 UnigramTrainer, files converted from SentencePiece Unigram models) or ``WordLevel``. The file's
 normaliser and pre-tokenizer become components (``_normalizer``, ``_pretokenizer``); what is not
 supported is refused with an error naming the field, never ignored. Ids equal
-``Tokenizer.encode(text, add_special_tokens=False)``.
+``Tokenizer.encode(text, add_special_tokens=False)``, and with ``add_special_tokens=True``
+``Tokenizer.encode(text)`` (the file's post-processor).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..components.segmenters.wordlevel import WordLevel
 from ..model import Model
 from ..stages.pretok import PretokSpec, Split
 from .hf_families import _added, _metaspace, _spm_norm_steps, _vocab
+from .post import hf_post
 
 # HF's Whitespace and WhitespaceSplit as regexes on Oniguruma's classes (what they drop: the
 # text they do not match)
@@ -101,7 +103,8 @@ def unigram_model(cfg: dict, name: str, digest: str, need) -> Model:
                  rstrip=frozenset(t["content"] for t in added if t.get("rstrip")),
                  digest=digest, segmenter=seg, normalizer=_normalizer(cfg.get("normalizer"), need),
                  pretokenizer=_pretokenizer(cfg.get("pre_tokenizer"), need),
-                 detok=_detok(tokens, cfg, specials, need))
+                 detok=_detok(tokens, cfg, specials, need),
+                 post=hf_post(cfg.get("post_processor"), need))
 
 
 def wordlevel_model(cfg: dict, name: str, digest: str, need) -> Model:
@@ -121,7 +124,8 @@ def wordlevel_model(cfg: dict, name: str, digest: str, need) -> Model:
                  rstrip=frozenset(t["content"] for t in added if t.get("rstrip")),
                  digest=digest, segmenter=seg, normalizer=_normalizer(cfg.get("normalizer"), need),
                  pretokenizer=_pretokenizer(cfg.get("pre_tokenizer"), need),
-                 detok=_detok(tokens, cfg, specials, need))
+                 detok=_detok(tokens, cfg, specials, need),
+                 post=hf_post(cfg.get("post_processor"), need))
 
 
 def _token_bytes(tok: str, byte_fallback: bool) -> bytes:

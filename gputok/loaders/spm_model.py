@@ -9,14 +9,15 @@ true). The fields read, by number::
 
     ModelProto      1 pieces   2 trainer_spec   3 normalizer_spec   5 denormalizer_spec
     SentencePiece   1 piece   2 score (float)   3 type (default NORMAL)
-    TrainerSpec     3 model_type (UNIGRAM = 1, BPE = 2)   24 treat_whitespace_as_suffix   35 byte_fallback
+    TrainerSpec     3 model_type (UNIGRAM = 1, BPE = 2)   24 treat_whitespace_as_suffix
+                    35 byte_fallback   41 bos_id (default 1)
                     44 unk_surface (default " \\u2047 ")
     NormalizerSpec  1 name   2 precompiled_charsmap   3 add_dummy_prefix
                     4 remove_extra_whitespaces   5 escape_whitespaces
 
-Ids equal sentencepiece's ``encode`` (no BOS/EOS: add them yourself, e.g.
-``[enc.encode_single_token("<s>")] + enc.encode(text)``); control pieces (``<s>``, ``[INST]``...)
-are the special tokens, under tiktoken's allowed/disallowed contract.
+Ids equal sentencepiece's ``encode`` (no BOS/EOS; ``add_special_tokens=True`` adds what
+``encode(text, add_bos=True)`` adds: the BOS control piece); control pieces (``<s>``,
+``[INST]``...) are the special tokens, under tiktoken's allowed/disallowed contract.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from ..components.decoders import SpmDecoder
 from ..components.pretokenizers import Whole
 from ..model import Model
+from .post import spm_post
 from ..components.normalizers.charsmap import CharsMap, CharsMapError
 from ..components.segmenters.spm_bpe import SpmFamily, decoder_map
 from ..components.segmenters.unigram import SpmUnigram
@@ -46,6 +48,7 @@ class SpmSpec:
     types: list = field(default_factory=list)
     model_type: int = 1
     byte_fallback: bool = False
+    bos_id: int = 1
     treat_whitespace_as_suffix: bool = False
     unk_surface: str = " \u2047 "
     normalizer_name: str = ""
@@ -149,6 +152,8 @@ def parse(data: bytes) -> SpmSpec:
                     spec.treat_whitespace_as_suffix = bool(v2)
                 elif n2 == 35 and w2 == 0:
                     spec.byte_fallback = bool(v2)
+                elif n2 == 41 and w2 == 0:
+                    spec.bos_id = _int32(v2)
                 elif n2 == 44 and w2 == 2:
                     spec.unk_surface = _text(v2, "trainer_spec.unk_surface")
         elif number == 3 and wire == 2:
@@ -236,7 +241,8 @@ def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None
                decode_all_ws=spec.remove_extra_whitespaces)
     return Model(name=name, decoder=decoder_map(fam), byte_ids=fam.byte_ids,
                  specials=dict(fam.specials), digest=digest, segmenter=fam, normalizer=norm,
-                 pretokenizer=Whole(), detok=SpmDecoder(fam))
+                 pretokenizer=Whole(), detok=SpmDecoder(fam),
+                 post=spm_post(spec.bos_id, fam.types))
 
 
 def load_spm(path: "str | Path", *, name: "str | None" = None) -> Model:

@@ -25,6 +25,9 @@ class NoPost:
     def __bool__(self) -> bool:
         return False
 
+    def __repr__(self) -> str:
+        return "NoPost()"
+
     def apply(self, ids: list) -> list:
         return ids
 

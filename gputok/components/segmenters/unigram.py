@@ -44,7 +44,7 @@ class _Lattice(Base):
 
     name = "Unigram"
     device = None  # the device form's hook (see the module docstring)
-    float32 = False  # sentencepiece: best sums stored as float32, the unknown edge's in float32
+    float32 = False  # sentencepiece: scores and sums in float32; HF: float64
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -87,15 +87,11 @@ class _Lattice(Base):
         back_s = np.zeros(n_pos, np.int64)
         back_id = np.zeros(n_pos, np.int64)
         bounds = np.searchsorted(k, np.arange(int(k[-1]) + 2 if len(k) else 1)).tolist()
-        unk_edge = ids < 0
         for a, b in zip(bounds, bounds[1:]):
             d = dst[a:b]
             base = best[src[a:b]]
-            if self.float32:  # a piece's sum in double; the unknown edge's in float32
-                cand = score[a:b] + base.astype(np.float64)
-                ue = unk_edge[a:b]
-                if ue.any():
-                    cand[ue] = (np.float32(self.unk_score) + base[ue]).astype(np.float64)
+            if self.float32:  # (sentencepiece: sums in float32, see cpu_ref)
+                cand = score[a:b].astype(np.float32) + base
             else:
                 cand = score[a:b] + base
             take = ~seen[d] | (cand > best[d])  # THE COMPARATOR: strictly greater
@@ -185,7 +181,7 @@ class SpmUnigram(_Lattice):
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         out = self.scores64[ids]
         ud = self.is_ud[ids]
-        if ud.any():  # len * max_score in float32, then - 0.1 in double
+        if ud.any():  # f32(f32(len * max_score) - 0.1), as cpu_ref (rounded when used)
             out[ud] = (lengths[ud].astype(np.float32) * self.max_score).astype(np.float64) - 0.1
         return out
 
