@@ -43,6 +43,7 @@ from .spm_proto import (BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, Mo
 
 SPACE = "\u2581"  # "▁", sentencepiece's kSpaceSymbol
 MAX_RESEGMENT_DEPTH = 100  # bpe_model.cc kMaxBpeResegmentDepth
+MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
 
 def score_key(score: float) -> int:
@@ -165,6 +166,8 @@ class RefSentencePiece:
     ([3, 3], 'a a')
     """
 
+    MODEL_TYPE = 2  # trainer_spec.model_type: BPE (``cpu_ref.unigram`` reads UNIGRAM = 1)
+
     def __init__(self, source: "str | Path | bytes | ModelProto"):
         if isinstance(source, ModelProto):
             model, where = source, "ModelProto"
@@ -174,10 +177,11 @@ class RefSentencePiece:
             model, where = load_model(source), str(source)
         self.model = model
         ts = model.trainer_spec
-        if ts.model_type != 2:
-            kind = {1: "UNIGRAM", 3: "WORD", 4: "CHAR"}.get(ts.model_type, str(ts.model_type))
-            raise ValueError(f"{where}: model_type {kind} is not supported; gputok reads "
-                             f"SentencePiece BPE models only (trainer_spec.model_type = BPE)")
+        if ts.model_type != self.MODEL_TYPE:
+            kind = MODEL_TYPES.get(ts.model_type, str(ts.model_type))
+            raise ValueError(f"{where}: model_type {kind} is not a "
+                             f"{MODEL_TYPES[self.MODEL_TYPE]} model (this reference reads "
+                             f"trainer_spec.model_type = {MODEL_TYPES[self.MODEL_TYPE]})")
         if model.denormalizer_spec is not None and model.denormalizer_spec.precompiled_charsmap:
             raise ValueError(f"{where}: a denormalizer_spec charsmap is not supported")
         self.pieces = [p for p, _, _ in model.pieces]

@@ -16,3 +16,12 @@ def unique_sorted(a) -> np.ndarray:
     keep[0] = True
     np.not_equal(a[1:], a[:-1], out=keep[1:])
     return a[keep]
+
+
+def code_points(text: str) -> np.ndarray:
+    """The code points of ``text`` as uint32 (one UTF-32 encode).
+
+    >>> code_points("a€").tolist()
+    [97, 8364]
+    """
+    return np.frombuffer(text.encode("utf-32-le"), np.uint32)

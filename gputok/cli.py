@@ -118,6 +118,7 @@ def cmd_encode(args) -> int:
                           fmt=args.format, field=args.field, input_format=args.input_format,
                           errors=args.errors, allowed_special=_allowed(args),
                           special_as_text=args.special_as_text, append_eot=args.append_eot,
+                          add_special_tokens=args.add_special_tokens,
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
                           shard_bytes=args.shard_bytes, resume=args.resume,
                           overwrite=args.overwrite, backend=args.backend, devices=args.devices,
@@ -327,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--special-as-text", action="store_true",
                    help="encode special-token text found in documents as plain text "
                         "(default: such documents are an error)")
+    e.add_argument("--add-special-tokens", action="store_true",
+                   help="add what the tokenizer's library adds around each document (HF's "
+                        "post-processor: [CLS] ... [SEP], <s>; sentencepiece's or llama.cpp's "
+                        "BOS)")
     e.add_argument("--append-eot", action="store_true", help="end every document with <eot> "
                    "(always on for --format nanogpt)")
     e.add_argument("--batch-bytes", type=_size, default=8 << 20, help="text per batch (8M)")

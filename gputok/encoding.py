@@ -11,7 +11,7 @@ from . import padding
 from .backends import get_backend
 from .backends.device_tables import prefetch as prefetch_tables
 from .backends.numpy import encode_few, encode_text
-from .decode import StreamDecoder, as_int_list, join_bytes
+from .decode import StreamDecoder, as_int_list
 from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
 from .specials import check_disallowed, special_args
@@ -125,7 +125,7 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
-        if model.family is None:
+        if model.segmenter.byte_level:
             prefetch_tables(model)  # a device's first batch finds its tables read
 
     def __repr__(self) -> str:
@@ -133,7 +133,7 @@ class Encoding:
 
     # ==== encoding ===============================================================================
 
-    def encode_ordinary(self, text: str) -> list[int]:
+    def encode_ordinary(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Encode ``text`` ignoring special tokens (they are encoded as plain text).
 
         Equivalent to ``encode(text, disallowed_special=())`` (but slightly faster).
@@ -143,15 +143,19 @@ class Encoding:
         """
         got = _encode_one(self.model, text, frozenset())
         got = self._encode_large(text, frozenset()) if got is None else got
-        return got if self.model.drop_id is None else without(got, self.model.drop_id)
+        return self._finish_list(got, add_special_tokens)
 
     def encode(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
-               disallowed_special: DisallowedSpecial = "all") -> list[int]:
+               disallowed_special: DisallowedSpecial = "all",
+               add_special_tokens: bool = False) -> list[int]:
         """Encode ``text``. Special-token text raises ``ValueError`` unless allowed or disabled.
 
         - ``allowed_special``: specials to encode as their control ids (``"all"`` for all).
         - ``disallowed_special``: specials whose presence raises (default: all not allowed);
           ``()`` encodes special-token text as ordinary text.
+        - ``add_special_tokens``: add what the model's library adds around a text by default
+          (HF's post-processor, sentencepiece's BOS, llama.cpp's BOS/EOS/SEP; nothing for
+          tiktoken encodings). Off by default, as in tiktoken.
 
         >>> enc.encode("hi<|endoftext|>", allowed_special={"<|endoftext|>"})
         [6151, 100257]
@@ -161,7 +165,13 @@ class Encoding:
             check_disallowed(text, disallowed)
         got = _encode_one(self.model, text, allowed)
         got = self._encode_large(text, allowed) if got is None else got
-        return got if self.model.drop_id is None else without(got, self.model.drop_id)
+        return self._finish_list(got, add_special_tokens)
+
+    def _finish_list(self, ids: list, add_special_tokens: bool) -> list:
+        """One text's ids as returned: without the drop id, with the post-processor's ids."""
+        if self.model.drop_id is not None:
+            ids = without(ids, self.model.drop_id)
+        return self.model.post.apply(ids) if add_special_tokens else ids
 
     def _encode_large(self, text: str, allowed: frozenset) -> list[int]:
         """One big text through the batch pipeline of the default backend: its many distinct
@@ -169,18 +179,21 @@ class Encoding:
         return get_backend("auto").encode_list(self.model, text, allowed)
 
     def encode_to_numpy(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
-                        disallowed_special: DisallowedSpecial = "all") -> np.ndarray:
+                        disallowed_special: DisallowedSpecial = "all",
+                        add_special_tokens: bool = False) -> np.ndarray:
         """``encode`` returning a numpy array (uint16 when the vocabulary fits, else uint32).
 
         >>> enc.encode_to_numpy("hello world").tolist()
         [15339, 1917]
         """
         ids = self.encode(text, allowed_special=allowed_special,
-                          disallowed_special=disallowed_special)
+                          disallowed_special=disallowed_special,
+                          add_special_tokens=add_special_tokens)
         return np.array(ids, dtype=self.id_dtype)
 
     def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8,
-                              backend: str = "auto") -> list[list[int]]:
+                              backend: str = "auto",
+                              add_special_tokens: bool = False) -> list[list[int]]:
         """Encode a list of strings, ignoring special tokens.
 
         ``num_threads`` is accepted for tiktoken compatibility; the batch runs on ``backend``.
@@ -188,12 +201,14 @@ class Encoding:
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
-        return self.encode_batch(text, disallowed_special=(), backend=backend)
+        return self.encode_batch(text, disallowed_special=(), backend=backend,
+                                 add_special_tokens=add_special_tokens)
 
     def encode_batch(self, text: Sequence[str], *, num_threads: int = 8,
                      allowed_special: AllowedSpecial = frozenset(),
                      disallowed_special: DisallowedSpecial = "all",
-                     backend: str = "auto") -> list[list[int]]:
+                     backend: str = "auto",
+                     add_special_tokens: bool = False) -> list[list[int]]:
         """Encode a list of strings; see ``encode`` for the special-token arguments.
 
         >>> enc.encode_batch(["hello world", "goodbye world"])
@@ -201,7 +216,8 @@ class Encoding:
         """
         ids, offsets = self.encode_batch_arrays(text, allowed_special=allowed_special,
                                                 disallowed_special=disallowed_special,
-                                                backend=backend)
+                                                backend=backend,
+                                                add_special_tokens=add_special_tokens)
         flat, off = id_list(ids), offsets.tolist()
         return [flat[a:b] for a, b in zip(off, off[1:])]
 
@@ -215,10 +231,9 @@ class Encoding:
         if isinstance(text_or_bytes, str):
             if text_or_bytes in m.specials or text_or_bytes in m.added:
                 return m.token_id(text_or_bytes)
-            if m.family is not None:  # a piece as the vocabulary spells it ("▁the", "##ing")
-                tok = m.family.token_id(text_or_bytes)
-                if tok is not None:
-                    return tok
+            tok = m.segmenter.token_id(text_or_bytes)  # as the vocabulary spells it ("▁the")
+            if tok is not None:
+                return tok
             text_or_bytes = text_or_bytes.encode("utf-8")
         tok = m.token_ids_by_bytes.get(text_or_bytes)
         if tok is None:
@@ -229,7 +244,8 @@ class Encoding:
 
     def encode_batch_arrays(self, texts, *, allowed_special: AllowedSpecial = frozenset(),
                             disallowed_special: DisallowedSpecial = "all", backend: str = "auto",
-                            errors: str = "strict") -> tuple[np.ndarray, np.ndarray]:
+                            errors: str = "strict", add_special_tokens: bool = False
+                            ) -> tuple[np.ndarray, np.ndarray]:
         """Encode a batch into one ragged array: ``(ids, offsets)``.
 
         ``texts``: a list of str, a list of UTF-8 bytes, or a pyarrow string/binary array (read
@@ -238,6 +254,7 @@ class Encoding:
         ``errors`` applies to bytes input that is not valid UTF-8 (``"strict"`` raises
         ``ValueError`` naming the document; ``"replace"`` decodes to U+FFFD).
         ``backend``: ``"auto"``, a backend name (``gputok info`` lists them) or a backend object.
+        ``add_special_tokens``: every document gets what ``encode`` adds with it.
 
         >>> ids, offsets = enc.encode_batch_arrays(["hello world", "hi"])
         >>> ids.tolist(), offsets.tolist()
@@ -248,6 +265,8 @@ class Encoding:
         ids, offsets = get_backend(backend).encode(self.model, docs, allowed, disallowed)
         if self.model.drop_id is not None:  # pieces made only of bytes the vocabulary lacks
             ids, offsets = without_arrays(ids, offsets, self.model.drop_id)
+        if add_special_tokens:
+            ids, offsets = self.model.post.apply_arrays(ids, offsets)
         return ids, offsets
 
     def encode_batch_padded(self, texts, *, max_length: "int | None" = None,
@@ -255,7 +274,8 @@ class Encoding:
                             pad_id: "int | None" = None, pad_to_multiple_of: "int | None" = None,
                             allowed_special: AllowedSpecial = frozenset(),
                             disallowed_special: DisallowedSpecial = "all",
-                            backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+                            backend: str = "auto", add_special_tokens: bool = False
+                            ) -> tuple[np.ndarray, np.ndarray]:
         """Encode a batch into a rectangle: ``(ids[B, L], attention_mask[B, L])``.
 
         See ``pad`` for the padding and truncation options.
@@ -266,7 +286,8 @@ class Encoding:
         """
         ids, offsets = self.encode_batch_arrays(texts, allowed_special=allowed_special,
                                                 disallowed_special=disallowed_special,
-                                                backend=backend)
+                                                backend=backend,
+                                                add_special_tokens=add_special_tokens)
         return self.pad(ids, offsets, max_length=max_length, padding_side=padding_side,
                         truncation_side=truncation_side, pad_id=pad_id,
                         pad_to_multiple_of=pad_to_multiple_of)
@@ -303,9 +324,7 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
-        if self.model.detok is not None:  # families that decode as their library does
-            return self.model.detok.decode_bytes(tokens)
-        return join_bytes(self.model.decoder, tokens)
+        return self.model.detok.decode_bytes(tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         """Decode to text. Lossy by default: bytes that are not valid UTF-8 become U+FFFD
@@ -314,9 +333,7 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        if self.model.detok is not None:
-            return self.model.detok.decode(tokens, errors)
-        return join_bytes(self.model.decoder, tokens).decode("utf-8", errors=errors)
+        return self.model.detok.decode(tokens, errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token (specials included); unknown ids raise ``KeyError``.
@@ -377,11 +394,7 @@ class Encoding:
         >>> dec.feed(enc.encode("h\\u00e9")[:1]) + dec.feed(enc.encode("h\\u00e9")[1:]) + dec.flush()
         'hé'
         """
-        if self.model.detok is not None:
-            from .detok import FamilyStreamDecoder
-
-            return FamilyStreamDecoder(self.model.detok, self.model.detok.is_byte, errors)
-        return StreamDecoder(self.model.decoder, errors)
+        return self.model.detok.stream(errors)
 
     # ==== miscellaneous ==========================================================================
 

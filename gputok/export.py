@@ -116,9 +116,9 @@ def _class_end(pat: str, i: int) -> int:
 
 def mergeable_ranks(enc: Encoding) -> dict[bytes, int]:
     """The non-special tokens as ``{bytes: id}`` (for tiktoken-rule encodings, ids are ranks)."""
-    if enc.model.kind != "bytelevel-bpe":
-        raise ValueError(f"{enc.name} is a {enc.model.kind} model: only byte-level BPE encodings "
-                         "can be exported (keep the .model / tokenizer.json / .gguf it came from)")
+    if not enc.model.segmenter.byte_level:
+        raise ValueError(f"{enc.name} is a {enc.model.segmenter.name} model: only byte-level "
+                         "BPE encodings can be exported (keep the .model / tokenizer.json / .gguf it came from)")
     return enc.model.token_ids_by_bytes
 
 

@@ -156,7 +156,8 @@ def _load_encoding(spec):
 def _encode(enc, texts, backend, opts):
     ids, offsets = enc.encode_batch_arrays(texts, allowed_special=opts["allowed"],
                                            disallowed_special=opts["disallowed"],
-                                           backend=backend, errors=opts["errors"])
+                                           backend=backend, errors=opts["errors"],
+                                           add_special_tokens=opts["add_special_tokens"])
     if opts["eot"] is not None:
         ids, offsets = append_eot(ids, offsets, opts["eot"])
     return ids, offsets
@@ -372,7 +373,8 @@ class _SpecialInBatch(ValueError):
 def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                   field: str = "text", input_format: str = "auto", errors: str = "strict",
                   allowed_special=frozenset(), special_as_text: bool = False,
-                  append_eot: bool = False, batch_bytes: int = 8 << 20,
+                  append_eot: bool = False, add_special_tokens: bool = False,
+                  batch_bytes: int = 8 << 20,
                   shard_tokens: "int | None" = 1 << 24, shard_bytes: "int | None" = None,
                   resume: bool = False, overwrite: bool = False, backend: str = "auto",
                   devices=None, workers="auto", include=(), exclude=(), progress=None,
@@ -380,7 +382,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     """Encode files into shards of ``fmt`` under ``output``; resumable, see ``gputok.shards``.
 
     ``encoding``: a named encoding, a path (``tokenizer.json``, ``.tiktoken``) or an
-    ``Encoding``. ``include`` / ``exclude``: globs choosing the files of directory inputs
+    ``Encoding``. ``add_special_tokens``: each document gets what the tokenizer's library adds
+    (``Encoding.encode``), before ``append_eot``. ``include`` / ``exclude``: globs choosing the files of directory inputs
     (``resolve_inputs``). ``progress(input_bytes, docs, tokens)`` is called after every batch;
     ``warn(line)`` gets notes such as the files of a directory that were skipped (default:
     stderr).
@@ -431,12 +434,14 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                              f"such special token (it has: "
                              f"{', '.join(sorted(enc.special_tokens_set)[:6])})")
     opts = {"allowed": allowed, "disallowed": () if special_as_text else "all",
-            "errors": errors, "eot": eot}
+            "errors": errors, "eot": eot, "add_special_tokens": bool(add_special_tokens)}
     meta = {"encoding": enc.name, "inputs": [{"path": s.path, "bytes": s.size} for s in sources],
             "field": field, "input_format": input_format, "errors": errors,
             "append_eot": eot is not None, "eot": eot,
             "allowed_special": "all" if allowed == "all" else sorted(allowed),
             "special_as_text": bool(special_as_text)}
+    if add_special_tokens:  # (only when on: manifests written before the option still resume)
+        meta["add_special_tokens"] = True
     total = sum(s.size for s in sources)
     if backend == "auto" and devices is None:
         from .backends import get_backend

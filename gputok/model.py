@@ -2,79 +2,88 @@
 
 Loaders build a ``Model`` from a vocabulary file (``.tiktoken``, ``tokenizer.json``, ...); the
 ``Encoding`` is tiktoken's API over a Model and a backend; stages and backends read the Model and
-nothing else. It holds data only:
+nothing else. A model is a composition of components (``gputok/components``):
 
-* ``pretok`` (``stages.pretok.PretokSpec``) and ``normalizer`` (a tuple of step names);
-* the BPE rule: ``ranks`` (tiktoken rule: a pair merges into the token its bytes spell; id =
-  rank) or ``merges`` (HF rule: ``(left, right, merged)`` in priority order), the id of every
-  single byte (``byte_ids``) and ``whole`` (bytes -> id, when a piece that is a token is
-  emitted whole before merging);
+* ``normalizer``, ``pretokenizer``, ``segmenter``, ``post`` (post-processor) and ``detok``
+  (decoder), each a small declared protocol;
 * ``specials`` (control tokens, under the allowed/disallowed contract), ``added`` (HF
   non-special added tokens: always cut out), ``lstrip`` / ``rstrip`` (HF added-token options);
-* ``decoder`` (id -> bytes, every id) and ``digest`` (identifies the vocabulary: cache keys);
+* ``decoder`` (id -> bytes of every id, as ``decode_single_token_bytes`` shows it), ``byte_ids``
+  (the id of each single byte, where the vocabulary has one) and ``digest`` (identifies the
+  vocabulary: cache keys);
 * ``drop_id``: an id no token has, which the merge table gives to bytes a byte-level vocabulary
   lacks and removes before merging (``loaders/bytelevel_gaps.py``); a piece made only of such
-  bytes merges to it alone, and the Encoding drops it from what it returns. None: none;
-* ``kind``: the family, "bytelevel-bpe" (the fields above), "spm-bpe" (SentencePiece BPE: a
-  ``.model``, a SPM-style tokenizer.json, a llama GGUF) or "wordpiece" (BERT). The other
-  families keep their tables in ``family`` (``stages/spm.py``, ``stages/hf_spm.py``,
-  ``stages/wordpiece.py``): each gives the pretok stage (``pieces_batch``), the merge stage
-  (``merge_pieces``) and a last emit step (``finish``); ``detok`` (``gputok/detok.py``) is
-  their decoder where decoding is more than joining bytes.
+  bytes merges to it alone, and the Encoding drops it from what it returns. None: none.
 
-Derived tables (the merge table, the piece cache, the pre-tokenizer) are built on first use and
-kept on the model; they are functions of the data above.
+Byte-level BPE has a shorthand: ``pretok`` (a ``PretokSpec``), ``normalizer`` as a tuple of
+Unicode step names, and ``ranks`` (tiktoken rule) or ``merges`` (HF rule) with ``whole`` build
+the regex pre-tokenizer, ``UnicodeSteps`` and the ``BpeSegmenter``; the byte-level data stays
+readable here (``ranks``, ``merges``, ``merge_table``...) for the device tables.
+
+Derived tables (the merge table, the piece cache) are built on first use and kept; they are
+functions of the data above.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 
+from .components import Segmenter
+from .components.decoders import ByteDecoder
+from .components.normalizers import UnicodeSteps
+from .components.postprocessors import NO_POST
+from .components.segmenters.bpe import BpeSegmenter
 from .ranks_cache import RankDecoder, RankTable
 from .stages.dedup import PieceCache
-from .stages.normalize import check_steps
 from .stages.pretok import Pretokenizer, PretokSpec
 from .stages.table import MergeTable
-
-KINDS = ("bytelevel-bpe", "spm-bpe", "wordpiece")
 
 
 @dataclass(frozen=True, eq=False)
 class Model:
     name: str
-    pretok: PretokSpec
     decoder: Mapping[int, bytes]
     byte_ids: np.ndarray
+    pretok: "PretokSpec | None" = None
     ranks: "Mapping[bytes, int] | None" = None
     merges: "list | None" = None
     whole: "Mapping[bytes, int] | None" = None
-    normalizer: tuple = ()
+    normalizer: object = ()
     specials: Mapping[str, int] = field(default_factory=dict)
     added: Mapping[str, int] = field(default_factory=dict)
     lstrip: frozenset = frozenset()
     rstrip: frozenset = frozenset()
     digest: "str | None" = None
-    kind: str = "bytelevel-bpe"
-    family: object = None
+    segmenter: "Segmenter | None" = None
+    pretokenizer: object = None
+    post: object = NO_POST
     detok: object = None
     drop_id: "int | None" = None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"{self.name}: unknown model kind {self.kind!r} (known: "
-                             f"{', '.join(KINDS)})")
-        if self.kind == "bytelevel-bpe" and (self.ranks is None) == (self.merges is None):
-            raise ValueError(f"{self.name}: a model needs either ranks or merges")
-        if self.kind != "bytelevel-bpe" and self.family is None:
-            raise ValueError(f"{self.name}: a {self.kind} model needs its family tables")
+        def put(name, value):  # (frozen: the components are filled in once, here)
+            object.__setattr__(self, name, value)
+
+        if isinstance(self.normalizer, tuple):
+            put("normalizer", UnicodeSteps(self.normalizer, f"{self.name}: normalizer"))
+        if self.segmenter is None:
+            put("segmenter", BpeSegmenter(ranks=self.ranks, merges=self.merges,
+                                          byte_ids=self.byte_ids, whole=self.whole,
+                                          decoder=self.decoder, digest=self.digest,
+                                          drop_id=self.drop_id, where=self.name))
+        if self.pretokenizer is None:
+            if self.pretok is None:
+                raise ValueError(f"{self.name}: a model needs a pre-tokenizer (pretok= or "
+                                 "pretokenizer=)")
+            put("pretokenizer", Pretokenizer(self.pretok))
+        if self.detok is None:
+            put("detok", ByteDecoder(self.decoder))
         if len(self.byte_ids) != 256:
             raise ValueError(f"{self.name}: byte_ids must give the id of each of the 256 bytes")
-        check_steps(self.normalizer, f"{self.name}: normalizer")
         unknown = (self.lstrip | self.rstrip) - set(self.specials) - set(self.added)
         if unknown:
             raise ValueError(f"{self.name}: lstrip/rstrip name tokens that are not added tokens: "
@@ -82,6 +91,34 @@ class Model:
 
     def __repr__(self) -> str:
         return f"<Model {self.name!r}: {len(self.decoder)} ids>"
+
+    # ---- the pipeline's front: normaliser -> pre-tokenizer -> the segmenter's units ----------
+
+    @functools.cached_property
+    def front(self) -> tuple:
+        """(normaliser or None, pre-tokenizer): the pre-tokenizer with the normaliser fused
+        into its pass where it can (BERT's), else the two in turn."""
+        fused = self.pretokenizer.fuse(self.normalizer)
+        if fused is not None:
+            return None, fused
+        return (self.normalizer if self.normalizer else None), self.pretokenizer
+
+    def pieces_batch(self, segments: list, first=None) -> list:
+        """Per segment (text between active tokens), its units for the piece cache and the
+        segmenter. ``first``: per segment, whether it starts its document (only a pre-tokenizer
+        with ``uses_first`` reads it; None: all do)."""
+        norm, pre = self.front
+        if norm is not None:
+            segments = norm.normalize_batch(segments)
+        words = pre.split_batch(segments, first)
+        return self.segmenter.units(words) if self.segmenter.cuts else words
+
+    def pieces(self, text: str, first: bool = True) -> list:
+        """``pieces_batch`` of one segment."""
+        norm, pre = self.front
+        if not self.segmenter.cuts and not pre.uses_first:
+            return pre.split(norm.normalize(text) if norm is not None else text)
+        return self.pieces_batch([text], [first])[0]
 
     # ---- construction --------------------------------------------------------------------------
 
@@ -112,44 +149,30 @@ class Model:
 
     # ---- derived ---------------------------------------------------------------------------------
 
-    @functools.cached_property
+    def _bpe(self) -> BpeSegmenter:
+        if not self.segmenter.byte_level:
+            raise ValueError(f"{self.name}: a {self.segmenter.name} model has no byte-level merge "
+                             "table")
+        return self.segmenter
+
+    @property
     def merge_table(self) -> MergeTable:
-        """Built on first use (a few hundred ms for 200K vocabularies; cached on disk for the
-        tiktoken rule)."""
-        if self.family is not None:
-            raise ValueError(f"{self.name}: a {self.kind} model has no byte-level merge table")
-        if self.ranks is not None:
-            return MergeTable.from_ranks(self.ranks, digest=self.ranks_digest,
-                                         decoder=self.decoder)
-        return MergeTable.from_merges(self.merges, self.byte_ids, self.whole)
+        """The byte-level merge table (built on first use: a few hundred ms for 200K
+        vocabularies; cached on disk for the tiktoken rule)."""
+        return self._bpe().merge_table
 
     @property
     def has_merge_table(self) -> bool:
-        return "merge_table" in self.__dict__
+        return self.segmenter.byte_level and self.segmenter.has_merge_table
 
-    @functools.cached_property
+    @property
     def ranks_digest(self) -> "str | None":
-        """The vocabulary's identity for the merge-table cache: the loader's digest of its
-        source file when it gave one, else a digest of the ranks (~0.1 s for 200K tokens)."""
-        if self.digest is not None:
-            return self.digest
-        if self.ranks is None:
-            return None
-        h = hashlib.sha256()
-        for tok, rank in sorted(self.ranks.items(), key=lambda kv: kv[1]):
-            h.update(b"%d %d " % (rank, len(tok)) + tok)
-        return h.hexdigest()[:32]
+        """The vocabulary's identity for the merge-table cache (``BpeSegmenter``)."""
+        return self.segmenter.ranks_digest if self.segmenter.byte_level else None
 
     @functools.cached_property
     def piece_cache(self) -> PieceCache:
         return PieceCache()
-
-    @functools.cached_property
-    def pretokenizer(self) -> Pretokenizer:
-        if self.pretok is None:
-            raise ValueError(f"{self.name}: a {self.kind} model cuts its text in its family's "
-                             "stages (model.family), not with a regex pre-tokenizer")
-        return Pretokenizer(self.pretok)
 
     @functools.cached_property
     def max_token_value(self) -> int:

@@ -50,7 +50,8 @@ LOCK = ".gputok.lock"  # held by the job writing here; records its pid and start
 _OURS = re.compile(r"^(shard_\d{5}\..+|\.shard_\d{5}\..+\.tmp|\.manifest\.json\.tmp)$")
 # what must match for --resume to continue a job: anything that changes the ids or their layout
 RESUME_KEYS = ("output_format", "encoding", "n_vocab", "inputs", "field", "input_format",
-               "append_eot", "allowed_special", "special_as_text", "errors")
+               "append_eot", "allowed_special", "special_as_text", "errors",
+               "add_special_tokens")
 
 
 HASH_AHEAD = 1 << 16  # pieces from this size on are hashed on the helper thread

@@ -1,6 +1,6 @@
 // encode_wordpiece.cu: WordPiece (BERT) greedy longest match of every word of a chunk (driven by
 // gputok/backends/driver.py; the numpy reference is encode_wordpiece in
-// gputok/stages/wordpiece.py).
+// gputok/components/segmenters/wordpiece.py).
 //
 // Entries are words (cut on the host: BertNormalizer + BertPreTokenizer), special tokens and the
 // sentinel, exactly as for BPE pieces (encode_common.cuh). The vocabulary is a byte trie whose

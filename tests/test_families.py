@@ -26,9 +26,11 @@ from cpu_ref import spm_proto
 from cpu_ref.charsmap import CharsMap as RefCharsMap
 from cpu_ref.hf_spm import RefHFSpm
 from cpu_ref.spm import RefSentencePiece
+from gputok.components.normalizers.charsmap import CharsMap, build_blob
+from gputok.components.segmenters.hf_charbpe import HFSpmFamily
+from gputok.components.segmenters.spm_bpe import SpmFamily
 from gputok.loaders import spm_model
 from gputok.stages import counters, reset_counters
-from gputok.stages.charsmap import CharsMap, build_blob
 from test_cpu_ref_spm import EDGES, _crafted_model
 
 MODELS = list(testdata.SPM_MODELS) + list(F.TRAINED)
@@ -78,7 +80,7 @@ def test_proto_reader_equals_spec(name):
 def test_load_sniffs_the_format_by_content(tmp_path):
     data = F.model_source("mistral_v7")
     enc = load_bytes(data, tmp_path, "no_extension")
-    assert enc.model.kind == "spm-bpe" and enc.name == "no_extension"
+    assert isinstance(enc.model.segmenter, SpmFamily) and enc.name == "no_extension"
     assert enc.encode("Hello world") == F.spm_oracle(data).encode("Hello world")
     with pytest.raises(ValueError, match="pat_str and special_tokens come from the file"):
         gputok.load(tmp_path / "no_extension", pat_str="gpt2")
@@ -92,7 +94,7 @@ def test_reader_errors_name_file_and_problem(tmp_path):
     with pytest.raises(ValueError, match="broken.model: not a SentencePiece model: .*"
                                          "(truncated|claims)"):
         gputok.load(bad)
-    cases = [([unk], {"model_type": 1}, "model_type UNIGRAM is not supported"),
+    cases = [([unk], {"model_type": 3}, "model_type WORD is not supported"),
              ([unk, ("a", 0.0, 1), ("a", -1.0, 1)], {}, "'a' is defined twice"),
              ([unk, ("<0x00>", 0.0, spm_proto.BYTE)], {"byte_fallback": True},
               "byte pieces are missing"),
@@ -154,7 +156,7 @@ def test_charsmap_builder_round_trips():
 @pytest.mark.parametrize("name", MODELS)
 def test_normalizer_vs_spec_and_sentencepiece(name):
     enc, ref, sp = trio(name)
-    norm = enc.model.family.normalizer
+    norm = enc.model.normalizer
     for text in EDGES + ["\u00a0 x \u3000", "a\tb", " \t ", "\u200b", " \u200b a"]:
         assert norm.normalize(text) == ref.normalizer.normalize(text) == sp.normalize(text), text
 
@@ -225,12 +227,12 @@ def test_unused_pieces_take_the_sentence_wide_path(tmp_path):
         name=ns.name, precompiled_charsmap=ns.precompiled_charsmap,
         add_dummy_prefix=ns.add_dummy_prefix, remove_extra_whitespaces=ns.remove_extra_whitespaces))
     enc, sp = load_bytes(data, tmp_path), F.spm_oracle(data)
-    assert enc.model.family.sentence_wide
+    assert enc.model.segmenter.sentence_wide
     lines = testdata.botchan_lines()[:300]
     reset_counters()
     assert batch(enc, lines, disallowed_special=()) == [sp.encode(t) for t in lines]
     assert counters["spm.agenda"] > 250 and counters["charbpe.spans"] == 0
-    assert not trio("mistral_v7")[0].model.family.sentence_wide
+    assert not trio("mistral_v7")[0].model.segmenter.sentence_wide
 
 
 def test_cuts_and_spans_are_exact(corpora):
@@ -238,12 +240,12 @@ def test_cuts_and_spans_are_exact(corpora):
     user-defined match is a span: spans repeat (the piece cache works on them)."""
     enc, ref, _ = trio("user_defined")
     inner = ref.inner_pairs()
-    fam = enc.model.family
-    ud = fam.normalizer.ud_regex
+    fam = enc.model.segmenter
+    ud = enc.model.normalizer.ud_regex
     n_cuts = n_ud = 0
     for text in EDGES + [d[:2000] for kind in corpora for d in corpora[kind][:3]]:
-        norm = fam.normalizer.normalize(text)
-        (spans,) = fam.pieces_batch([text])
+        norm = enc.model.normalizer.normalize(text)
+        (spans,) = enc.model.pieces_batch([text])
         assert "".join(spans) == norm
         bounds = {b for m in ud.finditer(norm) for b in m.span()}
         pos = 0
@@ -357,7 +359,7 @@ def test_spm_tokenizer_json_vs_hf(case, corpora):
     cfg = F.spm_tokenizer_json(F.model_source(name), shape=shape, byte_fallback=bf, fuse_unk=fuse)
     hf = F.hf_oracle_for(cfg)
     enc = gputok.Encoding.from_model(_hf_model(cfg))
-    assert enc.model.kind == "spm-bpe"
+    assert isinstance(enc.model.segmenter, HFSpmFamily)
     docs = HF_EDGES + [d[:1500] for kind in corpora for d in corpora[kind][:3]]
     want = [hf.encode(d, add_special_tokens=False).ids for d in docs]
     assert batch(enc, docs, allowed_special="all") == want
@@ -433,7 +435,7 @@ def test_export_refuses_other_families(tmp_path):
 
     enc = trio("botchan_bpe")[0]
     for save in (save_hf_json, save_tiktoken):
-        with pytest.raises(ValueError, match="botchan_bpe is a spm-bpe model: only byte-level"):
+        with pytest.raises(ValueError, match="botchan_bpe is a SentencePiece BPE model: only byte-level"):
             save(enc, tmp_path / "x")
 
 
@@ -441,10 +443,11 @@ def test_family_docstring_examples_run():
     import doctest
     import importlib
 
-    for name in ("gputok.stages.charsmap", "gputok.stages.charbpe", "gputok.stages.spm",
-                 "gputok.stages.spm_norm", "gputok.stages.bert", "gputok.stages.wordpiece",
+    for name in ("gputok.components.normalizers.charsmap", "gputok.components.segmenters.charbpe",
+                 "gputok.components.segmenters.spm_bpe", "gputok.components.normalizers.spm",
+                 "gputok.components.pretokenizers.bert", "gputok.components.segmenters.wordpiece",
                  "gputok.loaders.spm_model", "gputok.loaders.gguf", "gputok.loaders.gguf_pre",
-                 "gputok.detok"):
+                 "gputok.components.decoders.chains"):
         mod = importlib.import_module(name)
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, name

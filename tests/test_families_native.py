@@ -113,7 +113,8 @@ def test_auto_backend_runs_wordpiece_on_native(tmp_path):
 @pytest.mark.parametrize("name", ["botchan_bpe", "mistral_v7"])
 def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path):
     """The char-level merge has no kernel: the whole model runs on the host, warned once and
-    counted as ``("merge", "spm-bpe")``; no kernel is launched and the ids are sentencepiece's."""
+    counted as ``("merge", "SentencePiece BPE")``; no kernel is launched and the ids are
+    sentencepiece's."""
     import families as F
 
     data = F.model_source(name)
@@ -126,7 +127,7 @@ def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path
         for _ in range(2):
             ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
     assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [sp.encode(d) for d in docs]
-    assert be.fallbacks == {("merge", "spm-bpe"): 2}
+    assert be.fallbacks == {("merge", "SentencePiece BPE"): 2}
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert not be.dev.launches
     assert be.plan(enc.model)["merge"].startswith("host")
@@ -152,6 +153,6 @@ def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp
         ids, off = enc.encode_batch_arrays(EDGES, allowed_special="all", backend=be)
     assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [
         e.ids for e in hf.encode_batch(EDGES, add_special_tokens=False)]
-    assert be.fallbacks == {("merge", "wordpiece"): 1} and not be.dev.launches
+    assert be.fallbacks == {("merge", "WordPiece"): 1} and not be.dev.launches
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert be.plan(enc.model)["merge"].startswith("host")

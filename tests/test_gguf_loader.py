@@ -133,7 +133,7 @@ def test_gguf_specials_decode_and_gputok_api(files):
     wp = gputok.load(files["minilm"][0])
     hf = _hf(testdata.family_path("minilm_tokenizer_json"))
     ids = hf.encode("Héllo, wörld! don't", add_special_tokens=False).ids
-    assert wp.decode(ids) == hf.decode(ids) and wp.model.kind == "wordpiece"
+    assert wp.decode(ids) == hf.decode(ids) and wp.model.segmenter.name == "WordPiece"
 
 
 def test_llama_gguf_of_a_charsmap_model_does_not_normalise(tmp_path):

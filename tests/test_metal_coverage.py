@@ -137,7 +137,7 @@ def test_metal_qwen2_nfd_input_matches_hf_with_the_host_spans_cuda_counts(order,
 
 @pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
 def test_metal_wordpiece_shader_matches_its_numpy_reference(order, seed, corpora):
-    from gputok.stages.wordpiece import encode_wordpiece
+    from gputok.components.segmenters.wordpiece import encode_wordpiece
     from test_wordpiece import _words, trio
 
     enc, _, _ = trio("uncased")
@@ -146,7 +146,7 @@ def test_metal_wordpiece_shader_matches_its_numpy_reference(order, seed, corpora
     pstart = np.zeros(len(raw) + 1, np.int64)
     np.cumsum([len(b) for b in raw], out=pstart[1:])
     buf = np.frombuffer(b"".join(raw), np.uint8)
-    want_scratch, want_count = encode_wordpiece(buf, pstart, enc.model.family)
+    want_scratch, want_count = encode_wordpiece(buf, pstart, enc.model.segmenter)
     be = metal_backend(order, seed)
     plan = be.model_plan(enc.model)
     # entries as the driver builds them: the words, one special token, the sentinel
@@ -186,7 +186,7 @@ def test_metal_minilm_wordpiece_matches_hf_without_a_merge_fallback(order, seed,
     assert be.dev.launches["encode_wordpiece"] > 3 and "encode_merge_short" not in \
         be.dev.launches
     # the words are cut on the host, as on CUDA (one counted fallback, warned once); the match
-    # runs on the device: no ("merge", "wordpiece")
+    # runs on the device: no ("merge", "WordPiece")
     assert dict(be.fallbacks) == {("pretok", "split"): 1}
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert be.plan(enc.model)["merge"].startswith("device")

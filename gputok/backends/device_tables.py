@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .._cache import map_arrays, write_arrays
-from ..stages.table import join_bitmap, merged_tokens  # noqa: F401  (the kernels' join table)
+from ..stages.table import MergeTable, join_bitmap, merged_tokens  # noqa: F401  (join table)
 
 EMPTY_SLOT = 0xFFFFFFFF
 PAIR_COMPACT = 0x100  # in t_bits: the merge table has 8-byte slots (pair_slots)
@@ -290,12 +290,11 @@ def upload_tables(dev, model, scanner, class_cache: dict, norm_form: "str | None
     scanner when pre-tokenization runs on the device (else None); ``norm_form`` the normal form
     whose quick check runs on the device (else None). ``class_cache`` keeps one class table per
     (family, Unicode family), and one quick-check bitmap per form, on the device."""
-    if model.kind == "wordpiece":  # the vocabulary's byte trie, in the merge table's layout
-        fam = model.family
-        t = fam.trie
-        return ({"t_slots": dev.put(merge_slots(t))},
-                {"t_bits": u32(t.hash_bits), "cont": u32(fam.cont), "unk": u32(fam.unk_id),
-                 "max_chars": u32(min(fam.max_chars, 0xFFFFFFFF))})
+    form = model.segmenter.device
+    if form.tables is not None:  # the segmenter's own tables (WordPiece: its byte trie)
+        arrays, scalars = form.tables()
+        return ({k: dev.put(merge_slots(v) if isinstance(v, MergeTable) else v)
+                 for k, v in arrays.items()}, dict(scalars))
     host = host_tables(model)
     a: dict = {"t_slots": dev.put(host["t_slots"]), "byte_ids": dev.put(host["byte_ids"]),
                "join": dev.put(host["join"])}

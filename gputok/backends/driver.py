@@ -108,7 +108,7 @@ class ModelPlan:
     tables: Tables
     normalizer: tuple
     norm_form: "str | None" = None  # the normal form checked on the device (encode_nfc.cu)
-    kind: str = "bytelevel-bpe"
+    seg: object = None  # the segmenter's device form (``components.SegmenterDevice``)
 
 
 @dataclass
@@ -124,13 +124,15 @@ class _InFlight:
 def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
     """(mode, reason): where a model's pieces are cut on a device backend whose pretok kernels
     implement the scanner ``families`` (a device adapter may name fewer: ``pretok_families``)."""
-    if model.kind == "wordpiece":
-        return "split", "WordPiece words are cut on the host (BertNormalizer + BertPreTokenizer)"
-    if model.family is not None:
-        return "host", f"{model.kind}: every stage runs on the host (no device kernels yet)"
-    pre = model.pretokenizer
+    seg = model.segmenter
+    if seg.device is None:
+        return "host", f"{seg.name}: every stage runs on the host (no device kernels yet)"
+    norm, pre = model.front
+    if norm is not None and norm.steps is None:
+        return "host", "its normaliser has no device-path form: every stage runs on the host"
     if pre.pattern is None:
-        return "split", ("its pre-tokenizer has several steps: pieces are cut on the host")
+        return "split", (f"its pre-tokenizer ({pre.name}) is not one regex: pieces are cut on "
+                         "the host")
     sc = pre.scanner
     if sc is None:
         return "split", "its pattern has no vectorised form: pieces are cut on the host (regex)"
@@ -147,10 +149,8 @@ def device_norm_form(model, mode: str, forms=FORMS) -> "str | None":
     """The normal form whose quick check runs on the device (encode_nfc.cu), or None: a
     normaliser of exactly one normal form, with pieces cut on the device, on a device whose
     kernels check ``forms`` (a device adapter may name fewer: ``normal_forms``)."""
-    steps = tuple(model.normalizer)
-    if mode == "device" and len(steps) == 1 and steps[0] in forms:
-        return steps[0]
-    return None
+    form = model.normalizer.device_form
+    return form if mode == "device" and form in forms else None
 
 
 class DeviceBackend(Backend):
@@ -229,7 +229,7 @@ class DeviceBackend(Backend):
             check_buffer(buf, doc_off, disallowed)
         why = self._host_family(model)
         if why is not None:  # a family without kernels (on this device): the numpy backend
-            self.fallback("merge", model.kind, f"{model.name}: {why}",
+            self.fallback("merge", model.segmenter.name, f"{model.name}: {why}",
                           once_key=("family", id(model)))
             return None
         spans = token_spans(model, buf, doc_off, allowed)
@@ -262,7 +262,7 @@ class DeviceBackend(Backend):
         if strs is None or len(strs) < 2 or workers < 2 \
                 or getattr(self.dev, "chunk_inline", None) is None or self.profile is not None \
                 or model.active_tokens(allowed) or self._host_family(model) is not None \
-                or model.normalizer or model.kind == "wordpiece":
+                or model.normalizer or not model.segmenter.device.one_call:
             return None
         try:
             if self._mode(model)[0] != "device":
@@ -420,9 +420,10 @@ class DeviceBackend(Backend):
 
     def _one_call_model(self, model) -> bool:
         """Whether one text of ``model`` may take a device's one-call paths (``encode_short``,
-        ``encode_few``): no family's own stages (SentencePiece, WordPiece, ...), no normaliser,
-        no host-side family."""
-        return model.family is None and not model.normalizer and self._host_family(model) is None
+        ``encode_few``): a segmenter whose device form runs there (byte-level BPE), no
+        normaliser."""
+        return self._host_family(model) is None and model.segmenter.device.one_call \
+            and not model.normalizer
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """``Backend.encode_list``; besides, a device whose workspace is
@@ -464,7 +465,8 @@ class DeviceBackend(Backend):
         starts = np.zeros(k + 1, np.int64)
         np.cumsum(lens, out=starts[1:])
         n = int(starts[k])
-        if n > CHUNK_LIMIT or self._host_family(model) is not None or model.kind == "wordpiece":
+        if n > CHUNK_LIMIT or self._host_family(model) is not None \
+                or not model.segmenter.device.one_call:
             return None
         return self._merge_joined(model, b"".join(pieces), starts, lens, flat)
 
@@ -478,7 +480,8 @@ class DeviceBackend(Backend):
         if k <= 0:
             return [] if k == 0 else None
         n = int(starts[k])
-        if n > CHUNK_LIMIT or self._host_family(model) is not None or model.kind == "wordpiece":
+        if n > CHUNK_LIMIT or self._host_family(model) is not None \
+                or not model.segmenter.device.one_call:
             return None
         return self._merge_joined(model, data, starts, np.diff(starts), True)
 
@@ -494,7 +497,7 @@ class DeviceBackend(Backend):
         if pretok is None or not n or n > CHUNK_LIMIT or not self._one_call_model(model):
             return None
         plan = self._plan(model)
-        if plan.mode != "device" or plan.norm_form is not None or plan.kind == "wordpiece":
+        if plan.mode != "device" or plan.norm_form is not None or not plan.seg.one_call:
             return None
         got = pretok(plan.tables, data, np.array([0, n], np.uint32), _SEGMENT_BITS, limit)
         if got is None:
@@ -573,21 +576,23 @@ class DeviceBackend(Backend):
     # ---- planning ------------------------------------------------------------------------------
 
     def _host_family(self, model) -> "str | None":
-        """Why every stage of ``model`` runs on the host here (None: the device runs some):
-        SentencePiece models everywhere; WordPiece on a device without encode_wordpiece (a
-        device adapter may say which kernels it has: ``has_kernel``, e.g. Metal)."""
+        """Why every stage of ``model`` runs on the host here (None: the device runs some): a
+        segmenter without a device form (SentencePiece, Unigram, WordLevel) everywhere; one
+        whose kernel this device lacks (a device adapter may say which kernels it has:
+        ``has_kernel``, e.g. Metal)."""
         mode, why = pretok_mode(model)
         if mode == "host":
             return why
         has = getattr(self.dev, "has_kernel", None)
-        if model.kind == "wordpiece" and has is not None and not has("encode_wordpiece"):
-            return f"wordpiece: the {self.name} device has no encode_wordpiece kernel yet"
+        form = model.segmenter.device
+        if has is not None and not has(form.kernel):
+            return f"{model.segmenter.name}: the {self.name} device has no {form.kernel} kernel yet"
         return None
 
     def _mode(self, model) -> tuple[str, str]:
         mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
         want = self.pretok
-        if want == "auto" or want == mode or model.family is not None:
+        if want == "auto" or want == mode or model.segmenter.device is None:
             return mode, why
         if want == "device":
             raise ValueError(f"{model.name}: pre-tokenization cannot run on the device ({why})")
@@ -636,12 +641,9 @@ class DeviceBackend(Backend):
         form = self._norm_form(model, mode)
         arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables, form)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
-        if model.kind == "wordpiece":  # normalised inside the split (BertSteps)
-            plan = ModelPlan(mode, why, _FamilySplit(model.family), Tables(arrays, scalars), (),
-                             kind=model.kind)
-        else:
-            plan = ModelPlan(mode, why, model.pretokenizer, Tables(arrays, scalars),
-                             tuple(model.normalizer), form)
+        norm, pre = model.front  # (BERT's normaliser runs in its pre-tokenizer's pass)
+        plan = ModelPlan(mode, why, pre, Tables(arrays, scalars),
+                         norm.steps if norm is not None else (), form, model.segmenter.device)
         self._plans[key] = (weakref.ref(model), plan)
         return plan
 
@@ -921,7 +923,7 @@ class DeviceBackend(Backend):
         """Whether a chunk of ``mode`` may run its whole sequence as one call (``chunk_inline``,
         ``text_short``): pieces cut on the device, no normaliser check, no WordPiece stage, no
         ``profile`` collecting per-stage times (those need the stages' own launches)."""
-        return (mode == "device" and plan.norm_form is None and plan.kind != "wordpiece"
+        return (mode == "device" and plan.norm_form is None and plan.seg.one_call
                 and self.profile is None)
 
     def _enqueue(self, plan: ModelPlan, hc: HostChunk, slot: int, out_dtype) -> _InFlight:
@@ -977,12 +979,9 @@ class DeviceBackend(Backend):
         else:
             _, pstart, spec, doc_entry, n_entries = ins
             cap = hc.n_entries
-        if plan.kind == "wordpiece":
-            owner, count, scratch = st.wordpiece(plan.tables, hc.n, d_buf, pstart, spec,
-                                                 n_entries, cap)
-        else:
-            owner, count, scratch = st.merge(plan.tables, hc.n, d_buf, pstart, spec, n_entries,
-                                             cap)
+        # the segmenter's device stage (``SegmenterDevice.stage``: merge, wordpiece)
+        owner, count, scratch = getattr(st, plan.seg.stage)(plan.tables, hc.n, d_buf, pstart,
+                                                            spec, n_entries, cap)
         mark("merge")
         out, out_doc = st.emit(hc.n, pstart, n_entries, cap, owner, count, scratch, doc_entry,
                                hc.n_docs, out_dtype)
@@ -1012,21 +1011,6 @@ class DeviceBackend(Backend):
         docs = Documents([buf[int(doc_off[d]):int(doc_off[d + 1])] for d in range(d0, d1)])
         ids, off = get_backend("numpy").encode(model, docs, allowed, frozenset())
         return (d0, ids.astype(model.id_dtype, copy=False), np.diff(off))
-
-
-class _FamilySplit:
-    """The ``split(text)`` a host-cut chunk needs, for a family's pre-tokenizer."""
-
-    def __init__(self, family):
-        self.family = family
-
-    def split(self, text: str) -> list:
-        return self.family.pieces_batch([text])[0]
-
-    @property
-    def words_bytes_batch(self):
-        """The batch form (WordPiece: ``BertSteps.words_bytes_batch``), or None."""
-        return getattr(getattr(self.family, "steps", None), "words_bytes_batch", None)
 
 
 class _Done:

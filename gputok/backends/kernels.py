@@ -31,7 +31,8 @@ ENC_DONE = 0xFFFFFFFF  # owner[e]: the entry's ids are final
 @functools.lru_cache(maxsize=None)
 def kernel_constants() -> dict:
     """{define name: int} of everything the encode kernels share with Python."""
-    from ..stages import merge, scan_rules as r, split, table, wordpiece as wp
+    from ..components.segmenters import wordpiece as wp
+    from ..stages import merge, scan_rules as r, split, table
     from . import device_tables as dt, hostplan as hp
 
     return {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import Backend
-from ..stages import counters, dedup, emit, normalize, split
+from ..stages import counters, dedup, emit, split
 from ..stages.pack import fix_surrogates, utf8_data
 from ..specials import split_text
 
@@ -30,26 +30,23 @@ class NumpyBackend(Backend):
     name = "numpy"
 
     def plan(self, model) -> dict:
-        if model.family is not None:
-            return {"split": "host", "normalize": "host", "pretok": f"host ({model.kind})",
-                    "merge": "host", "emit": "host"}
         pre = model.pretokenizer
-        how = ("vectorised scanner" if pre.pattern is not None and pre.scanner is not None
-               else "regex")
+        if pre.pattern is not None:
+            how = "vectorised scanner" if pre.scanner is not None else "regex"
+        else:
+            how = pre.name
         return {"split": "host", "normalize": "host" if model.normalizer else "none",
-                "pretok": f"host ({how})", "merge": "host", "emit": "host"}
+                "pretok": f"host ({how})", "merge": f"host ({model.segmenter.name})",
+                "emit": "host"}
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
         segments, layout = split.split_documents(model, docs.iter_str(), allowed, disallowed)
-        fam = model.family
-        if fam is not None:  # the family's normaliser and pre-tokenizer in one stage
-            seg_pieces = fam.pieces_batch(segments, split.first_flags(layout, len(segments)))
-        else:
-            segments = normalize.normalize_batch(model, segments)
-            seg_pieces = model.pretokenizer.split_batch(segments)
+        first = (split.first_flags(layout, len(segments)) if model.pretokenizer.uses_first
+                 else None)
+        seg_pieces = model.pieces_batch(segments, first)
         items = split.join_layout(layout, seg_pieces)
         ids, offsets = emit.emit(dedup.ids_of_documents(model, items), model.id_dtype)
-        return fam.finish(ids, offsets) if fam is not None else (ids, offsets)
+        return model.segmenter.finish(ids, offsets)
 
 
 def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list[int]:
@@ -57,24 +54,17 @@ def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list
     merge stage for the long pieces and many misses (``dedup.ids_of_pieces``)."""
     text = fix_surrogates(text)
     active = model.active_tokens(allowed)
-    fam = model.family
-    if fam is not None:
-        return _family_text(model, fam, text, active)
-    pre = model.pretokenizer
-    steps = model.normalizer
+    seg = model.segmenter
     if not active:
-        if steps:
-            text = normalize.normalize_text(steps, text)
-        return dedup.flat_ids(dedup.ids_of_pieces(model, pre.split(text), device_merge))
+        ids = dedup.flat_ids(dedup.ids_of_pieces(model, model.pieces(text), device_merge))
+        return seg.finish_list(ids)
     items: list = []
-    for part, is_tok in split_text(text, active, model.lstrip, model.rstrip):
+    for k, (part, is_tok) in enumerate(split_text(text, active, model.lstrip, model.rstrip)):
         if is_tok:
             items.append((model.token_id(part),))
-        else:
-            if steps:
-                part = normalize.normalize_text(steps, part)
-            items.extend(pre.split(part))
-    return dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge))
+        else:  # (``first``: the segment starts the document)
+            items.extend(model.pieces(part, k == 0))
+    return seg.finish_list(dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge)))
 
 
 def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,
@@ -82,14 +72,14 @@ def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,
     """``encode_text`` for a text the pre-tokenizer cuts into at most ``limit`` pieces (a run
     of one character class: ``"a" * n``, emoji, whitespace, with a few pieces around it), its
     long pieces merged on the device; None for any other text, found after ``limit + 1``
-    pieces, or when the model has a family, a normaliser or active special tokens.
+    pieces, or when the model is not byte-level BPE, has a normaliser or active special tokens.
     ``device_few(data, limit)``: a device's cut and merge of the whole text (its UTF-8), taken
     for a text that is not all ASCII once its head passes the probe (the host scanner's cut of
     a 10 MB emoji run made ~46 MB of numpy temporaries; the regex cuts an ASCII run in place).
     ``device_spans(data, starts)``: the device's merge of the pieces the host cut, given as
     their starts in the text's UTF-8 (no piece is copied out of it; a long ASCII text's UTF-8
     is its own characters, ``pack.utf8_data``); ``device_merge(pieces)`` where it declines."""
-    if model.family is not None or model.normalizer or model.active_tokens(allowed):
+    if not model.segmenter.byte_level or model.normalizer or model.active_tokens(allowed):
         return None
     try:  # (the text's UTF-8, once: the pieces are spans of it)
         data = utf8_data(text)
@@ -129,22 +119,3 @@ def _utf8_starts(pieces: list, text: str, data) -> "np.ndarray | None":
     starts = np.zeros(k + 1, np.int64)
     np.cumsum(lens, out=starts[1:])
     return starts
-
-
-def _family_text(model, fam, text: str, active: frozenset) -> list[int]:
-    """``encode_text`` for SentencePiece / WordPiece models (their stages, one document)."""
-    if active:
-        parts = split_text(text, active, model.lstrip, model.rstrip)
-    else:
-        parts = [(text, False)] if text else []
-    segs = [p for p, is_tok in parts if not is_tok]
-    firsts = [k == 0 for k, (_, is_tok) in enumerate(parts) if not is_tok]
-    pieces = iter(fam.pieces_batch(segs, firsts))
-    items: list = []
-    for part, is_tok in parts:
-        if is_tok:
-            items.append((model.token_id(part),))
-        else:
-            items.extend(next(pieces))
-    ids = dedup.flat_ids(dedup.ids_of_pieces(model, items))
-    return fam.finish_list(ids)

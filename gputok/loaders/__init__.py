@@ -1,10 +1,17 @@
 """Vocabulary files -> ``Model``: one module per format, chosen by the file's content.
 
     tokenizer.json   hf_json.py        a JSON object with a "model" (byte-level BPE,
-                     hf_spm.py         SentencePiece-style BPE, WordPiece)
+                     hf_families.py    SentencePiece-style BPE, WordPiece,
+                     hf_models.py      Unigram, WordLevel)
     .tiktoken        tiktoken_file.py  lines of "<base64 token> <rank>" (optionally gzipped)
-    .model           spm_model.py      a SentencePiece ModelProto (protobuf; BPE models)
+    .model           spm_model.py      a SentencePiece ModelProto (protobuf; BPE and Unigram)
     .gguf            gguf.py           llama.cpp's model file (its tokenizer metadata)
+    a directory      directory.py      tokenizer.json / tokenizer.model + tokenizer_config.json
+                                       + special_tokens_map.json, as AutoTokenizer reads them
+
+Loaders are the one place that reads a file's kind: each builds a ``Model`` from components
+(``gputok/components``); ``post.py`` turns each format's rule for BOS/EOS/[CLS]/[SEP] into the
+model's post-processor.
 """
 
 from __future__ import annotations
@@ -50,8 +57,11 @@ def load_model(path, *, pat_str: "str | None" = None,
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such vocabulary file: {path}")
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory; pass the vocabulary file inside it")
+    if path.is_dir():  # a model directory, as AutoTokenizer reads it
+        from .directory import load_directory
+
+        return load_directory(path, lambda p, n: load_model(
+            p, pat_str=pat_str, special_tokens=special_tokens, name=name or n), name=name)
     with open(path, "rb") as f:
         head = f.read(256)
     kind = sniff(path, head)

@@ -14,6 +14,8 @@ The tokenizer keys and how each family is built:
                            "llama" -> SentencePiece BPE: tokens, ``scores``, ``token_type``;
                                       identity normaliser, dummy prefix iff
                                       ``add_space_prefix``; byte fallback iff BYTE tokens exist
+                           "t5"    -> SentencePiece Unigram: as "llama", with scores as
+                                      piece scores and ``precompiled_charsmap``
                            "bert"  -> WordPiece, BERT's uncased normaliser; the converter's
                                       spelling ("▁x" word-initial, "x" continuation) undone
     token_type             1 NORMAL, 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED, 5 UNUSED, 6 BYTE
@@ -25,11 +27,13 @@ rules: the file came from a sentencepiece model (``cpu_ref/gguf.py`` has the det
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 from pathlib import Path
 
 from ..model import Model
+from .post import gguf_post
 
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
             12: "d"}
@@ -144,13 +148,17 @@ def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
     if len(types) != len(tokens):
         raise ValueError(f"{where}: {len(types)} token types for {len(tokens)} tokens")
     if kind == "gpt2":
-        return _byte_level(meta, tokens, types, name, where, digest)
-    if kind == "llama":
-        return _sentencepiece(meta, tokens, types, name, where, digest)
-    if kind == "bert":
-        return _wordpiece(meta, tokens, types, name, where, digest)
-    raise ValueError(f"{where}: tokenizer.ggml.model {kind!r} is not supported; gputok reads "
-                     "'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE) and 'bert' (WordPiece)")
+        model = _byte_level(meta, tokens, types, name, where, digest)
+    elif kind in ("llama", "t5"):
+        model = _sentencepiece(meta, tokens, types, name, where, digest, unigram=kind == "t5")
+    elif kind == "bert":
+        model = _wordpiece(meta, tokens, types, name, where, digest)
+    else:
+        raise ValueError(f"{where}: tokenizer.ggml.model {kind!r} is not supported; gputok reads "
+                         "'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE), 't5' "
+                         "(SentencePiece Unigram) and 'bert' (WordPiece)")
+    # what llama.cpp adds with add_special (BOS, EOS, SEP), for add_special_tokens=True
+    return dataclasses.replace(model, post=gguf_post(meta, len(tokens)))
 
 
 def _hf_model(cfg: dict, name: str, where: str, digest):
@@ -187,17 +195,24 @@ def _byte_level(meta, tokens, types, name, where, digest) -> Model:
     return _hf_model(cfg, name, where, digest)
 
 
-def _sentencepiece(meta, tokens, types, name, where, digest) -> Model:
+def _sentencepiece(meta, tokens, types, name, where, digest, unigram: bool = False) -> Model:
+    """A llama (BPE) or t5 (Unigram) file: the SentencePiece model it was converted from, with
+    llama.cpp's defaults where a key is absent (t5: no dummy prefix, no whitespace collapsing;
+    its charsmap from ``tokenizer.ggml.precompiled_charsmap``)."""
     from .spm_model import SpmSpec, model_from_spec
 
     scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
     if len(scores) != len(tokens):
         raise ValueError(f"{where}: {len(scores)} scores for {len(tokens)} tokens")
+    charsmap = meta.get("tokenizer.ggml.precompiled_charsmap") if unigram else None
     spec = SpmSpec(pieces=list(tokens), scores=[float(s) for s in scores],
-                   types=unk_types(meta, types), model_type=2,
+                   types=unk_types(meta, types), model_type=1 if unigram else 2,
                    byte_fallback=BYTE in types, normalizer_name="identity",
-                   add_dummy_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
-                   remove_extra_whitespaces=False)
+                   charsmap=bytes(x & 0xFF for x in charsmap) if charsmap else b"",
+                   add_dummy_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix",
+                                                  not unigram)),
+                   remove_extra_whitespaces=unigram and bool(meta.get(
+                       "tokenizer.ggml.remove_extra_whitespaces", False)))
     return model_from_spec(spec, name, where=where, digest=digest)
 
 

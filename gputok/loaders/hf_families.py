@@ -4,9 +4,8 @@
 ``WordPiece``, or when the BPE model works on characters (``byte_fallback``, a ``Metaspace``
 pre-tokenizer, a ``Prepend`` normaliser or a ``ByteFallback``/``Metaspace`` decoder). What is
 not supported is refused with an error naming the field, never ignored. Ids equal
-``Tokenizer.encode(text, add_special_tokens=False)``: post-processors (BERT's [CLS] ... [SEP],
-Llama's <s>) are not applied; add them yourself, e.g.
-``[enc.encode_single_token("[CLS]")] + enc.encode(text) + [enc.encode_single_token("[SEP]")]``.
+``Tokenizer.encode(text, add_special_tokens=False)``; with ``add_special_tokens=True`` the file's
+post-processor adds what HF adds (BERT's [CLS] ... [SEP], Llama's <s>: ``loaders/post.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +13,13 @@ from __future__ import annotations
 import numpy as np
 import regex
 
-from ..detok import HFDecoder
+from ..components.decoders import HFDecoder
+from ..components.normalizers import BertNormalizer, HFSteps
+from ..components.pretokenizers import BertPreTokenizer, Metaspace, Whole
+from ..components.segmenters.hf_charbpe import HFSpmFamily
+from ..components.segmenters.wordpiece import WordPieceFamily
 from ..model import Model
-from ..stages.bert import BertSteps
-from ..stages.hf_spm import HFSpmFamily
-from ..stages.wordpiece import WordPieceFamily
+from .post import hf_post
 from ..stages.normalize import STEPS
 
 _UNICODE_STEPS = {s: s for s in STEPS}
@@ -72,15 +73,15 @@ def _spm_norm_steps(spec, need) -> tuple:
     return ((_UNICODE_STEPS[kind],),)
 
 
-def _metaspace(spec, need) -> "dict | None":
+def _metaspace(spec, need):
     if spec is None:
-        return None
+        return Whole()
     need(isinstance(spec, dict), "pre_tokenizer must be an object or null")
     if spec.get("type") == "Sequence":
         subs = [s for s in spec.get("pretokenizers", []) if s is not None]
         need(len(subs) <= 1, "pre_tokenizer: a Sequence of several steps is not supported for "
                              "SentencePiece-style BPE")
-        return _metaspace(subs[0], need) if subs else None
+        return _metaspace(subs[0], need) if subs else Whole()
     need(spec.get("type") == "Metaspace", f"pre_tokenizer {spec.get('type')!r} is not supported "
                                           "for SentencePiece-style BPE (Metaspace or none)")
     scheme = spec.get("prepend_scheme", "always")
@@ -89,11 +90,11 @@ def _metaspace(spec, need) -> "dict | None":
     need(scheme in ("always", "first", "never"), f"Metaspace prepend_scheme {scheme!r}?")
     rep = spec.get("replacement", "\u2581")
     need(isinstance(rep, str) and len(rep) == 1, "Metaspace replacement must be one character")
-    return {"replacement": rep, "scheme": scheme, "split": bool(spec.get("split", True))}
+    return Metaspace(rep, scheme, bool(spec.get("split", True)))
 
 
 def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
-    """An SPM-style BPE tokenizer.json (see ``stages/hf_spm.py``)."""
+    """An SPM-style BPE tokenizer.json (see ``components/segmenters/hf_charbpe.py``)."""
     model = cfg["model"]
     for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
         need(not model.get(key), f"model.{key} is not supported")
@@ -111,9 +112,7 @@ def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
     specials, plain, added = _added(cfg, need)
     fam = HFSpmFamily(vocab=vocab, merges=merges, byte_fallback=bool(model.get("byte_fallback")),
                       fuse_unk=bool(model.get("fuse_unk")), unk_token=model.get("unk_token"),
-                      ignore_merges=bool(model.get("ignore_merges")),
-                      norm_steps=_spm_norm_steps(cfg.get("normalizer"), need),
-                      metaspace=_metaspace(cfg.get("pre_tokenizer"), need), where=name)
+                      ignore_merges=bool(model.get("ignore_merges")), where=name)
     tokens = {i: t for t, i in vocab.items()}
     tokens.update({t["id"]: t["content"] for t in added})
     decoder = {}
@@ -128,10 +127,13 @@ def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
         need(False, str(e).replace("tokenizer.json: ", ""))
     byte_ids = np.array([fam.byte_tok[b] if fam.byte_tok and fam.byte_tok[b] is not None else 0
                          for b in range(256)], np.uint32)
-    return Model(name=name, pretok=None, decoder=decoder, byte_ids=byte_ids, specials=specials,
+    return Model(name=name, decoder=decoder, byte_ids=byte_ids, specials=specials,
                  added=plain, lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
                  rstrip=frozenset(t["content"] for t in added if t.get("rstrip")),
-                 digest=digest, kind="spm-bpe", family=fam, detok=detok)
+                 digest=digest, segmenter=fam,
+                 normalizer=HFSteps(_spm_norm_steps(cfg.get("normalizer"), need)),
+                 pretokenizer=_metaspace(cfg.get("pre_tokenizer"), need), detok=detok,
+                 post=hf_post(cfg.get("post_processor"), need))
 
 
 def _byte_value(tok: str) -> "int | None":
@@ -145,7 +147,7 @@ def _byte_value(tok: str) -> "int | None":
 
 def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
     """A BERT tokenizer.json: BertNormalizer (or none), BertPreTokenizer, WordPiece (the stage is
-    ``stages/wordpiece.py``)."""
+    ``components/segmenters/wordpiece.py``)."""
     model = cfg["model"]
     vocab = _vocab(model, need)
     unk = model.get("unk_token", "[UNK]")
@@ -161,7 +163,7 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
     for t in added:
         need(not t.get("lstrip") and not t.get("rstrip"),
              f"added token {t['content']!r}: lstrip/rstrip are not supported for WordPiece")
-    steps = BertSteps(normalize=False) if norm is None else BertSteps(
+    normalizer = () if norm is None else BertNormalizer(
         clean_text=norm.get("clean_text", True),
         handle_chinese_chars=norm.get("handle_chinese_chars", True),
         strip_accents=norm.get("strip_accents"), lowercase=norm.get("lowercase", True))
@@ -172,7 +174,7 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
                                   f"{prefix!r}")
     fam = WordPieceFamily(vocab, unk_token=unk, prefix=prefix,
                           max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
-                          steps=steps, where=name)
+                          where=name)
     tokens = {i: t for t, i in vocab.items()}
     tokens.update({t["id"]: t["content"] for t in added})
     dec = cfg.get("decoder")
@@ -180,6 +182,8 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
         detok = HFDecoder(tokens, dec, skip=set(specials.values()), where="tokenizer.json")
     except ValueError as e:
         need(False, str(e).replace("tokenizer.json: ", ""))
-    return Model(name=name, pretok=None, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
+    return Model(name=name, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
                  byte_ids=np.full(256, fam.unk_id, np.uint32), specials=specials, added=plain,
-                 digest=digest, kind="wordpiece", family=fam, detok=detok)
+                 digest=digest, segmenter=fam, normalizer=normalizer,
+                 pretokenizer=BertPreTokenizer(), detok=detok,
+                 post=hf_post(cfg.get("post_processor"), need))

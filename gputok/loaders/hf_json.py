@@ -1,12 +1,13 @@
-"""Hugging Face ``tokenizer.json``: byte-level BPE (GPT-2, Llama 3, Qwen2 families), and the
-SentencePiece-style BPE and WordPiece files (``_spm_model``, ``_wordpiece_model``, below).
+"""Hugging Face ``tokenizer.json``: byte-level BPE (GPT-2, Llama 3, Qwen2 families); the
+SentencePiece-style BPE and WordPiece files (``hf_families.py``), Unigram and WordLevel
+(``hf_models.py``).
 
 The file's parts become a ``Model``: the normalizer becomes a tuple of steps, the pre-tokenizer
 a ``PretokSpec`` of the "hf" Unicode family (Oniguruma's tables), ``merges`` the HF-rule merge
 list (priority = index, merged id = ``vocab[a + b]``), added tokens marked ``special`` special
 tokens under tiktoken's allowed/disallowed contract, the other added tokens vocabulary that is
-always cut out. Ids equal ``Tokenizer.encode(text, add_special_tokens=False)``: the
-post-processor (e.g. Llama 3's BOS) is not applied.
+always cut out. Ids equal ``Tokenizer.encode(text, add_special_tokens=False)``; the
+post-processor (e.g. Llama 3's BOS) is applied only with ``add_special_tokens=True``.
 
 What is not supported is refused with an error naming the file and the field, never ignored.
 """
@@ -24,6 +25,7 @@ from .. import patterns
 from ..bytelevel import unspell
 from .bytelevel_gaps import missing_bytes
 from ..model import Model
+from .post import hf_post
 from ..stages.pretok import PrefixSpace, PretokSpec, Split
 
 _NORMALIZERS = {"NFC": "NFC", "NFD": "NFD", "NFKC": "NFKC", "NFKD": "NFKD",
@@ -64,8 +66,14 @@ def _model(cfg, name: str, digest: str) -> Model:
         from .hf_families import wordpiece_model
 
         return wordpiece_model(cfg, name, digest, _need)
+    if model.get("type") in ("Unigram", "WordLevel"):
+        from .hf_models import unigram_model, wordlevel_model
+
+        make = unigram_model if model["type"] == "Unigram" else wordlevel_model
+        return make(cfg, name, digest, _need)
     _need(model.get("type", "BPE") == "BPE",
-          f"model.type {model.get('type')!r} is not supported (BPE or WordPiece)")
+          f"model.type {model.get('type')!r} is not supported (BPE, WordPiece, Unigram or "
+          "WordLevel)")
     if _spm_style(cfg):
         from .hf_families import spm_model
 
@@ -132,7 +140,8 @@ def _model(cfg, name: str, digest: str) -> Model:
         byte_ids=gaps.byte_ids, merges=gaps.merges, whole=whole, specials=specials, added=plain,
         drop_id=gaps.drop_id,
         lstrip=frozenset(t["content"] for t in added if t.get("lstrip")),
-        rstrip=frozenset(t["content"] for t in added if t.get("rstrip")), digest=digest)
+        rstrip=frozenset(t["content"] for t in added if t.get("rstrip")), digest=digest,
+        post=hf_post(cfg.get("post_processor"), _need))
 
 
 def _has_type(spec, kinds: tuple) -> bool:

@@ -1,4 +1,5 @@
-"""SentencePiece ``.model`` files -> ``Model`` (SentencePiece BPE), with no protobuf dependency.
+"""SentencePiece ``.model`` files -> ``Model`` (SentencePiece BPE or Unigram), with no protobuf
+dependency.
 
 A ``.model`` is one serialized ``ModelProto`` (proto2). Reading it needs only the protobuf wire
 format: fields are ``varint key = number << 3 | wire type`` then a value (0 varint, 1 fixed64,
@@ -8,14 +9,15 @@ true). The fields read, by number::
 
     ModelProto      1 pieces   2 trainer_spec   3 normalizer_spec   5 denormalizer_spec
     SentencePiece   1 piece   2 score (float)   3 type (default NORMAL)
-    TrainerSpec     3 model_type (BPE = 2)   24 treat_whitespace_as_suffix   35 byte_fallback
+    TrainerSpec     3 model_type (UNIGRAM = 1, BPE = 2)   24 treat_whitespace_as_suffix
+                    35 byte_fallback   41 bos_id (default 1)
                     44 unk_surface (default " \\u2047 ")
     NormalizerSpec  1 name   2 precompiled_charsmap   3 add_dummy_prefix
                     4 remove_extra_whitespaces   5 escape_whitespaces
 
-Ids equal sentencepiece's ``encode`` (no BOS/EOS: add them yourself, e.g.
-``[enc.encode_single_token("<s>")] + enc.encode(text)``); control pieces (``<s>``, ``[INST]``...)
-are the special tokens, under tiktoken's allowed/disallowed contract.
+Ids equal sentencepiece's ``encode`` (no BOS/EOS; ``add_special_tokens=True`` adds what
+``encode(text, add_bos=True)`` adds: the BOS control piece); control pieces (``<s>``,
+``[INST]``...) are the special tokens, under tiktoken's allowed/disallowed contract.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..components.decoders import SpmDecoder
+from ..components.pretokenizers import Whole
 from ..model import Model
-from ..stages.charsmap import CharsMap, CharsMapError
-from ..stages.spm import SpmFamily, decoder_map
-from ..stages.spm_norm import SpmNormalizer
+from .post import spm_post
+from ..components.normalizers.charsmap import CharsMap, CharsMapError
+from ..components.segmenters.spm_bpe import SpmFamily, decoder_map
+from ..components.segmenters.unigram import SpmUnigram
+from ..components.normalizers.spm import SpmNormalizer
 
 MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
@@ -42,6 +48,7 @@ class SpmSpec:
     types: list = field(default_factory=list)
     model_type: int = 1
     byte_fallback: bool = False
+    bos_id: int = 1
     treat_whitespace_as_suffix: bool = False
     unk_surface: str = " \u2047 "
     normalizer_name: str = ""
@@ -145,6 +152,8 @@ def parse(data: bytes) -> SpmSpec:
                     spec.treat_whitespace_as_suffix = bool(v2)
                 elif n2 == 35 and w2 == 0:
                     spec.byte_fallback = bool(v2)
+                elif n2 == 41 and w2 == 0:
+                    spec.bos_id = _int32(v2)
                 elif n2 == 44 and w2 == 2:
                     spec.unk_surface = _text(v2, "trainer_spec.unk_surface")
         elif number == 3 and wire == 2:
@@ -206,10 +215,10 @@ def looks_like_model(head: bytes) -> bool:
 def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None" = None
                     ) -> Model:
     """The ``Model`` of a SentencePiece BPE vocabulary."""
-    if spec.model_type != 2:
+    if spec.model_type not in (1, 2):
         kind = MODEL_TYPES.get(spec.model_type, str(spec.model_type))
         raise ValueError(f"{where}: model_type {kind} is not supported; gputok reads "
-                         "SentencePiece BPE models only (trainer_spec.model_type = BPE)")
+                         "SentencePiece BPE and UNIGRAM models (trainer_spec.model_type)")
     if spec.denormalizer_charsmap:
         raise ValueError(f"{where}: a denormalizer_spec charsmap is not supported")
     charsmap = None
@@ -225,15 +234,15 @@ def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None
                          escape_whitespaces=spec.escape_whitespaces,
                          treat_whitespace_as_suffix=spec.treat_whitespace_as_suffix,
                          user_defined=user_defined)
-    fam = SpmFamily(spec.pieces, spec.scores, spec.types, byte_fallback=spec.byte_fallback,
-                    normalizer=norm, unk_surface=spec.unk_surface, where=where,
-                    decode_strip=spec.add_dummy_prefix or spec.remove_extra_whitespaces,
-                    decode_all_ws=spec.remove_extra_whitespaces)
-    from ..detok import SpmDecoder
-
-    return Model(name=name, pretok=None, decoder=decoder_map(fam), byte_ids=fam.byte_ids,
-                 specials=dict(fam.specials), digest=digest, kind="spm-bpe", family=fam,
-                 detok=SpmDecoder(fam))
+    make = SpmUnigram if spec.model_type == 1 else SpmFamily
+    fam = make(spec.pieces, spec.scores, spec.types, byte_fallback=spec.byte_fallback,
+               unk_surface=spec.unk_surface, where=where,
+               decode_strip=spec.add_dummy_prefix or spec.remove_extra_whitespaces,
+               decode_all_ws=spec.remove_extra_whitespaces)
+    return Model(name=name, decoder=decoder_map(fam), byte_ids=fam.byte_ids,
+                 specials=dict(fam.specials), digest=digest, segmenter=fam, normalizer=norm,
+                 pretokenizer=Whole(), detok=SpmDecoder(fam),
+                 post=spm_post(spec.bos_id, fam.types))
 
 
 def load_spm(path: "str | Path", *, name: "str | None" = None) -> Model:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from itertools import chain
 
 from . import counters
-from .merge import LONG_PIECE, merge_pieces
+from .merge import LONG_PIECE
 
 DEVICE_MISSES = 12  # misses of one text from which all go to a device's merge stage
 
@@ -65,7 +65,7 @@ def ids_of_pieces(model, pieces: list, device_merge=None) -> list:
                 got.update(zip([p for p, _ in send], merged))
                 counters["merge.device_pieces"] += len(send)
                 missing = [p for p in missing if p not in got] if len(got) < len(missing) else []
-        got.update(zip(missing, merge_pieces(model, missing)))
+        got.update(zip(missing, model.segmenter.segment(missing)))
         fresh = list(got)
         cache.store(fresh, [got[p] for p in fresh])
         vals = [v if v is not None else _resolve(model, got, p) for p, v in zip(pieces, vals)]
@@ -83,7 +83,7 @@ def ids_of_documents(model, items_per_doc: list) -> list:
     if missing_docs:
         misses = set(chain.from_iterable(items_per_doc[d] for d in missing_docs))
         misses = [p for p in misses.difference(cache) if p.__class__ is str]
-        got = dict(zip(misses, merge_pieces(model, misses)))
+        got = dict(zip(misses, model.segmenter.segment(misses)))
         cache.store(misses, [got[p] for p in misses])
         for d in missing_docs:
             items = items_per_doc[d]
@@ -103,7 +103,7 @@ def _resolve(model, got: dict, item):
     if item.__class__ is not str:
         return item
     v = got.get(item) or model.piece_cache.get(item)
-    return v if v is not None else merge_pieces(model, [item])[0]
+    return v if v is not None else model.segmenter.segment([item])[0]
 
 
 def flat_ids(vals: list) -> list:

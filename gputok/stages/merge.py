@@ -319,7 +319,8 @@ def merge_rounds(tokens: np.ndarray, piece_offsets: np.ndarray, table: MergeTabl
 
 
 def merge_pieces(model, pieces: list) -> list:
-    """The merge stage: ids (tuples) of distinct pieces (str), aligned with ``pieces``.
+    """The merge stage of byte-level BPE: ids (tuples) of distinct pieces (str), aligned with
+    ``pieces``; ``model`` is the ``BpeSegmenter`` (its ranks or merges and merge table).
 
     A handful of pieces of a tiktoken-rule model merge from the ranks, without building the
     table; otherwise whole tokens are looked up first, long pieces take the heap and the rest
@@ -327,8 +328,6 @@ def merge_pieces(model, pieces: list) -> list:
     """
     if not pieces:
         return []
-    if model.family is not None:  # SentencePiece / WordPiece: the family's own merge
-        return model.family.merge_pieces(pieces)
     raw = [p.encode("utf-8") for p in pieces]
     if len(raw) < VECTOR_MIN and model.ranks is not None and not model.has_merge_table:
         ranks = model.ranks

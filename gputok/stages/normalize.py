@@ -1,6 +1,7 @@
 """Normalize: HF ``normalizer`` steps applied to every segment before pre-tokenization.
 
-A model's normaliser is a tuple of step names (``model.normalizer``), applied in order:
+The Unicode normaliser (``components.normalizers.UnicodeSteps``) is a tuple of step names,
+applied in order:
 ``"NFC" | "NFD" | "NFKC" | "NFKD"`` (Unicode normal forms) and ``"Lowercase"``. tiktoken models
 have none. The data (combining classes, decompositions, compositions, lowercase mappings) is
 the one HF's normaliser uses, pinned in ``gputok.unicode``: the installed Python's
@@ -12,7 +13,6 @@ change, and only the spans around them are normalised.
 
 from __future__ import annotations
 
-from . import counters
 
 STEPS = ("NFC", "NFD", "NFKC", "NFKD", "Lowercase")
 
@@ -40,12 +40,3 @@ def normalize_text(steps: tuple, text: str) -> str:
         else:
             text = uni.normalize(s, text)
     return text
-
-
-def normalize_batch(model, segments: list) -> list:
-    """The stage: every segment normalised (the list itself when the model has no normaliser)."""
-    steps = model.normalizer
-    if not steps:
-        return segments
-    counters["normalize.segments"] += len(segments)
-    return [normalize_text(steps, s) for s in segments]

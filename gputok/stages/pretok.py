@@ -106,7 +106,15 @@ class PretokSpec:
 
 
 class Pretokenizer:
-    """Runs a ``PretokSpec``: ``split(text)`` and ``split_batch(texts)``."""
+    """Runs a ``PretokSpec``: ``split(text)`` and ``split_batch(texts)``. The regex
+    pre-tokenizer component (``components.PreTokenizer``): its device form is the pretok
+    kernels, for a pattern whose ``scanner`` family they implement."""
+
+    name = "regex"
+    uses_first = False
+
+    def fuse(self, normalizer) -> None:
+        return None
 
     def __init__(self, spec: PretokSpec):
         self.spec = spec
@@ -239,7 +247,7 @@ class Pretokenizer:
             return None
         return [text[a:b] for a, b in spans]
 
-    def split_batch(self, texts: list) -> list:
+    def split_batch(self, texts: list, first=None) -> list:
         if self.pattern is None:
             counters["pretok.steps"] += len(texts)
             return [self._steps(t) for t in texts]

@@ -1,6 +1,6 @@
 // wordpiece_rules.h: the WordPiece (BERT) match of one entry, written once for every dialect
 // (CUDA and the native CPU device through kernels/encode_wordpiece.cu, Metal through
-// shaders/encode_wordpiece.metal). gputok/stages/wordpiece.py (encode_wordpiece) is the numpy
+// shaders/encode_wordpiece.metal). gputok/components/segmenters/wordpiece.py (encode_wordpiece) is the numpy
 // reference and states the same rule.
 //
 // The vocabulary is a byte trie whose edges live in the merge table's hash layout (the

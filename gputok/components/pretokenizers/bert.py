@@ -1,6 +1,8 @@
 """HF's ``BertNormalizer`` + ``BertPreTokenizer`` on pinned tables, vectorised over a batch.
 
-``cpu_ref/wordpiece.py`` is the spec. The normaliser is a per-character map, in HF's order:
+``cpu_ref/wordpiece.py`` is the spec. ``BertSteps`` runs both in one pass over code points; the
+components are ``BertPreTokenizer`` (here) and ``normalizers.BertNormalizer``, which the
+pre-tokenizer fuses into its pass (``BertPreTokenizer.fuse``). The normaliser is a per-character map, in HF's order:
 
     clean_text             NUL, U+FFFD and control/format/private-use characters vanish,
                            whitespace becomes " "
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..unicode import bert as bu
-from . import counters
-from .charbpe import code_points
+from ...unicode import bert as bu
+from ...stages import counters
+from ..._arrays import code_points
 
 
 def _expand(cps: np.ndarray, seg: np.ndarray, at: np.ndarray, starts: np.ndarray,
@@ -188,3 +190,35 @@ class BertSteps:
         wstart = np.append(pos[at[a]], pos[-1])
         buf = kept.tobytes().decode("utf-32-le").encode("utf-8")
         return buf, wstart, first
+
+
+class BertPreTokenizer:
+    """HF's ``BertPreTokenizer`` (``components.PreTokenizer``); with ``steps`` of a fused
+    ``BertNormalizer`` it normalises in the same pass. Host only: the device backends upload its
+    words (``words_bytes_batch``).
+
+    >>> BertPreTokenizer().split("Hi, there")
+    ['Hi', ',', 'there']
+    """
+
+    name = "BERT"
+    pattern = None
+    scanner = None
+    uses_first = False
+
+    def __init__(self, steps: "BertSteps | None" = None):
+        self.steps = steps if steps is not None else BertSteps(normalize=False)
+        self.words_bytes_batch = self.steps.words_bytes_batch
+
+    def fuse(self, normalizer) -> "BertPreTokenizer | None":
+        """This pre-tokenizer with BERT's normaliser in its pass (None for another one)."""
+        from ..normalizers import BertNormalizer
+
+        return BertPreTokenizer(normalizer.steps_on) if isinstance(normalizer, BertNormalizer) \
+            else None
+
+    def split(self, text: str) -> list:
+        return self.steps.words_batch([text])[0]
+
+    def split_batch(self, texts: list, first=None) -> list:
+        return self.steps.words_batch(texts)

@@ -1,10 +1,11 @@
-"""WordPiece (BERT ``tokenizer.json``, ``tokenizer.ggml.model = bert``): the family's stages.
+"""WordPiece (BERT ``tokenizer.json``, ``tokenizer.ggml.model = bert``): the segmenter.
 
-``cpu_ref/wordpiece.py`` is the spec (checked against HF). gputok computes:
+``cpu_ref/wordpiece.py`` is the spec (checked against HF). A BERT model is composed of
 
     split       added tokens ([CLS], [SEP]...: special ones under the allowed/disallowed contract)
-    pretok      ``bert.BertSteps``: BertNormalizer + BertPreTokenizer on pinned tables -> words
-    merge       per distinct word, greedy longest match from the left, "##" on non-initial
+    normaliser  ``normalizers.BertNormalizer``, fused into the pre-tokenizer's pass
+    pretok      ``pretokenizers.BertPreTokenizer`` on pinned tables -> words
+    segment     per distinct word, greedy longest match from the left, "##" on non-initial
                 pieces; one failure (or more than ``max_input_chars_per_word`` characters)
                 makes the whole word one unk id
 
@@ -32,36 +33,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import counters
-from .bert import BertSteps
-from .family import Family
-from .merge import VECTOR_MIN
-from .table import NO_MERGE, MergeTable
+from ...stages import counters
+from .. import SegmenterDevice
+from . import Base
+from ...stages.merge import VECTOR_MIN
+from ...stages.table import NO_MERGE, MergeTable
 
 NO_TOKEN = 0xFFFFFFFF
 ROOT = 0
 
 
-class WordPieceFamily(Family):
+class WordPieceFamily(Base):
     """The tables of one WordPiece model.
 
     >>> wp = WordPieceFamily({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3})
-    >>> wp.merge_pieces(["unaffable", "unable", "x"])
+    >>> wp.segment(["unaffable", "unable", "x"])
     [(1, 2, 3), (1, 3), (0,)]
     """
 
-    kind = "wordpiece"
+    name = "WordPiece"
 
     def __init__(self, vocab: dict, *, unk_token: str = "[UNK]", prefix: str = "##",
-                 max_input_chars_per_word: int = 100, steps: "BertSteps | None" = None,
-                 where: str = "WordPiece"):
+                 max_input_chars_per_word: int = 100, where: str = "WordPiece"):
         if unk_token not in vocab:
             raise ValueError(f"{where}: unk_token {unk_token!r} is not in the vocabulary")
         self.vocab = vocab
         self.unk_id = vocab[unk_token]
         self.prefix = prefix
         self.max_chars = int(max_input_chars_per_word)
-        self.steps = steps or BertSteps()
+        # the device form: kernels/encode_wordpiece.cu walks the trie (not in one-call forms)
+        self.device = SegmenterDevice(stage="wordpiece", kernel="encode_wordpiece",
+                                      one_call=False, tables=self.device_tables)
         self.max_tok = max((len(t) for t in vocab), default=1)
         self._build_trie()
 
@@ -88,12 +90,18 @@ class WordPieceFamily(Family):
             node = edges.get(node << 8 | b, NO_TOKEN) if node != NO_TOKEN else NO_TOKEN
         self.cont = node  # where continuation pieces start (NO_TOKEN: none exist)
 
-    # ---- stages --------------------------------------------------------------------------------
+    def device_tables(self) -> tuple[dict, dict]:
+        """(host arrays, kernel scalars) of the device form: the trie in the merge table's
+        hash layout, where continuation pieces start, the unk id, the word length cap."""
+        t = self.trie
+        return ({"t_slots": t},
+                {"t_bits": np.uint32(t.hash_bits), "cont": np.uint32(self.cont),
+                 "unk": np.uint32(self.unk_id),
+                 "max_chars": np.uint32(min(self.max_chars, 0xFFFFFFFF))})
 
-    def pieces_batch(self, segments: list, first=None) -> list:
-        return self.steps.words_batch(segments)
+    # ---- the segmenter ---------------------------------------------------------------------------
 
-    def merge_pieces(self, words: list) -> list:
+    def segment(self, words: list) -> list:
         if len(words) < VECTOR_MIN:
             counters["wordpiece.scalar"] += len(words)
             return [tuple(self.word(w)) for w in words]

@@ -32,22 +32,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import counters
-from .merge import LONG_PIECE, VECTOR_MIN, merge_long_ids, merge_rounds, merge_small_ids
-from .table import MergeTable
+from ..._arrays import code_points  # noqa: F401  (re-exported)
+from ...stages import counters
+from ...stages.merge import LONG_PIECE, VECTOR_MIN, merge_long_ids, merge_rounds, merge_small_ids
+from ...stages.table import MergeTable
 
 UNKNOWN = 0x80000000  # symbol of a character no merge involves: UNKNOWN | code point
 CP_MASK = 0x1FFFFF
 N_CP = 0x110000
-
-
-def code_points(text: str) -> np.ndarray:
-    """The code points of ``text`` as uint32 (one UTF-32 encode).
-
-    >>> code_points("a€").tolist()
-    [97, 8364]
-    """
-    return np.frombuffer(text.encode("utf-32-le"), np.uint32)
 
 
 def pair_key(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Decoders of the families whose text is more than the concatenation of token bytes.
 
-Byte-level BPE decodes by joining bytes (``decode.py``). The other families decode as their
-library does, and ``Encoding.decode`` equals it exactly:
+Byte-level BPE decodes by joining bytes (``ByteDecoder``, ``gputok/decode.py``). The other
+families decode as their library does, and ``Encoding.decode`` equals it exactly:
 
 * ``SpmDecoder`` -- sentencepiece's ``decode``: control pieces vanish, unk is the unk surface
   (" \\u2047 "), "▁" is a space, the dummy prefix's "▁" is dropped from the first piece (every
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import codecs
 
-from .decode import as_int_list
+from ...decode import as_int_list
 
 _PER_BYTE = "gputok.perbyte"
 
@@ -44,11 +44,11 @@ def _ids(tokens, n_vocab: int) -> list:
 
 class SpmDecoder:
     """sentencepiece's decoding of one model (see the module docstring); ``fam`` is its
-    ``stages.spm.SpmFamily``."""
+    ``components.segmenters.spm_bpe.SpmFamily``."""
 
     def __init__(self, fam):
-        from .stages.spm import BYTE, CONTROL, UNKNOWN_T
-        from .stages.spm_norm import SPACE
+        from ..segmenters.spm_bpe import BYTE, CONTROL, UNKNOWN_T
+        from ..normalizers.spm import SPACE
 
         self.n_vocab = fam.n_vocab
         self.types = fam.types
@@ -72,6 +72,9 @@ class SpmDecoder:
 
     def is_byte(self, i: int) -> bool:
         return self.types[i] == self.byte
+
+    def stream(self, errors: str = "replace") -> "FamilyStreamDecoder":
+        return FamilyStreamDecoder(self, self.is_byte, errors)
 
     def _stripped(self, ids: list) -> list:
         """Indexes of the ids whose leading space sentencepiece drops (``cpu_ref.spm.decode``'s
@@ -182,6 +185,9 @@ class HFDecoder:
     def is_byte(self, i: int) -> bool:
         t = self.tokens.get(i)
         return t is not None and _byte_token(t) is not None
+
+    def stream(self, errors: str = "replace") -> "FamilyStreamDecoder":
+        return FamilyStreamDecoder(self, self.is_byte, errors)
 
 
 _CHAIN = ("Sequence", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "WordPiece")

@@ -1,4 +1,4 @@
-"""SentencePiece-style HF ``tokenizer.json`` (character-level BPE): the family's stages.
+"""SentencePiece-style HF ``tokenizer.json`` (character-level BPE): the segmenter.
 
 What transformers writes when it converts a SentencePiece BPE model (Llama 2, Mistral):
 ``model.type = "BPE"`` over characters with ``byte_fallback`` and ``fuse_unk``; spaces become "▁"
@@ -6,9 +6,10 @@ in the normaliser (``Prepend("▁")`` + ``Replace(" ", "▁")``) or in a ``Metas
 pre-tokenizer. ``cpu_ref/hf_spm.py`` is the spec (checked against HF); gputok computes:
 
     split       added tokens (``special`` ones under the allowed/disallowed contract)
-    pretok      per segment: the normaliser steps, then Metaspace ("first" = the segment starts
-                the document), then words; each word cut into exact spans (``charbpe``)
-    merge       the HF rule on symbol ids (priority = merge index, merged id = vocab[a + b]);
+    normaliser  ``normalizers.HFSteps``; pre-tokenizer ``Metaspace`` ("first" = the segment
+                starts the document) or ``Whole``
+    units       each word cut into exact spans (``charbpe``)
+    segment     the HF rule on symbol ids (priority = merge index, merged id = vocab[a + b]);
                 a span with a character outside the vocabulary starts from HF's own symbols
                 (byte tokens, or unk ids fused within the word)
 
@@ -26,25 +27,23 @@ before it.
 from __future__ import annotations
 
 import numpy as np
-import regex
 
-from .._arrays import unique_sorted
-from . import counters
+from ..._arrays import unique_sorted
+from ...stages import counters
+from . import Base
 from .charbpe import UNKNOWN, CharBpe, code_points
-from .family import Family
-from .normalize import normalize_text
 
 SPACE = "\u2581"
 
 
-class HFSpmFamily(Family):
-    """The tables of one SPM-style tokenizer.json (built by ``loaders.hf_json``)."""
+class HFSpmFamily(Base):
+    """The tables of one SPM-style tokenizer.json (built by ``loaders.hf_families``)."""
 
-    kind = "spm-bpe"
+    name = "BPE (characters)"
+    cuts = True
 
     def __init__(self, *, vocab: dict, merges: list, byte_fallback: bool, fuse_unk: bool,
-                 unk_token: "str | None", ignore_merges: bool, norm_steps: tuple,
-                 metaspace: "dict | None", where: str):
+                 unk_token: "str | None", ignore_merges: bool, where: str):
         self.vocab = vocab
         self.where = where
         self.byte_fallback = byte_fallback
@@ -52,8 +51,6 @@ class HFSpmFamily(Family):
         self.unk_token = unk_token
         self.unk_id = vocab.get(unk_token) if unk_token is not None else None
         self.ignore_merges = ignore_merges
-        self.norm_steps = norm_steps
-        self.metaspace_spec = metaspace
         byte_toks = [vocab.get(f"<0x{b:02X}>") for b in range(256)]
         self.byte_tok = byte_toks if byte_fallback else None
         pairs: dict[int, tuple[int, int]] = {}
@@ -71,47 +68,16 @@ class HFSpmFamily(Family):
         self.bpe = CharBpe(chars, pairs, inner, cut_unknown=bytes_only)
         self.no_cuts = ignore_merges
 
-    # ---- stages --------------------------------------------------------------------------------
+    # ---- the segmenter -------------------------------------------------------------------------
 
-    def normalize(self, text: str) -> str:
-        for step in self.norm_steps:
-            kind = step[0]
-            if kind == "prepend":
-                text = step[1] + text if text else text  # nothing is prepended to ""
-            elif kind == "replace":
-                text = text.replace(step[1], step[2]) if step[1] else text
-            elif kind == "replace_regex":
-                text = step[1].sub(lambda _m, c=step[2]: c, text)
-            else:
-                text = normalize_text((kind,), text)
-        return text
-
-    def metaspace(self, text: str, first: bool) -> str:
-        """HF's ``Metaspace`` pre-tokenizer before its split: " " -> "▁", and the prefix."""
-        ms = self.metaspace_spec
-        if ms is None:
-            return text
-        rep, scheme = ms["replacement"], ms["scheme"]
-        text = text.replace(" ", rep)
-        # unlike Prepend, Metaspace adds nothing to a segment that already starts with "▁"
-        if text and not text.startswith(rep) and (scheme == "always" or (scheme == "first"
-                                                                        and first)):
-            text = rep + text
-        return text
-
-    def pieces_batch(self, segments: list, first=None) -> list:
-        """The pretok stage: normaliser, Metaspace, then spans. Metaspace's split ("a word
-        starts at every replacement character") is a cut before that character, so words and
-        exact cuts are found in one pass (with ``ignore_merges`` spans are the words)."""
-        if first is None:
-            first = [True] * len(segments)
-        texts = [self.metaspace(self.normalize(s), f) for s, f in zip(segments, first)]
-        counters["normalize.segments"] += len(segments)
-        ms = self.metaspace_spec
-        split = ms["replacement"] if ms is not None and ms["split"] else None
-        if self.no_cuts and split is None:
-            return [[t] if t else [] for t in texts]
-        return self.bpe.segment(texts, cut_before=split, pairs=not self.no_cuts)
+    def units(self, words: list) -> list:
+        """Per segment, its words cut into exact spans (with ``ignore_merges`` a word that is a
+        token is one id, so words are never cut)."""
+        if self.no_cuts:
+            return words
+        flat = [w for ws in words for w in ws]
+        spans = iter(self.bpe.segment(flat))
+        return [[u for w in ws for u in next(spans)] for ws in words]
 
     def initial_symbols(self, span: str) -> list:
         """HF ``BPE::merge_word`` before merging (the order quirk: see the module docstring)."""
@@ -141,7 +107,7 @@ class HFSpmFamily(Family):
             out.append(unk)
         return out
 
-    def merge_pieces(self, spans: list) -> list:
+    def segment(self, spans: list) -> list:
         out: list = [None] * len(spans)
         todo = []
         if self.ignore_merges:
@@ -183,6 +149,3 @@ class HFSpmFamily(Family):
             out[i] = tuple(ids_l[off_l[k]:off_l[k + 1]])
         return out
 
-
-def compile_replace(pattern: str):
-    return regex.compile(pattern)

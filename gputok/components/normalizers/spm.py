@@ -24,7 +24,8 @@ import re
 
 import numpy as np
 
-from .charbpe import code_points
+from ..._arrays import code_points
+from ...stages import counters
 from .charsmap import CharsMap
 
 SPACE = "\u2581"  # "▁"
@@ -39,6 +40,9 @@ class SpmNormalizer:
     >>> SpmNormalizer(remove_extra_whitespaces=False).normalize(" a  b")
     '▁▁a▁▁b'
     """
+
+    steps = None  # (not Unicode steps: no device form)
+    device_form = None
 
     def __init__(self, *, charsmap: "CharsMap | None" = None, add_dummy_prefix: bool = True,
                  remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True,
@@ -101,6 +105,10 @@ class SpmNormalizer:
         if pos < len(text):
             units.append((text[pos:], False))
         return units
+
+    def normalize_batch(self, texts: list) -> list:
+        counters["normalize.segments"] += len(texts)
+        return [self.normalize(t) for t in texts]
 
     def normalize(self, text: str) -> str:
         """The normalised sentence (see the module docstring)."""

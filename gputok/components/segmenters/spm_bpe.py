@@ -1,15 +1,20 @@
-"""SentencePiece BPE (``.model`` files, ``tokenizer.ggml.model = llama``): the family's stages.
+"""SentencePiece BPE (``.model`` files, ``tokenizer.ggml.model = llama``): the segmenter.
 
-``cpu_ref/spm.py`` is the spec (checked against sentencepiece); this is how gputok computes it:
+``cpu_ref/spm.py`` is the spec (checked against sentencepiece); the model is composed of
 
     split       control pieces are the special tokens (allowed explicitly; sentencepiece itself
                 never produces them from text)
-    normalize   ``spm_norm.SpmNormalizer``: each segment is one sentence (dummy prefix included)
-    pretok      exact cuts (``charbpe.CharBpe.segment``) + every user-defined match is a span
-    merge       ``CharBpe.merge``: symbols per character, the pair table with priority = dense
+    normaliser  ``normalizers.SpmNormalizer``: each segment is one sentence (dummy prefix
+                included); pre-tokenizer ``Whole``: the sentence is one word
+    units       exact cuts (``charbpe.CharBpe.segment``) + every user-defined match is a span
+    segment     ``CharBpe.merge``: symbols per character, the pair table with priority = dense
                 rank of the piece's score (``score_ranks``), spans cached like pieces
-    emit        symbols no piece covers become byte pieces (byte fallback) or the unk id, and a
-                run of unk ids is one (``finish``; runs fuse across span cuts)
+    finish      symbols no piece covers become byte pieces (byte fallback) or the unk id, and a
+                run of unk ids is one (runs fuse across span cuts)
+
+Device form: none yet (a counted host stage on every backend). The hook: set ``device`` to a
+``components.SegmenterDevice`` naming the device stage (``backends/device_stages.py``) that
+merges a chunk's spans with the ``CharBpe`` table, and the ``tables()`` it uploads.
 
 Two rules make the cuts exact. A user-defined match is frozen (never merged), and nothing
 unfrozen ever spells a user-defined piece (the symbol scan would have matched it), so pairs
@@ -27,12 +32,14 @@ is on float bit patterns); a NUL piece is skipped (conversion scripts add one ne
 from __future__ import annotations
 
 import heapq
+import re
 
 import numpy as np
 
-from . import counters
+from ...stages import counters
 from .charbpe import CP_MASK, UNKNOWN, CharBpe, code_points
-from .spm_norm import SPACE, SpmNormalizer
+from ..normalizers.spm import SPACE
+from . import Base
 
 NORMAL, UNKNOWN_T, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 TYPE_NAMES = {NORMAL: "NORMAL", UNKNOWN_T: "UNKNOWN", CONTROL: "CONTROL",
@@ -58,13 +65,15 @@ def byte_piece(b: int) -> str:
     return f"<0x{b:02X}>"
 
 
-class SpmFamily:
-    """The tables of one SentencePiece BPE model (built by ``build``; see the module docstring)."""
+class SpmFamily(Base):
+    """The tables of one SentencePiece BPE model (see the module docstring)."""
 
-    kind = "spm-bpe"
+    name = "SentencePiece BPE"
+    cuts = True
+    device = None  # the device form's hook (see the module docstring)
 
-    def __init__(self, pieces, scores, types, *, byte_fallback: bool, normalizer: SpmNormalizer,
-                 unk_surface: str, where: str, decode_strip: bool, decode_all_ws: bool):
+    def __init__(self, pieces, scores, types, *, byte_fallback: bool, unk_surface: str,
+                 where: str, decode_strip: bool, decode_all_ws: bool):
         self.where = where
         self.pieces = list(pieces)
         self.types = list(types)
@@ -97,13 +106,14 @@ class SpmFamily:
                                  f"are missing (first: {byte_piece(missing[0])})")
             self.byte_ids[:] = [self.piece_to_id[byte_piece(b)] for b in range(256)]
         self.byte_id_list = self.byte_ids.tolist()
-        self.normalizer = normalizer
         self.unk_surface = unk_surface
         self.decode_strip, self.decode_all_ws = decode_strip, decode_all_ws
         self.specials = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
                          if t == CONTROL}
         self.user_defined = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
                              if t == USER_DEFINED and self.piece_to_id.get(p) == i}
+        ud = sorted(self.user_defined, key=lambda u: (-len(u), u))  # longest first
+        self.ud_regex = re.compile("|".join(map(re.escape, ud))) if ud else None
         self.fuse_unk = not byte_fallback
         self._build_bpe(score_ranks(scores) if n else np.zeros(0, np.int64))
 
@@ -150,15 +160,14 @@ class SpmFamily:
 
     # ---- stages --------------------------------------------------------------------------------
 
-    def pieces_batch(self, segments: list, first=None) -> list:
-        """The pretok stage: each segment normalised, then cut into spans."""
-        sentences = [self.normalizer.normalize(s) for s in segments]
-        counters["normalize.segments"] += len(segments)
+    def units(self, words: list) -> list:
+        """Per segment, its spans: each normalised sentence (a ``Whole`` word) cut exactly."""
+        sentences = [w for ws in words for w in ws]
         if self.sentence_wide:
             counters["spm.sentences"] += len(sentences)
-            return [[s] if s else [] for s in sentences]
+            return words
         extra = None
-        ud = self.normalizer.ud_regex
+        ud = self.ud_regex
         if ud is not None:
             extra = []
             for s in sentences:
@@ -166,10 +175,11 @@ class SpmFamily:
                 for m in ud.finditer(s):
                     cuts += (m.start(), m.end())
                 extra.append(cuts)
-        return self.bpe.segment(sentences, extra)
+        spans = iter(self.bpe.segment(sentences, extra))
+        return [[u for w in ws for u in next(spans)] for ws in words]
 
-    def merge_pieces(self, spans: list) -> list:
-        """The merge stage: ids (tuples) of distinct spans (sentences for sentence-wide models)."""
+    def segment(self, spans: list) -> list:
+        """The ids (tuples) of distinct spans (sentences for sentence-wide models)."""
         if self.sentence_wide:
             return [tuple(self.encode_sentence(s)) for s in spans]
         out: list = [None] * len(spans)
@@ -253,7 +263,7 @@ class SpmFamily:
         """Initial symbols: user-defined matches (frozen: no pair of the table has them), else
         one per character."""
         syms = self.bpe.sym_of[code_points(sentence)].tolist()
-        ud = self.normalizer.ud_regex
+        ud = self.ud_regex
         if ud is None:
             return syms
         out, pos = [], 0

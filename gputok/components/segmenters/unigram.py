@@ -1,0 +1,275 @@
+"""Unigram (SentencePiece ``model_type: UNIGRAM`` and HF ``Unigram``): the segmenter.
+
+``cpu_ref/unigram.py`` is the spec: the best path through the lattice of pieces, on UTF-8 byte
+positions, each oracle with its own arithmetic and tie rule. gputok computes the same walk for a
+batch of units at once (``viterbi``):
+
+1. candidate edges: every piece that is a prefix of the text at every character start, found by
+   walking a byte trie (``trie.ByteTrie``) for all starts together, one byte per numpy step;
+   a start with no one-character piece gets an unknown edge;
+2. the lattice, in lockstep over the units: step ``k`` relaxes the edges that leave the ``k``-th
+   character of every unit. Edges of one step never share an end, and a step follows every edge
+   from an earlier start, so "a candidate replaces the best only when strictly greater" keeps the
+   oracle's order (THE COMPARATOR, see cpu_ref): earlier start first, then shorter piece;
+3. the path read back, then each oracle's last rule (byte fallback, unk runs).
+
+Units are what each oracle runs the lattice on: sentencepiece the whole normalised sentence
+(pre-tokenizer ``Whole``), HF each pre-tokenized word. Sentences are never cut into spans the way
+BPE's are: sentencepiece sums scores in float32 from the sentence start, and a sum restarted at a
+cut rounds differently (a near-tie can flip).
+
+Performance notes: the lockstep costs ~20 numpy calls per character of the longest unit in the
+batch, so a batch of words (HF) is cheap and a batch of long sentences is not (a 4K-character
+document ~0.1 s). Device form: none yet, a counted host stage on every backend; the hook is
+``device`` (a ``components.SegmenterDevice``: one lattice per unit, one thread each, from the
+same edges and rules).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...stages import counters
+from . import Base
+from .trie import ByteTrie
+
+NORMAL, UNKNOWN_T, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+FLT_MIN = np.float32(1.1754943508222875e-38)
+FLT_MAX = np.float32(3.4028234663852886e38)
+UNK_PENALTY = 10.0
+
+
+class _Lattice(Base):
+    """The shared walk; a subclass sets ``trie``, ``unk_id`` and the rule's arithmetic."""
+
+    name = "Unigram"
+    device = None  # the device form's hook (see the module docstring)
+    float32 = False  # sentencepiece: scores and sums in float32; HF: float64
+
+    def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def viterbi(self, units: list) -> list:
+        """Per unit, its best path as ``(piece start, piece end, id)`` lists (byte offsets into
+        the unit's UTF-8; id ``-1``: an unknown edge)."""
+        raw = [u.encode("utf-8") for u in units]
+        n_units = len(raw)
+        off = np.zeros(n_units + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=off[1:])
+        buf = np.frombuffer(b"".join(raw), np.uint8)
+        cs = np.flatnonzero((buf & 0xC0) != 0x80)  # character starts
+        unit = np.searchsorted(off, cs, "right") - 1
+        limit = off[1:][unit]
+        clen = np.minimum(np.append(cs[1:], len(buf)), limit) - cs
+        s, e, ids = self.trie.matches(buf, cs, limit)
+        ci = np.searchsorted(cs, s)
+        score = self.edge_scores(ids, e - s)
+        single = np.zeros(len(cs), bool)
+        single[ci[(e - s) == clen[ci]]] = True
+        unk = np.flatnonzero(~single)  # characters no one-character piece covers
+        s = np.concatenate([s, cs[unk]])
+        e = np.concatenate([e, cs[unk] + clen[unk]])
+        ids = np.concatenate([ids.astype(np.int64), np.full(len(unk), -1, np.int64)])
+        score = np.concatenate([score, np.full(len(unk), self.unk_score, np.float64)])
+        ci = np.concatenate([ci, unk])
+        u = unit[ci]
+        first_char = np.searchsorted(cs, off[:-1])
+        k = ci - first_char[u]  # the start's character index in its unit
+        order = np.argsort(k, kind="stable")
+        s, e, ids, score, u, k = s[order], e[order], ids[order], score[order], u[order], k[order]
+        # positions shifted by their unit's index: a unit's end and the next one's start differ
+        src, dst = s + u, e + u
+        n_pos = len(buf) + n_units
+        dt = np.float32 if self.float32 else np.float64
+        best = np.zeros(n_pos, dt)
+        seen = np.zeros(n_pos, bool)
+        seen[off[:-1] + np.arange(n_units)] = True
+        back_s = np.zeros(n_pos, np.int64)
+        back_id = np.zeros(n_pos, np.int64)
+        bounds = np.searchsorted(k, np.arange(int(k[-1]) + 2 if len(k) else 1)).tolist()
+        for a, b in zip(bounds, bounds[1:]):
+            d = dst[a:b]
+            base = best[src[a:b]]
+            if self.float32:  # (sentencepiece: sums in float32, see cpu_ref)
+                cand = score[a:b].astype(np.float32) + base
+            else:
+                cand = score[a:b] + base
+            take = ~seen[d] | (cand > best[d])  # THE COMPARATOR: strictly greater
+            d = d[take]
+            best[d] = cand[take]
+            seen[d] = True
+            back_s[d] = src[a:b][take]
+            back_id[d] = ids[a:b][take]
+        counters["unigram.steps"] += len(bounds) - 1
+        # read the paths back, all units in lockstep
+        start_sh = off[:-1] + np.arange(n_units)
+        cur = off[1:] + np.arange(n_units)
+        live = np.flatnonzero(cur > start_sh)
+        rec: list = []
+        while len(live):
+            c = cur[live]
+            rec.append((live, back_s[c], c, back_id[c]))
+            cur[live] = back_s[c]
+            live = live[cur[live] > start_sh[live]]
+        out: list = [[] for _ in range(n_units)]
+        if rec:
+            ru = np.concatenate([r[0] for r in rec])
+            rs = np.concatenate([r[1] for r in rec]) - ru - off[ru]
+            re_ = np.concatenate([r[2] for r in rec]) - ru - off[ru]
+            rid = np.concatenate([r[3] for r in rec])
+            order = np.lexsort((rs, ru))
+            for uu, a, b, i in zip(ru[order].tolist(), rs[order].tolist(), re_[order].tolist(),
+                                   rid[order].tolist()):
+                out[uu].append((a, b, i))
+        counters["unigram.units"] += n_units
+        return out
+
+
+class SpmUnigram(_Lattice):
+    """A sentencepiece Unigram model (``.model``; see ``cpu_ref.unigram.RefUnigram``).
+
+    >>> u = SpmUnigram(["<unk>", "▁a", "b", "▁ab"], [0.0, -1.0, -2.0, -2.5], [2, 1, 1, 1],
+    ...                byte_fallback=False, where="x")
+    >>> u.segment(["▁ab▁c", "▁a"])
+    [(3, 0), (1,)]
+    """
+
+    float32 = True
+
+    def __init__(self, pieces, scores, types, *, byte_fallback: bool, where: str,
+                 unk_surface: str = " \u2047 ", decode_strip: bool = True,
+                 decode_all_ws: bool = True):
+        self.pieces, self.types = list(pieces), list(types)
+        # (what the decoder reads: ``decoders.SpmDecoder``)
+        self.unk_surface, self.decode_strip, self.decode_all_ws = (unk_surface, decode_strip,
+                                                                   decode_all_ws)
+        self.n_vocab = len(self.pieces)
+        self.piece_to_id: dict = {}
+        for i, (p, t) in enumerate(zip(self.pieces, self.types)):
+            if not p:
+                raise ValueError(f"{where}: piece {i} is empty")
+            if p in self.piece_to_id:
+                raise ValueError(f"{where}: piece {p!r} is defined twice (ids "
+                                 f"{self.piece_to_id[p]} and {i})")
+            self.piece_to_id[p] = i
+        unk = [i for i, t in enumerate(self.types) if t == UNKNOWN_T]
+        if len(unk) != 1:
+            raise ValueError(f"{where}: a Unigram model needs exactly one UNKNOWN piece (found "
+                             f"{len(unk)})")
+        self.unk_id = unk[0]
+        self.byte_fallback = byte_fallback
+        self.byte_ids = np.full(256, self.unk_id, np.uint32)
+        if byte_fallback:
+            missing = [b for b in range(256) if f"<0x{b:02X}>" not in self.piece_to_id]
+            if missing:
+                raise ValueError(f"{where}: byte_fallback is set but {len(missing)} byte pieces "
+                                 f"are missing (first: <0x{missing[0]:02X}>)")
+            self.byte_ids[:] = [self.piece_to_id[f"<0x{b:02X}>"] for b in range(256)]
+        sc = np.asarray(scores, np.float32)
+        normal = np.array([t == NORMAL for t in self.types], bool)
+        self.min_score = sc[normal].min() if normal.any() else FLT_MAX
+        self.max_score = max(sc[normal].max(), FLT_MIN) if normal.any() else FLT_MIN
+        self.unk_score = float(np.float32(self.min_score - np.float32(UNK_PENALTY)))
+        self.scores64 = sc.astype(np.float64)
+        self.is_ud = np.array([t == USER_DEFINED for t in self.types], bool)
+        # candidates: NORMAL and USER_DEFINED pieces (UNUSED ones are skipped by sentencepiece)
+        self.trie = ByteTrie({p.encode("utf-8"): i for p, i in self.piece_to_id.items()
+                              if self.types[i] in (NORMAL, USER_DEFINED)})
+        self.specials = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
+                         if t == CONTROL}
+
+    def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        out = self.scores64[ids]
+        ud = self.is_ud[ids]
+        if ud.any():  # f32(f32(len * max_score) - 0.1), as cpu_ref (rounded when used)
+            out[ud] = (lengths[ud].astype(np.float32) * self.max_score).astype(np.float64) - 0.1
+        return out
+
+    def segment(self, units: list) -> list:
+        out = []
+        bid = self.byte_ids.tolist()
+        unk = self.unk_id
+        for u, path in zip(units, self.viterbi(units)):
+            ids: list = []
+            prev_unk = False
+            data = None
+            for a, b, i in path:
+                if i >= 0:
+                    ids.append(i)
+                    prev_unk = False
+                elif self.byte_fallback:
+                    data = data or u.encode("utf-8")
+                    ids.extend(bid[x] for x in data[a:b])
+                else:
+                    if not prev_unk:  # a run of unknown pieces is one unk id
+                        ids.append(unk)
+                    prev_unk = True
+            out.append(tuple(ids))
+        return out
+
+    def token_id(self, text: str) -> "int | None":
+        return self.piece_to_id.get(text)
+
+
+class HFUnigram(_Lattice):
+    """HF ``tokenizers``' Unigram model (see ``cpu_ref.unigram.UnigramHF``): ``vocab`` is
+    ``[(token, score)]`` in id order.
+
+    >>> u = HFUnigram([("<unk>", 0.0), ("a", -1.0), ("b", -1.0), ("ab", -1.5)], 0, False)
+    >>> u.segment(["abxyb"])
+    [(3, 0, 2)]
+    """
+
+    def __init__(self, vocab: list, unk_id: "int | None", byte_fallback: bool,
+                 where: str = "tokenizer.json"):
+        self.vocab: dict = {}
+        for i, (t, _) in enumerate(vocab):
+            self.vocab[t] = i  # (a repeated token: its last id)
+        scores = np.array([float(s) for _, s in vocab], np.float64)
+        self.scores64 = scores
+        self.min_score = float(scores.min()) if len(scores) else float("inf")
+        self.unk_score = self.min_score - UNK_PENALTY
+        if unk_id is not None and not 0 <= unk_id < len(vocab):
+            raise ValueError(f"{where}: model.unk_id {unk_id} is not an id of model.vocab")
+        self.unk_id = unk_id
+        self.where = where
+        self.byte_fallback = byte_fallback
+        self.byte_tok = [self.vocab.get(f"<0x{b:02X}>") for b in range(256)]
+        self.trie = ByteTrie({t.encode("utf-8"): i for t, i in self.vocab.items()})
+
+    def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        return self.scores64[ids]
+
+    def segment(self, units: list) -> list:
+        out = []
+        for u, path in zip(units, self.viterbi(units)):
+            data = u.encode("utf-8")
+            ids: list = []
+            run = None  # (start, end) of the pending fused unknown run
+            for a, b, i in path:
+                if i < 0 and self.unk_id is None:
+                    raise ValueError(f"{self.where}: a character has no piece and the Unigram "
+                                     "model has no unk_id")
+                if i < 0 or i == self.unk_id:  # unknown edges (and the unk token) fuse
+                    run = (a, b) if run is None else (run[0], b)
+                    continue
+                if run is not None:
+                    self._unknown(data[run[0]:run[1]], ids)
+                    run = None
+                ids.append(i)
+            if run is not None:
+                self._unknown(data[run[0]:run[1]], ids)
+            out.append(tuple(ids))
+        return out
+
+    def _unknown(self, piece: bytes, ids: list) -> None:
+        i = self.vocab.get(piece.decode("utf-8"))
+        if i is not None:  # a fused run that spells an entry is that entry
+            ids.append(i)
+            return
+        if self.byte_fallback:
+            toks = [self.byte_tok[x] for x in piece]
+            if None not in toks:
+                ids.extend(toks)
+                return
+        ids.append(self.unk_id)

@@ -1,0 +1,56 @@
+"""The component protocols (``gputok/components``): every model a loader builds is made of
+components that implement their protocol, and the pipeline asks nothing else of them."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+import gputok
+from gputok.components import Decoder, Normalizer, PostProcessor, PreTokenizer, Segmenter
+from gputok.components.normalizers import BertNormalizer, HFSteps, UnicodeSteps
+from gputok.components.pretokenizers import BertPreTokenizer, Metaspace, Whole
+
+ROOT = pathlib.Path(gputok.__file__).parent
+
+
+def _parts(model):
+    return {Normalizer: model.normalizer, PreTokenizer: model.pretokenizer,
+            Segmenter: model.segmenter, PostProcessor: model.post, Decoder: model.detok}
+
+
+def test_named_encodings_are_compositions():
+    m = gputok.get_encoding("gpt2").model
+    for proto, part in _parts(m).items():
+        assert isinstance(part, proto), (proto.__name__, part)
+    assert m.segmenter.byte_level and m.segmenter.device.stage == "merge"
+    assert not m.normalizer and m.front == (None, m.pretokenizer)
+
+
+@pytest.mark.parametrize("part, proto", [
+    (UnicodeSteps(("NFC",)), Normalizer), (HFSteps((("prepend", "x"),)), Normalizer),
+    (BertNormalizer(), Normalizer), (Whole(), PreTokenizer), (Metaspace(), PreTokenizer),
+    (BertPreTokenizer(), PreTokenizer)])
+def test_component_classes_implement_their_protocol(part, proto):
+    assert isinstance(part, proto)
+
+
+def test_bert_normaliser_alone_equals_its_fused_pass():
+    norm = BertNormalizer()
+    texts = ["Héllo, Wörld 中文!", "", "a\u0000b\tc", "ÅΣ\u0301x"]
+    fused = BertPreTokenizer().fuse(norm)
+    assert fused is not None and BertPreTokenizer().fuse(UnicodeSteps()) is None
+    assert fused.split_batch(texts) == BertPreTokenizer().split_batch(norm.normalize_batch(texts))
+    assert norm.normalize("Héllo 中") == "hello  中 "
+
+
+def test_no_kind_strings_outside_the_loaders():
+    """A family is its components: no module outside gputok/loaders compares a kind string or
+    asks whether a model has a family."""
+    bad = re.compile(r"\.kind\s*[!=]=\s*\"(spm-bpe|wordpiece|bytelevel-bpe|unigram|wordlevel)\""
+                     r"|\bfamily is (not )?None|model\.family\b|model\.kind\b")
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py") if "loaders" not in p.parts
+            for i, line in enumerate(p.read_text("utf-8").splitlines(), 1) if bad.search(line)]
+    assert hits == []
