@@ -106,10 +106,13 @@ def cmd_encode(args) -> int:
     from .jobs import encode_corpus
 
     encoding = _encoding_spec(args)
-    bar = _bar(args, total_input_bytes(args.inputs), "encode")
+    bar = None
 
     def progress(nbytes, docs, tokens):
-        if bar is not None:
+        nonlocal bar
+        if bar is None:  # drawn from the first batch on: nothing frozen at 0 during set-up
+            bar = _bar(args, total_input_bytes(args.inputs), "encode") or False
+        if bar:
             bar.update(nbytes)
             bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
@@ -125,7 +128,7 @@ def cmd_encode(args) -> int:
                           workers=args.workers, include=args.include, exclude=args.exclude,
                           progress=progress)
     finally:
-        if bar is not None:
+        if bar:
             bar.close()
     if s.seconds == 0 and s.docs == 0 and s.resumed_docs:
         print(f"gputok encode: {args.output} is already complete ({s.resumed_docs} docs, "
@@ -133,9 +136,11 @@ def cmd_encode(args) -> int:
         return 0
     resumed = f" (resumed after {s.resumed_docs} docs)" if s.resumed_docs else ""
     workers = f" x{s.workers}" if s.workers > 1 else ""
+    built = (f", after {s.build_seconds:.1f} s building the CPU kernels (once)"
+             if s.build_seconds >= 0.05 else "")
     print(f"gputok encode: {s.docs} docs, {s.bytes / 1e6:.2f} MB, {s.tokens} tokens "
           f"({args.tokenizer or args.encoding or 'cl100k_base'}, {s.backends[0]}{workers}) in "
-          f"{s.seconds:.2f} s = {s.bytes / 1e6 / max(s.seconds, 1e-9):.2f} MB/s{resumed}; "
+          f"{s.seconds:.2f} s = {s.bytes / 1e6 / max(s.seconds, 1e-9):.2f} MB/s{built}{resumed}; "
           f"{s.shards} {args.format} shard(s) in {args.output}")
     return 0
 

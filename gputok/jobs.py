@@ -57,6 +57,7 @@ class JobSummary:
     resumed_docs: int = 0
     backends: tuple = ()
     workers: int = 1
+    build_seconds: float = 0.0  # building device code first (the CPU kernels, once), not in seconds
 
 
 def append_eot(ids: np.ndarray, offsets: np.ndarray, eot: int):
@@ -397,6 +398,9 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
 
     from .formats import get_format
 
+    from .backends import build_seconds
+
+    built_before = build_seconds()
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if batch_bytes < 1:
@@ -467,7 +471,7 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                          cap_tokens=shard_tokens, cap_bytes=shard_bytes, resume=resume,
                          overwrite=overwrite, describe=lambda e: location(sources, e), warn=warn)
     summary = JobSummary(resumed_docs=writer.docs_done, backends=tuple(backends),
-                         workers=len(backends))
+                         workers=len(backends), build_seconds=build_seconds() - built_before)
     if writer.complete:
         writer.release()
         summary.shards = len(writer.shards)

@@ -559,3 +559,36 @@ def test_a_tiktoken_file_without_sidecar_asks_for_pattern_on_the_command_line(tm
     assert r.returncode == 0 and "31373" in r.stdout
     r = _run("show", "--pattern", "gpt2", "hello")
     assert r.returncode == 2 and "--pattern goes with --tokenizer" in r.stderr
+
+
+def test_the_first_job_says_it_builds_the_cpu_kernels_and_reports_the_time(tmp_path):
+    """A fresh cache: the native library's one-time build is announced on stderr before any
+    progress, and its time is in the summary beside the job's own (it was once a silent 15 s
+    behind a progress bar frozen at 0). The compiler here is a stand-in that takes 0.3 s and
+    hands over the real library (a real build is ~15 s on two cores)."""
+    import os
+    import stat
+
+    from gputok.backends import native_build
+
+    real = native_build.build()
+    cxx = tmp_path / "c++"
+    cxx.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'stand-in c++ 1.0'; exit 0; fi\n"
+                   "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=\"$2\"; shift; done\n"
+                   f"sleep 0.3\ncp '{real}' \"$out\"\n")
+    cxx.chmod(cxx.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "GPUTOK_CACHE": str(tmp_path / "cache"), "GPUTOK_CXX": str(cxx),
+           "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "gputok", "encode", "sample/austen.jsonl", "-o",
+           str(tmp_path / "o"), "-e", "r50k_base", "--backend", "native", "--workers", "1",
+           "--overwrite"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == ("gputok: building the CPU kernels (one time, ~15 s) into "
+                        f"{tmp_path}/cache/native")
+    took = float(lines[1].removeprefix("gputok: built the CPU kernels in ").removesuffix(" s"))
+    assert 0.3 <= took < 30 and len(lines) == 2
+    assert f", after {took:.1f} s building the CPU kernels (once); 1 npy shard(s)" in r.stdout
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0 and r.stderr == "" and "building" not in r.stdout, r.stderr

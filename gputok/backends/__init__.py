@@ -113,6 +113,19 @@ def availability() -> dict[str, tuple[bool, str]]:
     return out
 
 
+def build_seconds() -> float:
+    """Seconds this process spent building device code (the native library's one-time compile),
+    for a caller that reports its own time beside it (``gputok encode``'s summary).
+
+    >>> build_seconds() >= 0
+    True
+    """
+    import sys
+
+    mod = sys.modules.get("gputok.backends.native_build")
+    return mod.built_seconds if mod is not None else 0.0
+
+
 def get_backend(name="auto") -> Backend:
     """A backend by name (``"auto"``, ``"numpy"``, ``"native"``, ``"cuda"``, ``"cuda:1"``,
     ``"metal"``), built once per process; a ``Backend`` object is returned as is.

@@ -19,7 +19,9 @@ The module is one shared library made of:
   object, ``stages/lists.py``).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
-library into the cache (``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
+library, saying so on stderr ("building the CPU kernels (one time, ~15 s)", then how long it
+took; ``built_seconds`` keeps the total for a job's summary), into the cache
+(``$GPUTOK_CACHE``, default ``~/.cache/gputok``, under ``native/``),
 named by a digest of every translation unit's full text, the compiler's identity (path and
 ``--version``) and the flags; later processes load it in milliseconds. The compiler is
 ``$GPUTOK_CXX``, else ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on ``PATH``;
@@ -200,8 +202,33 @@ def build(compile: bool = True) -> "Path | None":
     return path
 
 
+#: seconds this process spent compiling the library (a job reports them beside its own time)
+built_seconds = 0.0
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(f"gputok: {line}", file=sys.stderr, flush=True)
+
+
 def _compile(path: Path, cxx: str, units: dict, fl: tuple) -> None:
-    """Compile ``units`` into the library at ``path`` (atomically: renamed into place)."""
+    """Compile ``units`` into the library at ``path`` (atomically: renamed into place), saying
+    so on stderr: a silent 15 s behind a first encode looks like a hang."""
+    import time
+
+    global built_seconds
+    _say(f"building the CPU kernels (one time, ~15 s) into {path.parent}")
+    t0 = time.perf_counter()
+    try:
+        _run_compiler(path, cxx, units, fl)
+    finally:
+        took = time.perf_counter() - t0
+        built_seconds += took
+    _say(f"built the CPU kernels in {took:.1f} s")
+
+
+def _run_compiler(path: Path, cxx: str, units: dict, fl: tuple) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent))
     for name, text in units.items():
