@@ -287,8 +287,10 @@ def _compose(chars: list[str]) -> str:
 def normalize(form: str, text: str) -> str:
     """HF's ``normalizers.<form>()`` (``NFC``, ``NFD``, ``NFKC``, ``NFKD``) on pinned tables.
 
-    >>> normalize("NFC", "e\\u0301"), normalize("NFKD", "\\ufb01"), normalize("NFC", "\\u1100\\u1161")
-    ('é', 'fi', '가')
+    >>> normalize("NFC", "e\\u0301"), normalize("NFKD", "\\ufb01")
+    ('é', 'fi')
+    >>> normalize("NFC", "\\u1100\\u1161")
+    '가'
     """
     if form not in ("NFC", "NFD", "NFKC", "NFKD"):
         raise ValueError(f"unknown normal form {form!r}; known: NFC, NFD, NFKC, NFKD")
