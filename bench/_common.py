@@ -1,11 +1,15 @@
-"""Shared benchmark helpers: corpora, oracle construction, timing, reporting."""
+"""Shared benchmark helpers: corpora, oracle construction, timing, and the record format."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
+import io
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,3 +68,71 @@ def best_of(fn, repeat: int) -> float:
 
 def median(xs):
     return statistics.median(xs)
+
+
+# ---------------------------------------------------------------- records (bench/README.md)
+
+def commit() -> str:
+    """The checkout's commit, and whether it has uncommitted changes (a record says so)."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
+    head = git("rev-parse", "--short=10", "HEAD").strip() or "unknown (not a git checkout)"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "gputok", "kernels",
+                "shaders", "bench").strip()
+    return head + (" + uncommitted changes to gputok, kernels, shaders or bench" if dirty else "")
+
+
+def versions(dists) -> str:
+    """``name version`` of gputok's own stack and of each peer distribution named."""
+    out = []
+    for d in ("numpy", "regex", *dists):
+        try:
+            out.append(f"{d} {importlib.metadata.version(d)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{d} (not installed)")
+    return ", ".join(dict.fromkeys(out))
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, out):
+        self.out, self.seen = out, io.StringIO()
+
+    def write(self, s):
+        self.seen.write(s)
+        return self.out.write(s)
+
+    def flush(self):
+        self.out.flush()
+
+
+@contextlib.contextmanager
+def recording(path: "str | None", script: str, what: str, dists=()):
+    """Run a benchmark's main body; with ``path`` (``--record``), write its record there after:
+    what it measures, commit, date, machine, command, versions, the printed output, and the
+    results as JSON (set ``rec["data"]``). A record replaces the file it is written to: one
+    current file per benchmark, history in git (bench/README.md)."""
+    rec: dict = {"data": None}
+    started, load = time.strftime("%Y-%m-%d %H:%M %Z"), os.getloadavg()[0]
+    tee = _Tee(sys.stdout)
+    if path:
+        sys.stdout = tee
+    try:
+        yield rec
+    finally:
+        sys.stdout = tee.out
+    if not path:
+        return
+    lines = [f"# {script}: {what}", "",
+             f"- commit: {commit()}",
+             f"- date: {started}",
+             f"- machine: {machine()}; load average at the start {load:.2f}",
+             f"- command: `python {' '.join(sys.argv)}`",
+             f"- versions: {versions(dists)}", "",
+             "## Output", "", "```text", tee.seen.getvalue().rstrip(), "```", ""]
+    if rec["data"] is not None:
+        lines += ["## Data", "", "<details><summary>the results as JSON</summary>", "",
+                  "```json", json.dumps(rec["data"], separators=(",", ":"), default=str), "```",
+                  "", "</details>", ""]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(lines), encoding="utf-8")
+    print(f"record written: {path}")

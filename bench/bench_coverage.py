@@ -5,12 +5,14 @@ corpora (``--mb`` per kind), best of ``--repeat`` warm passes, wall time:
 
 * o200k_base: ``pretok="device"`` (encode_o200k.cu: span starts + one matcher per span) vs
   ``pretok="scanner"`` (the vectorised scanner on the host, the previous route) vs tiktoken's
-  ``encode_ordinary_batch`` on every core;
+  ``encode_ordinary_batch`` on every core and the fastest exact peer on every core (the best
+  of gigatoken, its tiktoken mode, toktok-rs and quicktok-v1 whose ids equal tiktoken's);
 * Qwen2: NFC checked on the device (encode_nfc.cu; flagged spans normalised on the host) vs the
   host normaliser over the whole text, on the corpus as it is and in NFD.
 Ids are checked equal (to tiktoken / to each other) before anything is timed.
 
     python bench/bench_coverage.py --mb 1 --repeat 3
+    python bench/bench_coverage.py --record bench/results/coverage.md
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import warnings
 
 import _common
+import peers
 
 KINDS = ("prose", "code", "multilingual")
 
@@ -34,7 +37,16 @@ def main() -> None:
     p.add_argument("--mb", type=float, default=1.0)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/coverage.md")
     args = p.parse_args()
+    with _common.recording(args.record, "bench_coverage.py", "what runs on the device: o200k's "
+                           "cut and Qwen2's NFC check, against the host routes and the peers",
+                           ["tiktoken", "gigatoken", "toktok-rs", "quicktok-v1"]):
+        measure(args)
+
+
+def measure(args) -> None:
 
     import gputok
     from conftest import hf_encoding
@@ -49,8 +61,8 @@ def main() -> None:
     dev = native.create(threads=args.threads)
     host = native.create(threads=args.threads, pretok="scanner")
     print("\no200k_base, MB/s (wall, best of %d)" % args.repeat)
-    print("| corpus | device pretok | host scanner pretok | tiktoken batch |")
-    print("|---|---|---|---|")
+    print("| corpus | device pretok | host scanner pretok | tiktoken batch | fastest exact peer |")
+    print("|---|---|---|---|---|")
     for kind in KINDS:
         docs = _common.corpus(kind, args.mb)
         nbytes = sum(len(d.encode()) for d in docs)
@@ -66,8 +78,12 @@ def main() -> None:
         t.append(_common.best_of(lambda: tk.encode_ordinary_batch(docs,
                                                                   num_threads=args.threads),
                                  args.repeat))
+        fast = peers.checked(peers.FASTEST, "o200k_base", docs, want, threads=args.threads)
+        best = {n: _common.best_of(lambda p=p: p.batch(docs), args.repeat)
+                for n, p in fast.items()}
+        bar = min(best, key=best.get, default=None)
         print(f"| {kind} ({nbytes / 1e6:.1f} MB) | " + " | ".join(_mbps(nbytes, x) for x in t)
-              + " |")
+              + (f" | {_mbps(nbytes, best[bar])} ({bar}) |" if bar else " | - |"))
 
     qw = hf_encoding("qwen2")
     dev = native.create(threads=args.threads)

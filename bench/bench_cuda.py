@@ -1,9 +1,9 @@
-"""GPU encode throughput: gputok's cuda backend vs tiktoken (all cores) and HF tokenizers.
+"""GPU encode throughput: gputok's cuda backend vs the fastest exact CPU peers on all cores.
 
 On a GPU machine (H100/H200), about 1 GB of mixed text built from the test corpora:
 
     pip install -e ".[test,bench,cuda12]"
-    python bench/bench_cuda.py --size-mb 1024 --out bench/results/cuda-h100.md
+    python bench/bench_cuda.py --size-mb 1024 --record bench/results/cuda.md
 
 Without a GPU, a small dry run proves the script (the numpy backend stands in, kernel timings
 are skipped with a note):
@@ -14,14 +14,16 @@ What it does, per encoding:
 1. builds the text: documents of every corpus kind, repeated in shuffled order until
    ``--size-mb`` is reached (deterministic seed); also the same documents as UTF-8 bytes;
 2. checks correctness before any timing: gputok's ids (and document offsets) equal tiktoken's
-   on every document, and HF tokenizers' ids equal tiktoken's (a peer that disagrees is dropped
-   from the timings, with a note);
+   on every document, and so do each peer's (a peer that disagrees is not timed and in no
+   ratio, with a note naming the first document that differs);
 3. times, best of ``--repeat`` after a warm-up: gputok end to end (Python str in -> numpy ids
-   out; and bytes in), with piece dedup off and on; tiktoken ``encode_ordinary_batch`` with all
-   cores; tiktoken on one thread (on a ``--single-mb`` slice); HF tokenizers' batch encode;
+   out; and bytes in), with piece dedup off and on; the fastest exact peers on all cores
+   (gigatoken and its tiktoken mode, toktok-rs, quicktok-v1: ``bench/peers.py``), tiktoken
+   ``encode_ordinary_batch`` with all cores and on one thread (on a ``--single-mb`` slice), HF
+   tokenizers' batch encode;
 4. kernel-only throughput of one chunk already on the GPU, per stage (CUDA events);
-5. prints MB/s and the ratio of gputok to each peer, and writes markdown (``--out``) plus the
-   same results as JSON next to it.
+5. prints MB/s and the ratio of gputok to each peer (and to the fastest exact one), and writes
+   the record (``--record``; ``--out`` writes the tables as markdown plus JSON next to it).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 import _common
+import peers as peer_lib
 
 import gputok  # noqa: E402  (path set up by _common)
 
@@ -151,8 +154,17 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
                 raise SystemExit(f"{name}: gputok ({args.backend}, {label} input) differs from "
                                  f"tiktoken at document {bad}: {docs[bad][:100]!r}; not timing")
     row["tokens"] = int(len(ref_ids))
-    peers = {f"tiktoken batch {threads} threads":
-             lambda: tk.encode_ordinary_batch(docs, num_threads=threads)}
+    peers = {}
+    print("  the fastest exact peers (ids checked against tiktoken's first):")
+    fast = peer_lib.checked(peer_lib.FASTEST, name, docs, ref_lists, threads=threads)
+    for label, p in fast.items():
+        peers[f"{label} {threads} threads"] = (lambda p=p: p.batch(docs))
+    for label in peer_lib.FASTEST:
+        if label not in fast:
+            row["notes"].append(f"{label}: not timed (not available here, or not exact: see "
+                                "the log)")
+    peers[f"tiktoken batch {threads} threads"] = lambda: tk.encode_ordinary_batch(
+        docs, num_threads=threads)
     hf, why = hf_peer(enc)
     if hf is None:
         row["notes"].append(why)
@@ -190,6 +202,13 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     kernel_row(row, be, enc, docs, args)
     base = row["MB/s"][f"gputok {args.backend} (str in)"]
     row["ratio"] = {label: base / v for label, v in row["MB/s"].items()}
+    bar = max((k for k in row["MB/s"] if k.split(" ")[0] in ("gigatoken", "toktok-rs",
+                                                             "quicktok-v1")),
+              key=row["MB/s"].get, default=None)
+    if bar:
+        row["bar"] = bar
+        print(f"  the bar: {bar} {row['MB/s'][bar]:.1f} MB/s; gputok {args.backend} (str in) / "
+              f"it: {row['ratio'][bar]:.2f}x")
     return row
 
 
@@ -250,6 +269,8 @@ def main(argv=None) -> int:
                    help="MB for the one-thread tiktoken run")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", help="write results here (markdown; JSON next to it)")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/cuda.md")
     p.add_argument("--kernels-only", action="store_true",
                    help="only the per-stage kernel timings (no parity check, no peers): for "
                         "A/B runs of two source trees on one machine; parity is the GPU tests'")
@@ -259,25 +280,31 @@ def main(argv=None) -> int:
     if args.backend == "cuda":
         be = make_backend("cuda")
         device = be.dev.name
-    print(f"machine: {_common.machine()}\ndevice: {device}")
-    t0 = time.perf_counter()
-    docs = build_corpus(args.kinds, args.size_mb, args.corpus_mb)
-    nbytes = sum(len(d.encode()) for d in docs)
-    print(f"text: {nbytes / 1e6:.1f} MB, {len(docs)} documents ({time.perf_counter() - t0:.1f} s)")
-    res = {"date": time.strftime("%Y-%m-%d"), "machine": _common.machine(), "device": device,
-           "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-           "backend": args.backend, "MB": round(nbytes / 1e6, 2), "docs": len(docs),
-           "kinds": args.kinds, "encodings": []}
-    notes: list = []
-    for name in args.encodings:
-        print(f"\n{name}:")
-        res["encodings"].append(run_encoding(name, docs, args, notes))
-        if args.out:  # after each encoding: a run cut short keeps what it measured
-            out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(markdown(res))
-            out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-            print(f"wrote {out} and {out.with_suffix('.json')}")
+    dists = ["cupy", "tiktoken", "tokenizers", "gigatoken", "toktok-rs", "quicktok-v1"]
+    with _common.recording(args.record, "bench_cuda.py", f"GPU encode throughput ({device}) "
+                           "vs the fastest exact CPU peers", dists) as rec:
+        print(f"machine: {_common.machine()}\ndevice: {device}")
+        t0 = time.perf_counter()
+        docs = build_corpus(args.kinds, args.size_mb, args.corpus_mb)
+        nbytes = sum(len(d.encode()) for d in docs)
+        print(f"text: {nbytes / 1e6:.1f} MB, {len(docs)} documents "
+              f"({time.perf_counter() - t0:.1f} s)")
+        res = {"date": time.strftime("%Y-%m-%d"), "machine": _common.machine(),
+               "device": device, "commit": _common.commit(),
+               "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+               "backend": args.backend, "MB": round(nbytes / 1e6, 2), "docs": len(docs),
+               "kinds": args.kinds, "encodings": []}
+        rec["data"] = res
+        notes: list = []
+        for name in args.encodings:
+            print(f"\n{name}:")
+            res["encodings"].append(run_encoding(name, docs, args, notes))
+            if args.out:  # after each encoding: a run cut short keeps what it measured
+                out = Path(args.out)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(markdown(res))
+                out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+                print(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
 
 

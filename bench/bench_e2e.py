@@ -1,13 +1,20 @@
-"""`gputok encode` end to end vs a minimal tiktoken script doing the same job, with peak RSS.
+"""`gputok encode` end to end vs minimal peer scripts doing the same job, with peak RSS.
 
 The job: a JSONL corpus (the chosen corpus kinds, one document per line) -> token ids on disk.
-gputok runs its command line (``gputok encode ... -o DIR``: batches, .npy shards, manifest);
-the tiktoken script reads the file, encodes 8 MB batches with ``encode_ordinary_batch`` on all
-cores and writes one .npy of ids and one of offsets per batch. Both are started as fresh
-processes under ``/usr/bin/time`` (wall seconds, peak RSS), ``repeat`` times (median), and
-their outputs are compared id for id first. Used by ``bench_encode.py --e2e``; alone:
+gputok runs its command line (``gputok encode ... -o DIR``: batches, .npy shards, manifest).
+Each peer runs the smallest script that does the job with it: read the file, encode 8 MB
+batches with its batch API on all cores (``tiktoken`` ``encode_ordinary_batch``, toktok-rs
+``encode_batch_to_numpy``, quicktok-v1 ``encode_batch``), write one .npy of ids and one of
+offsets per batch; gigatoken reads the file itself (``encode_files(JsonlFileSource)``, its
+corpus API) and writes one pair. Every job is a fresh process under ``/usr/bin/time`` (wall
+seconds, peak RSS).
+
+Exactness first: every job runs once and its ids are compared with gputok's, id for id; a peer
+that differs is reported and not timed. Then ``repeat`` rounds, every job in turn (each round
+starting with the next), and medians. Used by ``bench_encode.py --e2e``; alone:
 
     python bench/bench_e2e.py --encoding cl100k_base --kinds prose code --mb 8
+    python bench/bench_e2e.py --record bench/results/e2e.md
 """
 
 from __future__ import annotations
@@ -25,23 +32,21 @@ from pathlib import Path
 
 import _common
 
-TIKTOKEN_SCRIPT = r'''
+# the peers' scripts: argv = corpus, output dir, JSON spec; ENCODE_SETUP builds `encode(batch)
+# -> (ids, offsets)`. Kept minimal: what a user of that library would write for this job.
+PEER_SCRIPT = r'''
 import json, sys
 import numpy as np
-import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 spec = json.loads(sys.argv[3])
-enc = tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"],
-                        mergeable_ranks=load_tiktoken_bpe(spec["ranks_file"]),
-                        special_tokens=spec["special_tokens"])
 out, batch, size, k = sys.argv[2], [], 0, 0
+%s
 
 def flush():
     global batch, size, k
-    ids = enc.encode_ordinary_batch(batch, num_threads=spec["threads"])
-    np.save(f"{out}/{k:05d}.ids.npy", np.fromiter((t for d in ids for t in d), np.uint32))
-    np.save(f"{out}/{k:05d}.offsets.npy", np.cumsum([0] + [len(d) for d in ids]))
+    ids, offsets = encode(batch)
+    np.save(f"{out}/{k:05d}.ids.npy", np.asarray(ids, np.uint32))
+    np.save(f"{out}/{k:05d}.offsets.npy", np.asarray(offsets, np.int64))
     batch, size, k = [], 0, k + 1
 
 with open(sys.argv[1], encoding="utf-8") as f:
@@ -53,6 +58,47 @@ with open(sys.argv[1], encoding="utf-8") as f:
 if batch:
     flush()
 '''
+
+ENCODE_SETUP = {
+    "tiktoken script": '''
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+enc = tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"],
+                        mergeable_ranks=load_tiktoken_bpe(spec["ranks_file"]),
+                        special_tokens=spec["special_tokens"])
+def encode(batch):
+    ids = enc.encode_ordinary_batch(batch, num_threads=spec["threads"])
+    return (np.fromiter((t for d in ids for t in d), np.uint32),
+            np.cumsum([0] + [len(d) for d in ids]))
+''',
+    "toktok-rs script": '''
+import toktok
+enc = toktok._encoding(spec["name"])
+def encode(batch):
+    return enc.encode_batch_to_numpy(batch, spec["threads"])
+''',
+    "quicktok-v1 script": '''
+import quicktok
+enc = quicktok.get_encoding(spec["name"])
+def encode(batch):
+    return enc.encode_batch(batch, spec["threads"], False)
+''',
+}
+
+# gigatoken reads the corpus itself: its files API is what a user of it would call for this job
+GIGATOKEN_SCRIPT = r'''
+import json, sys
+import numpy as np
+import gigatoken
+
+spec = json.loads(sys.argv[3])
+tok = gigatoken.Tokenizer.from_tiktoken(spec["ranks_file"], pretokenizer=spec["gigatoken_pre"])
+layout = tok.encode_files(gigatoken.JsonlFileSource([sys.argv[1]], field="text")).layout
+np.save(f"{sys.argv[2]}/00000.ids.npy", np.asarray(layout.content.data, np.uint32))
+np.save(f"{sys.argv[2]}/00000.offsets.npy", np.asarray(layout.offsets, np.int64))
+'''
+PEER_DISTS = {"tiktoken script": "tiktoken", "toktok-rs script": "toktok-rs",
+              "quicktok-v1 script": "quicktok-v1", "gigatoken encode_files": "gigatoken"}
 
 
 def _timed(cmd: list, env=None) -> tuple[float, float]:
@@ -74,17 +120,50 @@ def _ids_gputok(out: Path):
     return np.concatenate(ids) if ids else np.zeros(0, np.uint32)
 
 
-def _ids_tiktoken(out: Path):
+def _ids_peer(out: Path):
     import numpy as np
 
     parts = sorted(out.glob("*.ids.npy"))
     return np.concatenate([np.load(p) for p in parts]) if parts else np.zeros(0, np.uint32)
 
 
+def peer_spec(encoding: str) -> str:
+    """The JSON argument every peer script takes (encoding, ranks file, threads...)."""
+    import peers
+
+    tk = _common.tiktoken_for(encoding)
+    return json.dumps({"name": encoding, "pat_str": tk._pat_str,
+                       "ranks_file": str(peers._ranks_file(encoding)),
+                       "gigatoken_pre": peers._GIGATOKEN_PRETOKENIZER.get(encoding),
+                       "special_tokens": tk._special_tokens, "threads": os.cpu_count() or 1})
+
+
+def peer_jobs(encoding: str, tmp: Path, corpus: Path) -> dict:
+    """{label: command without its last two arguments (output directory, ``peer_spec``)} of
+    the peer scripts that can run here for ``encoding``."""
+    import importlib.metadata
+
+    jobs = {}
+    for label, dist in PEER_DISTS.items():
+        try:
+            importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            print(f"  {label}: skipped: not installed (pip install {dist})")
+            continue
+        if dist in ("toktok-rs", "quicktok-v1") and encoding not in ("cl100k_base",
+                                                                    "o200k_base"):
+            print(f"  {label}: skipped: {dist} bundles cl100k_base and o200k_base only")
+            continue
+        script = tmp / (label.replace(" ", "_") + ".py")
+        script.write_text(GIGATOKEN_SCRIPT if dist == "gigatoken"
+                          else PEER_SCRIPT % ENCODE_SETUP[label])
+        jobs[label] = [sys.executable, str(script), str(corpus)]
+    return jobs
+
+
 def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
     import numpy as np
 
-    tk = _common.tiktoken_for(encoding)
     corpus = tmp / "e2e.jsonl"
     nbytes = 0
     with open(corpus, "w", encoding="utf-8") as f:
@@ -92,44 +171,56 @@ def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
             for d in _common.corpus(kind, mb):
                 f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
                 nbytes += len(d.encode("utf-8"))
-    # the rank file tiktoken would have downloaded (the test data cache holds it)
-    import testdata
-
-    ranks_file = testdata.vocab_path({"p50k_base": "r50k_base"}.get(encoding, encoding))
-    spec = json.dumps({"name": encoding, "pat_str": tk._pat_str, "ranks_file": str(ranks_file),
-                       "special_tokens": tk._special_tokens, "threads": os.cpu_count() or 1})
-    script = tmp / "tiktoken_encode.py"
-    script.write_text(TIKTOKEN_SCRIPT)
+    spec = peer_spec(encoding)
     env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both start as an installed package would
-    runs = {"gputok encode": [], "tiktoken script": []}
-    outs = {k: tmp / k.replace(" ", "_") for k in runs}
-    for _ in range(repeat):
-        for name, out in outs.items():
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            if name == "gputok encode":
-                cmd = [sys.executable, "-m", "gputok.cli", "encode", "--encoding", encoding,
-                       str(corpus), "-o", str(out), "--special-as-text", "-q", "--overwrite"]
-            else:
-                cmd = [sys.executable, str(script), str(corpus), str(out), spec]
-            runs[name].append(_timed(cmd, env))
-    a, b = _ids_gputok(outs["gputok encode"]), _ids_tiktoken(outs["tiktoken script"])
-    if not np.array_equal(a, b):
-        raise SystemExit(f"e2e: gputok encode wrote {len(a)} ids, the tiktoken script {len(b)}; "
-                         "they differ")
-    res = {"encoding": encoding, "kinds": list(kinds), "bytes": nbytes, "tokens": int(len(a))}
-    print(f"\nend to end ({encoding}, {' + '.join(kinds)}: {nbytes / 1e6:.1f} MB -> {len(a)} ids "
-          f"on disk, identical); median of {repeat} fresh processes")
-    print(f"  {'':<18}{'wall s':>8}{'MB/s':>8}{'peak RSS MB':>13}")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # all start as an installed package would
+    jobs = {"gputok encode": [sys.executable, "-m", "gputok.cli", "encode", "--encoding",
+                              encoding, str(corpus), "-q", "--special-as-text", "--overwrite",
+                              "-o", None]}  # None: the job's output directory
+    jobs.update({k: v + [None, spec] for k, v in peer_jobs(encoding, tmp, corpus).items()})
+    outs = {k: tmp / ("out_" + k.replace(" ", "_")) for k in jobs}
+
+    def once(name):
+        shutil.rmtree(outs[name], ignore_errors=True)
+        outs[name].mkdir()
+        return _timed([str(outs[name]) if c is None else c for c in jobs[name]], env)
+
+    # exactness first: one run of every job, ids compared with gputok's
+    runs: dict = {name: [] for name in jobs}
+    once("gputok encode")
+    ours = _ids_gputok(outs["gputok encode"])
+    for name in list(jobs)[1:]:
+        try:
+            once(name)
+            theirs = _ids_peer(outs[name])
+        except SystemExit as e:
+            print(f"  {name}: failed, not timed: {str(e)[-300:]}")
+            del runs[name]
+            continue
+        if not np.array_equal(ours, theirs):
+            print(f"  {name}: NOT EXACT, not timed and in no ratio: {len(theirs)} ids on disk "
+                  f"against gputok's {len(ours)} (first difference at id "
+                  f"{int(np.argmax(ours[:len(theirs)] != theirs[:len(ours)]))})")
+            del runs[name]
+    names = list(runs)
+    for k in range(repeat):  # rounds, each starting with the next job
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            runs[name].append(once(name))
+    res = {"encoding": encoding, "kinds": list(kinds), "bytes": nbytes, "tokens": int(len(ours))}
+    print(f"\nend to end ({encoding}, {' + '.join(kinds)}: {nbytes / 1e6:.1f} MB -> {len(ours)} "
+          f"ids on disk, identical for every job below); median of {repeat} fresh processes")
+    print(f"  {'':<24}{'wall s':>8}{'MB/s':>8}{'peak RSS MB':>13}{'gputok speed':>14}"
+          f"{'memory':>8}")
     for name, rs in runs.items():
-        wall = statistics.median(w for w, _ in rs)
-        rss = statistics.median(m for _, m in rs)
-        res[name] = {"wall_s": wall, "peak_mb": rss, "runs": rs}
-        print(f"  {name:<18}{wall:8.2f}{nbytes / 1e6 / wall:8.2f}{rss:13.0f}")
-    g, t = res["gputok encode"], res["tiktoken script"]
-    print(f"  gputok / tiktoken: {t['wall_s'] / g['wall_s']:.2f}x faster, "
-          f"{g['peak_mb'] / t['peak_mb']:.2f}x the memory")
+        res[name] = {"wall_s": statistics.median(w for w, _ in rs),
+                     "peak_mb": statistics.median(m for _, m in rs), "runs": rs}
+    g = res["gputok encode"]
+    for name in runs:
+        r = res[name]
+        print(f"  {name:<24}{r['wall_s']:8.2f}{nbytes / 1e6 / r['wall_s']:8.2f}"
+              f"{r['peak_mb']:13.0f}{r['wall_s'] / g['wall_s']:13.2f}x"
+              f"{g['peak_mb'] / r['peak_mb']:7.2f}x")
+    print("  gputok speed = this job's wall time / gputok's; memory = gputok's peak / this one's")
     return res
 
 
@@ -140,12 +231,16 @@ def main():
     p.add_argument("--kinds", nargs="+", default=["prose", "code", "multilingual"])
     p.add_argument("--mb", type=float, default=4.0)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/e2e.md")
     args = p.parse_args()
     _common.compile_bytecode()
-    print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
-          f"command: python {' '.join(sys.argv)}")
-    with tempfile.TemporaryDirectory() as d:
-        run(args.encoding, args.kinds, args.mb, args.repeat, Path(d))
+    with _common.recording(args.record, "bench_e2e.py", "`gputok encode` end to end vs peer "
+                           "scripts, wall time and peak RSS", PEER_DISTS.values()) as rec:
+        print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
+              f"command: python {' '.join(sys.argv)}")
+        with tempfile.TemporaryDirectory() as d:
+            rec["data"] = run(args.encoding, args.kinds, args.mb, args.repeat, Path(d))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Encode throughput: gputok (native CPU, numpy) vs tiktoken, riptoken and HF tokenizers.
+"""Encode throughput: gputok (native CPU, numpy) vs the fastest exact peers, tiktoken and others.
 
 For each encoding and corpus kind, every runner encodes the same documents in its own fresh
 process (``--child``): the encoder is built (timed as start-up), the first pass over the corpus
@@ -8,24 +8,33 @@ with the next runner), and medians are reported (the machine's load changes unde
 rounds spread it over every runner).
 Wall and CPU time (all threads) are both recorded: the wall time is what a user waits; the CPU
 time is the per-core cost, but on a virtual machine it is only approximate (here single-thread
-code has shown CPU times above its wall time). Before anything is reported, every runner's ids
-are checked identical to tiktoken's (a digest of all ids and document lengths); a runner that
-differs stops the benchmark.
+code has shown CPU times above its wall time).
 
-Runners (peers that are not installed are listed as such):
+Exactness first: before any runner is timed, each one encodes the cell's documents once and its
+ids are compared with tiktoken's, document by document. A gputok runner that differs stops the
+benchmark; a peer that differs is reported with its mismatches, not timed, and in no ratio.
+
+Runners (peers that are not installed, or lack the encoding, are listed as such):
   gputok native batch   encode_batch_arrays(backend="native"): the kernels on every core
   gputok numpy batch    encode_batch_arrays(backend="numpy"): the portable host path
   gputok per doc        encode_ordinary per document (the default backend for long texts)
+  gigatoken batch       Tokenizer.from_tiktoken(ranks).encode_batch (its own API, every core)
+  gigatoken tiktoken mode batch   .as_tiktoken().encode_ordinary_batch
+  toktok-rs batch       toktok._encoding(name).encode_batch_to_numpy(docs, all cores)
+  quicktok-v1 batch     quicktok.get_encoding(name).encode_batch(docs, all cores)
   tiktoken per doc      encode_ordinary per document
   tiktoken batch        encode_ordinary_batch(num_threads=all cores)
-  riptoken per doc / batch   (pip install riptoken; its batch uses every core)
+  riptoken per doc / batch   (its batch uses every core)
   HF tokenizers batch   encode_batch_fast on gputok's tokenizer.json export of the encoding
+The fastest exact peers (gigatoken, toktok-rs, quicktok-v1: ``bench/peers.py``) are the bar;
+the report names the fastest of them in each cell and gputok's ratio to it.
 
 ``--doc-chars N`` cuts each corpus into documents of N characters (the per-document API on
 short texts: ``--doc-chars 200 --runners "gputok per doc" "tiktoken per doc"``).
 
 ``--e2e`` adds ``gputok encode`` end to end (a JSONL corpus -> .npy shards) against a minimal
 tiktoken script doing the same (read, encode in batches, write), with peak RSS (``bench_e2e.py``).
+``--record bench/results/encode.md`` writes the record that replaces the current one.
 
     python bench/bench_encode.py --encodings cl100k_base o200k_base --kinds prose code multilingual
 """
@@ -34,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import statistics
@@ -45,38 +53,38 @@ import time
 from pathlib import Path
 
 import _common
+import peers
 
 THREADS = os.cpu_count() or 1
-RUNNERS = ["gputok native batch", "gputok numpy batch", "gputok per doc", "tiktoken per doc",
-           "tiktoken batch", "riptoken per doc", "riptoken batch", "HF tokenizers batch"]
+# runner -> the peer behind it (bench/peers.py), for the runners that are peers
+PEER_RUNNERS = {"gigatoken batch": "gigatoken",
+                "gigatoken tiktoken mode batch": "gigatoken tiktoken mode",
+                "toktok-rs batch": "toktok-rs", "quicktok-v1 batch": "quicktok-v1",
+                "tiktoken batch": "tiktoken", "riptoken batch": "riptoken",
+                "HF tokenizers batch": "HF tokenizers"}
+FASTEST = [r for r, p in PEER_RUNNERS.items() if p in peers.FASTEST]
+RUNNERS = ["gputok native batch", "gputok numpy batch", "gputok per doc", *FASTEST,
+           "tiktoken per doc", "tiktoken batch", "riptoken per doc", "riptoken batch",
+           "HF tokenizers batch"]
 REFERENCE = "tiktoken per doc"  # whose ids everyone must match
 OURS = "gputok native batch"
-# PyPI packages of these names that are not comparable BPE tokenizers, checked by hand
-NOT_COMPARABLE = {
-    "toktok": "toktok 0.0.2 on PyPI is the tok-tok word tokenizer (no BPE, no ids)",
-    "quicktok": "quicktok 0.2.0 on PyPI is a minbpe-style BasicTokenizer (no regex split, no "
-                "tiktoken vocabulary loader): it cannot produce tiktoken's ids",
-}
 
 
 # ---------------------------------------------------------------- one runner, in a child process
 
-def _digest(per_doc_ids) -> str:
+def _digest(out) -> str:
+    """A digest of a batch result's ids and document lengths (sequences or (ids, offsets))."""
     import numpy as np
 
     h = hashlib.sha256()
-    for ids in per_doc_ids:
+    for ids in peers.per_doc(out):
         a = np.asarray(ids, np.uint32)
         h.update(len(a).to_bytes(8, "little") + a.tobytes())
     return h.hexdigest()[:16]
 
 
-def _split(ids, off) -> list:
-    return [ids[off[i]:off[i + 1]] for i in range(len(off) - 1)]
-
-
 def make_runner(name: str, encoding: str, hf_json: str):
-    """(build seconds, encode(docs) -> per-document id sequences)."""
+    """(build seconds, encode(docs) -> per-document ids or one (ids, offsets) pair)."""
     t0 = time.perf_counter()
     if name.startswith("gputok"):
         import gputok
@@ -90,35 +98,14 @@ def make_runner(name: str, encoding: str, hf_json: str):
             gputok.backends.get_backend(backend)  # the native module loads here, not in a pass
 
             def run(docs):
-                return _split(*enc.encode_batch_arrays(docs, disallowed_special=(),
-                                                       backend=backend))
-    elif name.startswith("tiktoken"):
-        tk = _common.tiktoken_for(encoding)
-        if name == "tiktoken per doc":
-            def run(docs):
-                return [tk.encode_ordinary(d) for d in docs]
-        else:
-            def run(docs):
-                return tk.encode_ordinary_batch(docs, num_threads=THREADS)
-    elif name.startswith("riptoken"):
-        import riptoken
-
-        tk = _common.tiktoken_for(encoding)
-        core = riptoken.CoreBPE(tk._mergeable_ranks, tk._special_tokens, tk._pat_str)
-        if name == "riptoken per doc":
-            def run(docs):
-                return [core.encode_ordinary(d) for d in docs]
-        else:
-            def run(docs):
-                return core.encode_ordinary_batch(docs)
-    elif name == "HF tokenizers batch":
-        from tokenizers import Tokenizer
-
-        hf = Tokenizer.from_file(hf_json)
-        fast = getattr(hf, "encode_batch_fast", hf.encode_batch)
+                return enc.encode_batch_arrays(docs, disallowed_special=(), backend=backend)
+    elif name in PEER_RUNNERS:
+        run = peers.build(PEER_RUNNERS[name], encoding, hf_json=hf_json).batch
+    elif name.endswith(" per doc"):  # tiktoken / riptoken, one document at a time
+        one = peers.build(name[:-len(" per doc")], encoding).one
 
         def run(docs):
-            return [e.ids for e in fast(docs, add_special_tokens=False)]
+            return [one(d) for d in docs]
     else:
         raise SystemExit(f"unknown runner {name!r}")
     return time.perf_counter() - t0, run
@@ -126,7 +113,15 @@ def make_runner(name: str, encoding: str, hf_json: str):
 
 def child(args) -> dict:
     docs = [json.loads(line)["text"] for line in open(args.docs, encoding="utf-8")]
-    build_s, run = make_runner(args.child, args.encoding, args.hf_json)
+    try:
+        build_s, run = make_runner(args.child, args.encoding, args.hf_json)
+    except peers.Unavailable as e:
+        return {"skipped": str(e)}
+    if args.check:  # one digest per document, for the exactness check before any timing
+        try:
+            return {"per_doc": [_digest([ids]) for ids in peers.per_doc(run(docs))]}
+        except Exception as e:
+            return {"failed": f"{type(e).__name__}: {str(e)[:300]}"}
     c0, w0 = time.process_time(), time.perf_counter()
     out = run(docs)
     cold = (time.perf_counter() - w0, time.process_time() - c0)
@@ -143,11 +138,7 @@ def child(args) -> dict:
 # ---------------------------------------------------------------- the parent
 
 def available(name: str) -> "str | None":
-    """None when the runner can run here, else why not."""
-    if name.startswith("riptoken") and importlib.util.find_spec("riptoken") is None:
-        return "not installed (pip install riptoken)"
-    if name.startswith("HF") and importlib.util.find_spec("tokenizers") is None:
-        return "not installed (pip install tokenizers)"
+    """None when the runner can run here, else why not (peers answer in their check child)."""
     if name == OURS:
         from gputok.backends import native
 
@@ -157,9 +148,9 @@ def available(name: str) -> "str | None":
     return None
 
 
-def measure(name, encoding, docs_file, hf_json, repeat, timeout) -> dict:
+def measure(name, encoding, docs_file, hf_json, repeat, timeout, check=False) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--encoding", encoding, "--docs",
-           docs_file, "--hf-json", hf_json, "--repeat", str(repeat)]
+           docs_file, "--hf-json", hf_json, "--repeat", str(repeat)] + ["--check"] * check
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise SystemExit(f"{name} on {encoding} failed:\n{r.stderr[-3000:]}")
@@ -198,14 +189,31 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
     hf_json = tmp / f"{encoding}.tokenizer.json"
     if not hf_json.exists():  # (main exports every encoding's before the first cell)
         save_hf_json(gputok.get_encoding(encoding), hf_json)
-    cell = {"docs": len(docs), "bytes": nbytes, "runners": {}, "skipped": {}}
+    cell = {"docs": len(docs), "bytes": nbytes, "runners": {}, "skipped": {}, "inexact": {}}
+    # exactness before any timing: each runner's ids, document by document, against tiktoken's
+    reference = [_digest([ids]) for ids in
+                 _common.tiktoken_for(encoding).encode_ordinary_batch(docs, num_threads=THREADS)]
     names = []
     for name in args.runners:
         why = available(name)
-        if why is None:
-            names.append(name)
-        else:
+        got = {} if why else measure(name, encoding, str(docs_file), str(hf_json), 0,
+                                     args.timeout, check=True)
+        why = why or got.get("skipped")
+        if why:
             cell["skipped"][name] = why
+            continue
+        bad = got.get("failed") or [i for i, (a, b) in enumerate(zip(got["per_doc"], reference))
+                                    if a != b] or len(got["per_doc"]) != len(reference)
+        if not bad:
+            names.append(name)
+            continue
+        what = bad if isinstance(bad, str) else (
+            f"ids differ from tiktoken's on {len(bad) if isinstance(bad, list) else 'all'} of "
+            f"{len(docs)} documents" + (f" (first: document {bad[0]} {docs[bad[0]][:60]!r})"
+                                        if isinstance(bad, list) else ""))
+        if name.startswith("gputok"):
+            raise SystemExit(f"{encoding} x {kind}: {name}: {what}; not timing")
+        cell["inexact"][name] = what
     # rounds of every runner in turn: a change in the machine's load hits all of them alike; each
     # round starts with the next runner, so none is always the first fresh process after this
     # one's set-up (the corpus, and the HF export, built and freed here: on a VM that backs
@@ -221,11 +229,6 @@ def run_cell(encoding, kind, args, tmp: Path) -> dict:
             r["build_s"].append(got["build_s"])
             r["cold"].append(got["cold"])
             r["warm"].extend(got["warm"])
-    ref = cell["runners"][REFERENCE]["digest"]
-    bad = [n for n, r in cell["runners"].items() if r["digest"] != ref]
-    if bad:
-        raise SystemExit(f"{encoding} x {kind}: ids differ from tiktoken's for {bad}; not "
-                         "reporting timings")
     return cell
 
 
@@ -241,22 +244,34 @@ def _rates(r: dict, mb: float) -> dict:
 
 def report(encoding, kind, cell) -> list:
     mb = cell["bytes"] / 1e6
-    print(f"\n{encoding} x {kind}: {cell['docs']} docs, {mb:.2f} MB; ids identical to "
-          f"tiktoken for all {len(cell['runners'])} runners")
+    print(f"\n{encoding} x {kind}: {cell['docs']} docs, {mb:.2f} MB; ids checked identical to "
+          f"tiktoken's before timing, for all {len(cell['runners'])} runners timed")
     rates = {n: _rates(r, mb) for n, r in cell["runners"].items()}
     ours = rates.get(OURS)
-    print(f"  {'MB/s (median of warm passes)':<26}{'start s':>8}{'cold':>8}{'cold cpu':>9}"
+    print(f"  {'MB/s (median of warm passes)':<30}{'start s':>8}{'cold':>8}{'cold cpu':>9}"
           f"{'warm':>8}{'warm cpu':>9}  {'native cold / this':>19}{'(cpu)':>7}")
     lines = []
     for n, x in rates.items():
         rel = (f"{ours['cold'] / x['cold']:18.2f}x{ours['cold_cpu'] / x['cold_cpu']:6.2f}x"
                if ours else "")
         label = n.replace("tiktoken batch", f"tiktoken batch {THREADS}t")
-        print(f"  {label:<26}{x['build_s']:8.2f}{x['cold']:8.2f}{x['cold_cpu']:9.2f}"
+        print(f"  {label:<30}{x['build_s']:8.2f}{x['cold']:8.2f}{x['cold_cpu']:9.2f}"
               f"{x['warm']:8.2f}{x['warm_cpu']:9.2f}  {rel}")
         lines.append((n, x))
+    for n, why in cell["inexact"].items():
+        print(f"  {n:<30} NOT EXACT (not timed, in no ratio): {why}")
     for n, why in cell["skipped"].items():
-        print(f"  {n:<26} skipped: {why}")
+        print(f"  {n:<30} skipped: {why}")
+    fast = {n: x for n, x in rates.items() if n in FASTEST}
+    if ours and fast:
+        cold = max(fast, key=lambda n: fast[n]["cold"])
+        warm = max(fast, key=lambda n: fast[n]["warm"])
+        print(f"  the bar: fastest exact peer cold {cold} ({fast[cold]['cold']:.2f} MB/s), warm "
+              f"{warm} ({fast[warm]['warm']:.2f}); native / it: cold "
+              f"{ours['cold'] / fast[cold]['cold']:.2f}x, warm "
+              f"{ours['warm'] / fast[warm]['warm']:.2f}x")
+    elif ours:
+        print("  the bar: no fastest exact peer ran in this cell (see skipped / NOT EXACT)")
     return lines
 
 
@@ -277,7 +292,10 @@ def main():
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--e2e", action="store_true", help="also time `gputok encode` end to end")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/encode.md")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--encoding", help=argparse.SUPPRESS)
     p.add_argument("--docs", help=argparse.SUPPRESS)
     p.add_argument("--hf-json", help=argparse.SUPPRESS)
@@ -288,33 +306,37 @@ def main():
     if REFERENCE not in args.runners:
         args.runners = [REFERENCE] + args.runners
     _common.compile_bytecode()
-    print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
-          f"command: python {' '.join(sys.argv)}\nload average: {os.getloadavg()}")
-    for mod, why in NOT_COMPARABLE.items():
-        print(f"peer {mod}: not timed: {why}")
-    results = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
-               "command": " ".join(sys.argv), "cells": {}}
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        if "HF tokenizers batch" in args.runners and available("HF tokenizers batch") is None:
-            import gputok
-            from gputok.export import save_hf_json
+    dists = ["tiktoken", "riptoken", "tokenizers", "gigatoken", "toktok-rs", "quicktok-v1"]
+    with _common.recording(args.record, "bench_encode.py", "encode throughput vs the peers, "
+                           "cold and warm, fresh processes", dists) as rec:
+        print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
+              f"command: python {' '.join(sys.argv)}\nload average: {os.getloadavg()}\n"
+              f"versions: {_common.versions(dists)}")
+        results = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
+                   "command": " ".join(sys.argv), "commit": _common.commit(), "cells": {}}
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            if "HF tokenizers batch" in args.runners:
+                import gputok
+                from gputok.export import save_hf_json
 
-            for encoding in args.encodings:  # before any timing, not between cells
-                save_hf_json(gputok.get_encoding(encoding), tmp / f"{encoding}.tokenizer.json")
-        if any(r.startswith("gputok") and r.endswith("batch") for r in args.runners):
-            warm_caches(args.encodings, args.runners)
-        for encoding in args.encodings:
-            for kind in args.kinds:
-                cell = run_cell(encoding, kind, args, tmp)
-                results["cells"][f"{encoding}/{kind}"] = cell
-                report(encoding, kind, cell)
-        if args.e2e:
-            import bench_e2e
+                for encoding in args.encodings:  # before any timing, not between cells
+                    save_hf_json(gputok.get_encoding(encoding),
+                                 tmp / f"{encoding}.tokenizer.json")
+            if any(r.startswith("gputok") and r.endswith("batch") for r in args.runners):
+                warm_caches(args.encodings, args.runners)
+            for encoding in args.encodings:
+                for kind in args.kinds:
+                    cell = run_cell(encoding, kind, args, tmp)
+                    results["cells"][f"{encoding}/{kind}"] = cell
+                    report(encoding, kind, cell)
+            if args.e2e:
+                import bench_e2e
 
-            results["e2e"] = bench_e2e.run(args.encodings[0], args.kinds, args.mb, args.repeat,
-                                           tmp)
-    print(f"\nload average at the end: {os.getloadavg()}")
+                results["e2e"] = bench_e2e.run(args.encodings[0], args.kinds, args.mb,
+                                               args.repeat, tmp)
+        print(f"\nload average at the end: {os.getloadavg()}")
+        rec["data"] = results
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

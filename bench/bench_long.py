@@ -1,4 +1,4 @@
-"""Long single pieces: time per byte and peak memory vs length (10 KB .. 10 MB), gputok vs tiktoken.
+"""Long single pieces: time per byte and peak memory vs length (10 KB .. 10 MB), gputok vs peers.
 
 Inputs: ``"a" * n`` and ``" " * n`` (one piece each: a run of one character), a run of emoji (one
 piece of 4-byte characters), base64 (many mid-size pieces) and one line of prose (a giant
@@ -22,10 +22,16 @@ Two times a cell:
 
 ``--procs`` processes a cell, taken in rounds (every size and library once a round, then
 again), so that a slow minute of a shared machine falls on all sizes alike rather than on one.
-Ids are compared between the libraries (a digest of each result) before anything is reported.
+The libraries: gputok, tiktoken (the reference), and the fastest exact peers (``--peers``,
+default gigatoken, its tiktoken mode, toktok-rs and quicktok-v1: their one-text calls, see
+``bench/peers.py``). Exactness: before the rounds, every peer's ids on each input at 10 and 100
+KB are checked against tiktoken's (an inexact peer is reported and not timed); after them, every
+cell's ids are compared through a digest of each result (gputok differing stops the run; a peer
+differing is reported and left out of the ratios).
 
-    python bench/bench_long.py                       # 10 KB .. 10 MB, both libraries
-    python bench/bench_long.py --sizes 10000 1000000 --kinds a emoji
+    python bench/bench_long.py                       # 10 KB .. 10 MB, every library
+    python bench/bench_long.py --sizes 10000 1000000 --kinds a emoji --peers
+    python bench/bench_long.py --record bench/results/long.md
 """
 
 from __future__ import annotations
@@ -41,7 +47,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 import _common
+import peers
 
 def _line(n: int) -> str:
     """One line of prose (the corpus' documents joined by spaces), repeated to n characters:
@@ -90,7 +99,7 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
             def encode(text):
                 return enc.encode_batch_arrays([text], backend=backend)[0].tolist()
     else:
-        encode = _common.tiktoken_for(encoding).encode_ordinary
+        encode = peers.build(lib, encoding).one
     make = KINDS[kind]
     for w in WARM_UP:  # tables built, modules loaded, the paths a text of n takes run once
         if w == WARM_UP[0] or w <= n:
@@ -110,7 +119,7 @@ def child(lib: str, encoding: str, kind: str, n: int, repeat: int, backend: str 
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     peak = _rss_kb("VmHWM:") - before if before is not None else None
     fresh = fresh_ms_per_mb()  # (after the first call: it must not hand the call warm pages)
-    digest = hashlib.sha256(b"".join(i.to_bytes(4, "little") for i in ids)).hexdigest()[:16]
+    digest = hashlib.sha256(np.asarray(ids, np.uint32).tobytes()).hexdigest()[:16]
     count = len(ids)
     # then at least `repeat` calls and MIN_TIME seconds of them (a 10 KB call is ~0.1-1 ms:
     # three calls are at the mercy of one scheduler tick), MAX_TIME at most; the previous
@@ -179,6 +188,7 @@ def cell_of(runs: list) -> dict:
     got["cold_faults"], got["cold_sys_s"] = mid["first_faults"], mid["first_sys_s"]
     got["cold_fresh_ms_per_mb"] = mid["fresh_ms_per_mb"]
     got["cold_over_own_s"] = cold_s(mid) - mid["s"]  # (over that process's own best call)
+    got["first_median_s"] = sorted(r["first_s"] for r in runs)[len(runs) // 2]
     got["runs_s"] = [r["s"] for r in by_steady]
     got["runs_cold_s"] = [cold_s(r) for r in by_cold]
     if got["peak_mb"] is not None:
@@ -193,6 +203,26 @@ def band(rows: list, kind: str, key: str) -> "tuple[float, str]":
     return max(per) / min(per), " / ".join(f"{v:.0f}" for v in per)
 
 
+def precheck(names, encoding: str, kinds) -> dict:
+    """{peer: why it is left out} for the peers that are unavailable or whose ids on each input
+    at 10 and 100 KB differ from tiktoken's (checked here, before any timing)."""
+    tk = _common.tiktoken_for(encoding)
+    out = {}
+    for name in names:
+        try:
+            one = peers.build(name, encoding).one
+            for kind in kinds:
+                for n in (10_000, 100_000):
+                    text = KINDS[kind](n)
+                    if list(map(int, one(text))) != tk.encode_ordinary(text):
+                        raise ValueError(f"ids differ from tiktoken's on {kind} x {n}")
+        except peers.Unavailable as e:
+            out[name] = f"skipped: {e}"
+        except Exception as e:
+            out[name] = f"NOT EXACT, not timed: {type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--encoding", default="cl100k_base")
@@ -200,6 +230,8 @@ def main():
                    default=[10_000, 100_000, 1_000_000, 10_000_000])
     p.add_argument("--kinds", nargs="+", default=[k for k in KINDS if k != "line"],
                    choices=list(KINDS))
+    p.add_argument("--peers", nargs="*", default=list(peers.FASTEST), choices=peers.FASTEST,
+                   help="the fast peers to time beside tiktoken (default: all; none: --peers)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--backend", default="auto",
@@ -208,6 +240,8 @@ def main():
                    help="fresh processes per cell, in rounds over the sizes (the median is "
                         "reported)")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/long.md")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -215,9 +249,26 @@ def main():
                                args.repeat, args.backend)))
         return
     _common.compile_bytecode()
+    dists = ["tiktoken", "gigatoken", "toktok-rs", "quicktok-v1"]
+    with _common.recording(args.record, "bench_long.py", "one long text: time per byte and "
+                           "peak memory against length", dists) as rec:
+        rows = run(args)
+        rec["data"] = {"machine": _common.machine(), "encoding": args.encoding, "rows": rows,
+                       "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+                       "commit": _common.commit()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec["data"], f, indent=1)
+
+
+def run(args) -> list:
     print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
           f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
           f"gputok backend: {args.backend}")
+    left_out = precheck(args.peers, args.encoding, args.kinds)
+    for name, why in left_out.items():
+        print(f"peer {name}: {why}")
+    libs = ["gputok", "tiktoken"] + [n for n in args.peers if n not in left_out]
     print(f"{'input':<8}{'bytes':>10}{'gputok ns/B':>13}{'cold ns/B':>11}{'tiktoken ns/B':>15}"
           f"{'speed':>8}{'gputok MB':>11}{'tiktoken MB':>13}{'memory':>8}")
     rows = []
@@ -225,14 +276,23 @@ def main():
         runs: dict = {}
         for _ in range(max(1, args.procs)):  # rounds: every size and library once a round
             for n in args.sizes:
-                for lib in ("gputok", "tiktoken"):
+                for lib in libs:
                     runs.setdefault((lib, n), []).append(run_child(lib, args, kind, n))
         for n in args.sizes:
-            ours, theirs = cell_of(runs["gputok", n]), cell_of(runs["tiktoken", n])
+            cells = {lib: cell_of(runs[lib, n]) for lib in libs}
+            ours, theirs = cells["gputok"], cells["tiktoken"]
             if (ours["ids"], ours["digest"]) != (theirs["ids"], theirs["digest"]):
                 raise SystemExit(f"ids differ for {kind} x {n}: {ours} vs {theirs}")
+            row = {"kind": kind, "n": n, "gputok": ours, "tiktoken": theirs, "peers": {},
+                   "inexact": []}
+            for lib in libs[2:]:
+                if (cells[lib]["ids"], cells[lib]["digest"]) == (theirs["ids"],
+                                                                  theirs["digest"]):
+                    row["peers"][lib] = cells[lib]
+                else:
+                    row["inexact"].append(lib)
             b = ours["bytes"]
-            rows.append({"kind": kind, "n": n, "gputok": ours, "tiktoken": theirs})
+            rows.append(row)
             mem = (f"{ours['peak_mb'] / max(theirs['peak_mb'], 0.1):7.2f}x"
                    if ours["peak_mb"] is not None else "")
             print(f"{kind:<8}{b:>10}{ours['s'] / b * 1e9:13.0f}{ours['cold_s'] / b * 1e9:11.0f}"
@@ -241,6 +301,8 @@ def main():
     print("gputok ns/B: steady (the best call); cold: from 1 MB the first call of a fresh "
           "process; speed = tiktoken time / gputok time (steady); memory = gputok peak / "
           "tiktoken peak (resident memory added by the first call)")
+    if len(libs) > 2:
+        peers_table(rows, libs[2:])
     print(f"\n{'input':<8}{'steady band':>12}  {'ns/B by size':<22}{'cold band':>10}  "
           f"{'ns/B by size':<22}")
     for kind in args.kinds:
@@ -261,11 +323,35 @@ def main():
         print("cold - best: that process's first call over its own best call; fresh ms/MB: its "
               "control, touching 8 MB of memory new to it after the call (fresh_ms_per_mb); "
               "peak x fresh: what the call's own new memory would cost at that rate")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": _common.machine(), "encoding": args.encoding, "rows": rows,
-                       "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}, f,
-                      indent=1)
+    return rows
+
+
+def peers_table(rows: list, names: list) -> None:
+    """ns/B of each fast peer, first call and steady, and gputok's speed over the fastest exact
+    one on first calls (a peer whose ids differed in a cell is marked and left out of it).
+
+    First calls, because a library may keep results between calls: gigatoken caches its
+    pretokens, so its repeated calls on one text measure that cache (a run of one character is
+    one pretoken). The first call of a process (after the warm-up on other texts of the kind)
+    is the work itself, for every library alike."""
+    print("\nthe fast peers, ns/B of the first call / the best call (medians over processes for "
+          "the first call):")
+    print(f"{'input':<8}{'bytes':>10}{'gputok':>14}" + "".join(f"{n:>26}" for n in names)
+          + f"{'gputok / bar':>14}")
+    for r in rows:
+        b = r["gputok"]["bytes"]
+
+        def ns(c):
+            return f"{c['first_median_s'] / b * 1e9:.0f} / {c['s'] / b * 1e9:.0f}"
+        cells = [("NOT EXACT" if r["peers"].get(n) is None else ns(r["peers"][n]))
+                 for n in names]
+        bar = min(r["peers"].values(), key=lambda c: c["first_median_s"], default=None)
+        ratio = (f"{bar['first_median_s'] / r['gputok']['first_median_s']:13.2f}x" if bar
+                 else f"{'-':>14}")
+        print(f"{r['kind']:<8}{b:>10}{ns(r['gputok']):>14}" + "".join(f"{c:>26}" for c in cells)
+              + ratio)
+    print("bar = the fastest exact peer by first call; gputok / bar = its first-call time / "
+          "gputok's (above 1: gputok is faster)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Metal encode throughput on Apple silicon: gputok's metal backend vs tiktoken on all cores.
+"""Metal encode throughput on Apple silicon: gputok's metal backend vs the fastest exact peers.
 
 On a Mac with Apple silicon (the first run; the README's "Metal" section):
 
     pip install -e ".[test,bench,metal]" && python tests/testdata.py fetch
-    python bench/bench_metal.py --size-mb 256 --out bench/results/metal-$(sysctl -n hw.model).md
+    python bench/bench_metal.py --size-mb 256 --record bench/results/metal.md
 
 Without a Mac, ``--emulated`` runs the same script on the Metal backend over the CPU emulator
 (``mlx[cpu]`` arrays, one fiber per GPU thread): a proof that the script works, not a speed
@@ -15,11 +15,15 @@ What it does, per encoding:
 2. checks correctness before any timing: gputok's ids and document offsets (metal backend)
    equal tiktoken's on every document; otherwise it stops and names the first document;
 3. times, best of ``--repeat`` after a warm-up (shader compilation, tables): gputok end to end
-   (Python str in -> numpy ids out; and bytes in), tiktoken ``encode_ordinary_batch`` on all
-   cores, and tiktoken on one thread (on a ``--single-mb`` slice);
+   (Python str in -> numpy ids out; and bytes in), the fastest exact peers on all cores
+   (gigatoken and its tiktoken mode, toktok-rs, quicktok-v1: ``bench/peers.py``; each one's ids
+   checked against tiktoken's first, an inexact one not timed), tiktoken
+   ``encode_ordinary_batch`` on all cores, and tiktoken on one thread (on a ``--single-mb``
+   slice);
 4. per-stage throughput of one chunk already on the device (``DeviceBackend.time_kernels``:
    the adapter's ``mark`` waits for the queued MLX work, so each stage is timed to completion);
-5. prints MB/s and the ratio of gputok to each peer; ``--out`` writes markdown (+ JSON).
+5. prints MB/s and the ratio of gputok to each peer; ``--record`` writes the record, ``--out``
+   the tables as markdown (+ JSON).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import warnings
 from pathlib import Path
 
 import _common
+import peers as peer_lib
 
 import gputok  # noqa: E402  (path set up by _common)
 from bench_cuda import build_corpus, first_difference, flatten  # noqa: E402
@@ -68,7 +73,8 @@ def run_encoding(name: str, docs: list[str], be, args) -> dict:
         return enc.encode_batch_arrays(batch, disallowed_special=(), backend=be)
 
     before = dict(be.fallbacks)
-    ref_ids, ref_off = flatten(tk.encode_ordinary_batch(docs, num_threads=threads), enc.id_dtype)
+    ref_lists = tk.encode_ordinary_batch(docs, num_threads=threads)
+    ref_ids, ref_off = flatten(ref_lists, enc.id_dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for label, batch in (("str", docs), ("bytes", docs_b)):
@@ -83,9 +89,13 @@ def run_encoding(name: str, docs: list[str], be, args) -> dict:
     print(f"  ids identical: gputok metal == tiktoken ({len(ref_ids):,} tokens); host "
           f"fallbacks: {row['fallbacks'] or 'none'}")
 
-    timed = {"gputok metal (str in)": ours, "gputok metal (bytes in)": lambda: ours(docs_b),
-             f"tiktoken batch {threads} threads":
-                 lambda: tk.encode_ordinary_batch(docs, num_threads=threads)}
+    print("  the fastest exact peers (ids checked against tiktoken's first):")
+    fast = peer_lib.checked(peer_lib.FASTEST, name, docs, ref_lists, threads=threads)
+    timed = {"gputok metal (str in)": ours, "gputok metal (bytes in)": lambda: ours(docs_b)}
+    timed.update({f"{label} {threads} threads": (lambda p=p: p.batch(docs))
+                  for label, p in fast.items()})
+    timed[f"tiktoken batch {threads} threads"] = lambda: tk.encode_ordinary_batch(
+        docs, num_threads=threads)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for label, fn in timed.items():
@@ -112,6 +122,12 @@ def run_encoding(name: str, docs: list[str], be, args) -> dict:
     row["ratio"] = {label: base / v for label, v in row["MB/s"].items()}
     print(f"  gputok metal / tiktoken all cores: "
           f"{row['ratio'][f'tiktoken batch {threads} threads']:.2f}x")
+    bar = max((f"{label} {threads} threads" for label in fast), key=row["MB/s"].get,
+              default=None)
+    if bar:
+        row["bar"] = bar
+        print(f"  the bar: {bar} {row['MB/s'][bar]:.2f} MB/s; gputok metal / it: "
+              f"{row['ratio'][bar]:.2f}x")
     return row
 
 
@@ -150,21 +166,28 @@ def main(argv=None) -> int:
     p.add_argument("--emulated", action="store_true",
                    help="the Metal backend on the CPU emulator (checks the script, not speed)")
     p.add_argument("--out", help="write results here (markdown; JSON next to it)")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/metal.md")
     args = p.parse_args(argv)
 
     be = make_backend(args.emulated, args.chunk_mb)
     device = be.dev.name + (" (emulated: timings mean nothing)" if args.emulated else "")
-    print(f"machine: {_common.machine()}\ndevice: {device}")
-    docs = build_corpus(args.kinds, args.size_mb, args.corpus_mb)
-    nbytes = sum(len(d.encode()) for d in docs)
-    print(f"text: {nbytes / 1e6:.2f} MB, {len(docs)} documents")
-    res = {"date": time.strftime("%Y-%m-%d"), "machine": _common.machine(), "device": device,
-           "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-           "MB": round(nbytes / 1e6, 3), "docs": len(docs), "kinds": args.kinds,
-           "encodings": []}
-    for name in args.encodings:
-        print(f"\n{name}:")
-        res["encodings"].append(run_encoding(name, docs, be, args))
+    dists = ["mlx", "tiktoken", "gigatoken", "toktok-rs", "quicktok-v1"]
+    with _common.recording(args.record, "bench_metal.py", f"Metal encode throughput ({device}) "
+                           "vs the fastest exact CPU peers", dists) as rec:
+        print(f"machine: {_common.machine()}\ndevice: {device}")
+        docs = build_corpus(args.kinds, args.size_mb, args.corpus_mb)
+        nbytes = sum(len(d.encode()) for d in docs)
+        print(f"text: {nbytes / 1e6:.2f} MB, {len(docs)} documents")
+        res = {"date": time.strftime("%Y-%m-%d"), "machine": _common.machine(),
+               "device": device, "commit": _common.commit(),
+               "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+               "MB": round(nbytes / 1e6, 3), "docs": len(docs), "kinds": args.kinds,
+               "encodings": []}
+        rec["data"] = res
+        for name in args.encodings:
+            print(f"\n{name}:")
+            res["encodings"].append(run_encoding(name, docs, be, args))
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

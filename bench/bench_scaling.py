@@ -3,8 +3,11 @@
 For each encoding x corpus kind and each thread count, in one process (warm: the tables are
 loaded and the workspace pool is filled by a first pass), best of ``--repeat``:
 
-* gputok native ``encode_batch_arrays`` with that many threads, and tiktoken's
-  ``encode_ordinary_batch`` with as many threads, on the same documents (ids checked identical);
+* gputok native ``encode_batch_arrays`` with that many threads, and with as many threads the
+  fast exact peers that take a thread count (toktok-rs ``encode_batch_to_numpy``, quicktok-v1
+  ``encode_batch``) and tiktoken's ``encode_ordinary_batch``, on the same documents (every
+  peer's ids checked against tiktoken's first; an inexact one is not timed). gigatoken is not
+  in this table: its thread pool is the process's, sized once, with no count per call;
 * the native batch's phases on the calling thread: packing the documents into one UTF-8 buffer,
   preparing the chunks (handed to the workers one by one), the chunk loop, assembling the result;
   a batch of str documents that the device packs chunk by chunk (``_encode_streamed``) has no
@@ -14,6 +17,7 @@ loaded and the workspace pool is filled by a first pass), best of ``--repeat``:
   (threads x the chunk loop's wall time) = how busy the workers were while the loop ran.
 
     python bench/bench_scaling.py --threads 1 2 4 8 16 --mb 16
+    python bench/bench_scaling.py --record bench/results/scaling.md
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import time
 
 import _common
+import peers
 
 import gputok  # noqa: E402  (path set up by _common)
 from gputok.backends import driver, native
@@ -68,6 +73,9 @@ class _Phases:
         self.busy = 0.0
 
 
+THREADED = ("toktok-rs", "quicktok-v1")  # the fast exact peers that take a thread count
+
+
 def run(name: str, kind: str, args) -> list:
     docs = [d for d in _common.corpus(kind, args.mb) if d]
     mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
@@ -75,7 +83,9 @@ def run(name: str, kind: str, args) -> list:
     want = tk.encode_ordinary_batch(docs, num_threads=max(args.threads))
     rows = []
     print(f"\n{name} x {kind}: {len(docs)} docs, {mb:.2f} MB")
+    fast = list(peers.checked(THREADED, name, docs, want))
     print(f"  {'threads':>7} {'native MB/s':>12} {'tiktoken MB/s':>14} {'ratio':>6}  "
+          + "".join(f"{p + ' MB/s':>18}" for p in fast) + f"{'native / bar':>13}  "
           f"{'pack':>6} {'prepare':>8} {'loop':>6} {'assemble':>9} {'busy':>5}  (ms)")
     for t in args.threads:
         be = native.create(threads=t)
@@ -94,16 +104,26 @@ def run(name: str, kind: str, args) -> list:
                 best, best_ph = dt, (dict(ph.t), ph.busy)
         tk_best = _common.best_of(lambda: tk.encode_ordinary_batch(docs, num_threads=t),
                                   args.repeat)
+        peer_best = {}
+        for p in fast:
+            batch = peers.build(p, name, threads=t).batch
+            batch(docs)  # warm-up
+            peer_best[p] = _common.best_of(lambda: batch(docs), args.repeat)
         phases, busy = best_ph
         loop = phases.get("chunk loop", 0.0) + phases.get("streamed loop", 0.0)
         util = busy / (t * loop) if loop and busy else float("nan")
         row = {"threads": t, "native_MBps": mb / best, "tiktoken_MBps": mb / tk_best,
                "ratio": tk_best / best, "ms": {k: v * 1e3 for k, v in phases.items()},
+               "peers_MBps": {p: mb / v for p, v in peer_best.items()},
                "worker_busy": util, "total_ms": best * 1e3}
         rows.append(row)
         ms = row["ms"]
+        bar = min(peer_best.values(), default=None)
         print(f"  {t:>7} {row['native_MBps']:>12.1f} {row['tiktoken_MBps']:>14.1f} "
-              f"{row['ratio']:>5.2f}x  {ms.get('pack', 0):>6.1f} {ms.get('prepare', 0):>8.1f} "
+              f"{row['ratio']:>5.2f}x  "
+              + "".join(f"{v:>18.1f}" for v in row["peers_MBps"].values())
+              + (f"{bar / best:>12.2f}x  " if bar else f"{'-':>13}  ")
+              + f"{ms.get('pack', 0):>6.1f} {ms.get('prepare', 0):>8.1f} "
               f"{loop * 1e3:>6.1f} {ms.get('assemble', 0):>9.1f} {util:>5.2f}")
     return rows
 
@@ -117,16 +137,26 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=float, default=16.0, help="MB per corpus kind")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/scaling.md")
     args = p.parse_args(argv)
-    print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}")
-    res = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
-           "command": " ".join(["bench_scaling.py"] + (argv or sys.argv[1:])), "cells": []}
-    for name in args.encodings:
-        for kind in args.kinds:
-            res["cells"].append({"encoding": name, "kind": kind, "rows": run(name, kind, args)})
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(res, f, indent=1)
+    with _common.recording(args.record, "bench_scaling.py", "the native device against thread "
+                           "count, and where a batch's time goes",
+                           ["tiktoken", "toktok-rs", "quicktok-v1"]) as rec:
+        print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}")
+        print("native / bar = the faster of the peers with a thread count (toktok-rs, "
+              "quicktok-v1) at that count, its time / native's")
+        res = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
+               "commit": _common.commit(),
+               "command": " ".join(["bench_scaling.py"] + (argv or sys.argv[1:])), "cells": []}
+        rec["data"] = res
+        for name in args.encodings:
+            for kind in args.kinds:
+                res["cells"].append({"encoding": name, "kind": kind,
+                                     "rows": run(name, kind, args)})
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(res, f, indent=1)
     return 0
 
 

@@ -4,12 +4,14 @@ Checks every result first (pinned pieces == tiktoken / HF pieces on the corpus, 
 == HF's), then times, best of --repeat:
 
 * ``class_flags(family)``: first call in a fresh process (data file read + table build);
-* pre-tokenizer regex on real text: ``regex`` with the unpinned pattern (what cpu_ref ran
-  before), ``compile_pinned`` (installed classes + corrections) and ``pin_pattern``'s plain
-  ranges, in MB/s, with the ratio to the unpinned pattern;
-* ``normalize("NFC")`` / ``lowercase`` vs HF's ``normalizers.NFC()`` / ``Lowercase()``.
+* pre-tokenizer regex on real text: ``regex`` with the unpinned pattern (the installed
+  release's own tables, the cost floor), ``compile_pinned`` (installed classes + corrections)
+  and ``pin_pattern``'s plain ranges, in MB/s, with the ratio to the unpinned pattern;
+* ``normalize("NFC")`` / ``lowercase`` vs HF's ``normalizers.NFC()`` / ``Lowercase()`` (the
+  peer here: the oracle's own normaliser).
 
     python bench/bench_unicode.py [--mb 1] [--repeat 3]
+    python bench/bench_unicode.py --record bench/results/unicode.md
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import _common
 
 import regex  # noqa: E402
 
-from cpu_ref.patterns import CL100K_PATTERN, O200K_PATTERN, compile_pattern  # noqa: E402
+from cpu_ref.patterns import CL100K_PATTERN, O200K_PATTERN  # noqa: E402
 from gputok import unicode as gu  # noqa: E402
 
 
@@ -38,7 +40,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mb", type=float, default=1.0, help="MB of each corpus kind")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/unicode.md")
     args = p.parse_args()
+    with _common.recording(args.record, "bench_unicode.py", "pinned Unicode data: load time, "
+                           "pinned patterns and normalisers against the unpinned ones and HF",
+                           ["tokenizers", "tiktoken"]):
+        measure(args)
+
+
+def measure(args) -> None:
     print(f"machine: {_common.machine()}; regex {regex.__version__}")
     for family in gu.FAMILIES:
         ms = 1000 * fresh_class_flags(family, args.repeat)
@@ -56,7 +67,7 @@ def main():
         text = "\n".join(docs)
         nbytes = len(text.encode())
         for name, pat in pats.items():
-            unpinned = compile_pattern(pat)
+            unpinned = regex.compile(pat)
             fast = gu.compile_pinned(pat, "tiktoken")
             plain = regex.compile(gu.pin_pattern(pat, "tiktoken"))
             for d in docs[:200]:  # tiktoken encodes piece by piece: the same pieces, same ids

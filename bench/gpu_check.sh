@@ -24,8 +24,8 @@ steps="${*:-smoke tests bench native scaling}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import sys, cupy, numpy; print(sys.version.split()[0], 'cupy', cupy.__version__, \
 'cuda runtime', cupy.cuda.runtime.runtimeGetVersion(), 'numpy', numpy.__version__)"
-  python3 -c "import tiktoken, tokenizers; print('tiktoken', tiktoken.__version__, \
-'tokenizers', tokenizers.__version__)"
+  python3 -c "import importlib.metadata as m; print(*(f'{d} {m.version(d)}' for d in ('tiktoken', \
+'tokenizers', 'gigatoken', 'toktok-rs', 'quicktok-v1')))" || echo "a peer is not installed"
   nproc
 } 2>&1 | tee "$OUT/device.txt"
 
@@ -70,25 +70,26 @@ EOF
       ;;
     bench)
       timeout "${BENCH_S:-180}" python3 bench/bench_cuda.py --size-mb "${BENCH_MB:-256}" \
-        --repeat "${REPEAT:-3}" --out "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log"
+        --repeat "${REPEAT:-3}" --record "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log"
       echo "bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     native)
       timeout "${NATIVE_S:-150}" python3 bench/bench_encode.py --rounds "${ROUNDS:-1}" \
-        --runners "gputok native batch" "tiktoken per doc" "tiktoken batch" "HF tokenizers batch" \
-        --json "$OUT/native.json" 2>&1 | tee "$OUT/native.log"
+        --runners "gputok native batch" "gigatoken batch" "gigatoken tiktoken mode batch" \
+        "toktok-rs batch" "quicktok-v1 batch" "tiktoken per doc" "tiktoken batch" \
+        --record "$OUT/native.md" 2>&1 | tee "$OUT/native.log"
       echo "native: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     scaling)
       timeout "${SCALING_S:-150}" python3 bench/bench_scaling.py --threads 1 2 4 8 16 \
         --mb "${SCALING_MB:-8}" --repeat 2 --kinds prose multilingual \
-        --json "$OUT/scaling.json" 2>&1 | tee "$OUT/scaling.log"
+        --record "$OUT/scaling.md" 2>&1 | tee "$OUT/scaling.log"
       echo "scaling: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     kernels)
       trees="${KERNEL_TREES:-$PWD}"
       for tree in $trees; do
-        [ "$tree" = "$PWD" ] || cp bench/bench_cuda.py bench/_common.py "$tree/bench/"
+        [ "$tree" = "$PWD" ] || cp bench/bench_cuda.py bench/_common.py bench/peers.py "$tree/bench/"
       done
       i=0
       for round in $(seq "${KERNEL_ROUNDS:-1}"); do

@@ -7,6 +7,7 @@ disagree, the fast path is wrong unless the oracle library says otherwise.
 
 Modules:
     patterns  -- the pre-tokenizer regexes of the named encodings, and how we run them
+    unicode   -- the oracles' Unicode data (property sets, case folds, HF's normalisers)
     bpe       -- the two literal BPE algorithms (tiktoken rule, HF rule)
     specials  -- the special-token contract (allowed / disallowed), and splitting on specials
     encoding  -- a reference Encoding that strings the pieces together, tiktoken style

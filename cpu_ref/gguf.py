@@ -46,9 +46,9 @@ from pathlib import Path
 
 from . import gguf_pre, hf, spm, spm_proto, wordpiece
 
-# GGUF value types: id -> (struct code, size) for scalars
-_SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
-            6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+# GGUF value types (gguf.h's enum gguf_type): id -> struct code, for the scalars
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}  # uint8, int8, uint16, int16, uint32, int32, float32, bool, u/int64, f64
 _STRING, _ARRAY = 8, 9
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = (
     1, 2, 3, 4, 5, 6)
@@ -58,47 +58,14 @@ class GGUFError(ValueError):
     """A GGUF file is malformed or holds a tokenizer gputok cannot read."""
 
 
-class _Reader:
-    def __init__(self, data: bytes, where: str):
-        self.data, self.pos, self.where = data, 0, where
-        self.endian, self.wide = "<", True
-
-    def take(self, fmt: str):
-        size = struct.calcsize(self.endian + fmt)
-        if self.pos + size > len(self.data):
-            raise GGUFError(f"{self.where}: truncated at byte {self.pos} (file has "
-                            f"{len(self.data)} bytes)")
-        (v,) = struct.unpack_from(self.endian + fmt, self.data, self.pos)
-        self.pos += size
-        return v
-
-    def count(self) -> int:
-        return self.take("Q" if self.wide else "I")
-
-    def string(self, what: str) -> str:
-        n = self.count()
-        if self.pos + n > len(self.data):
-            raise GGUFError(f"{self.where}: {what}: string of {n} bytes runs past the end")
-        raw = self.data[self.pos:self.pos + n]
-        self.pos += n
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise GGUFError(f"{self.where}: {what} is not UTF-8 ({e})") from None
-
-    def value(self, kind: int, what: str):
-        if kind in _SCALARS:
-            return self.take(_SCALARS[kind][0])
-        if kind == _STRING:
-            return self.string(what)
-        if kind == _ARRAY:
-            sub, n = self.take("I"), self.count()
-            return [self.value(sub, f"{what}[{i}]") for i in range(n)]
-        raise GGUFError(f"{self.where}: {what}: unknown value type {kind}")
-
-
 def read_metadata(path: "str | Path") -> dict:
     """The key/value metadata of a GGUF file (tensors are not read).
+
+    The layout, in the file's byte order: ``b"GGUF"``, the version (uint32), the tensor count
+    and the key/value count (uint64; uint32 in version 1), then each pair: the key (a string),
+    the value's type (uint32) and the value. A string is its byte length (uint64; uint32 in
+    version 1) and that many bytes of UTF-8; an array is its element type (uint32), its length
+    and the elements.
 
     >>> import gguf, tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "t.gguf")
@@ -108,22 +75,51 @@ def read_metadata(path: "str | Path") -> dict:
     'llama'
     """
     data = Path(path).read_bytes()
-    r = _Reader(data, str(path))
     if data[:4] != b"GGUF":
         raise GGUFError(f"{path}: not a GGUF file (magic {data[:4]!r}, expected b'GGUF')")
-    r.pos = 4
-    version = r.take("I")
-    if version > 0xFFFF:  # a big-endian file read as little-endian
-        r.endian = ">"
-        version = struct.unpack(">I", struct.pack("<I", version))[0]
+    # The version tells the byte order: a big-endian file's small version number reads as a
+    # huge one little-endian.
+    order = "<" if data[4:6] != b"\0\0" else ">"
+    pos = 4
+
+    def unpack(code: str):
+        nonlocal pos
+        fmt = struct.Struct(order + code)
+        if pos + fmt.size > len(data):
+            raise GGUFError(f"{path}: truncated at byte {pos} (file has {len(data)} bytes)")
+        (v,) = fmt.unpack_from(data, pos)
+        pos += fmt.size
+        return v
+
+    version = unpack("I")
     if version not in (1, 2, 3):
         raise GGUFError(f"{path}: unsupported GGUF version {version} (1, 2 and 3 are known)")
-    r.wide = version >= 2
-    r.count()  # tensor count: not needed
+    length = "Q" if version >= 2 else "I"  # counts and string lengths
+
+    def read(kind: int, what: str):
+        nonlocal pos
+        if kind in _SCALARS:
+            return unpack(_SCALARS[kind])
+        if kind == _ARRAY:
+            element, n = unpack("I"), unpack(length)
+            return [read(element, f"{what}[{i}]") for i in range(n)]
+        if kind != _STRING:
+            raise GGUFError(f"{path}: {what}: unknown value type {kind}")
+        n = unpack(length)
+        raw = data[pos:pos + n]
+        if len(raw) < n:
+            raise GGUFError(f"{path}: {what}: string of {n} bytes runs past the end")
+        pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"{path}: {what} is not UTF-8 ({e})") from None
+
+    unpack(length)  # tensor count: not needed
     meta: dict = {}
-    for _ in range(r.count()):
-        key = r.string("key")
-        meta[key] = r.value(r.take("I"), key)
+    for _ in range(unpack(length)):
+        key = read(_STRING, "key")
+        meta[key] = read(unpack("I"), key)
     return meta
 
 
@@ -143,21 +139,19 @@ def load(path: "str | Path"):
 
 
 def from_metadata(meta: dict, *, where: str = "GGUF"):
+    families = {"gpt2": _byte_level, "llama": _sentencepiece, "bert": _wordpiece}
     model = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise GGUFError(f"{where}: no tokenizer.ggml.tokens")
-    types = meta.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
+    types = meta.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)  # absent: all
     if len(types) != len(tokens):
         raise GGUFError(f"{where}: {len(types)} token types for {len(tokens)} tokens")
-    if model == "gpt2":
-        return _byte_level(meta, tokens, types, where)
-    if model == "llama":
-        return _sentencepiece(meta, tokens, types, where)
-    if model == "bert":
-        return _wordpiece(meta, tokens, types)
-    raise GGUFError(f"{where}: tokenizer.ggml.model {model!r} is not supported; gputok reads "
-                    f"'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE) and 'bert' (WordPiece)")
+    if model not in families:
+        raise GGUFError(f"{where}: tokenizer.ggml.model {model!r} is not supported; gputok "
+                        "reads 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE) and 'bert' "
+                        "(WordPiece)")
+    return families[model](meta, tokens, types, where)
 
 
 def _byte_level(meta, tokens, types, where):
@@ -168,17 +162,19 @@ def _byte_level(meta, tokens, types, where):
     added = [{"id": i, "content": t, "special": k == TOKEN_CONTROL}
              for i, (t, k) in enumerate(zip(tokens, types))
              if k in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
-    cfg = {
+    # the tokenizer.json the file was converted from: the named regexes, each splitting every
+    # piece of the one before, then the GPT-2 byte alphabet (no regex of its own)
+    splits = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated"}
+              for r in pre.regexes]
+    to_bytes = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}
+    vocab = {t: i for i, t in reversed(list(enumerate(tokens)))}  # a repeated token: first id
+    return hf.RefHF({
         "added_tokens": added,
         "normalizer": {"type": pre.normalizer} if pre.normalizer else None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            *({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated"}
-              for r in pre.regexes),
-            {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
-        "model": {"type": "BPE", "vocab": {t: i for i, t in reversed(list(enumerate(tokens)))},
-                  "merges": merges, "ignore_merges": pre.ignore_merges},
-    }
-    return hf.RefHF(cfg)
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": splits + [to_bytes]},
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges,
+                  "ignore_merges": pre.ignore_merges},
+    })
 
 
 def _sentencepiece(meta, tokens, types, where):
@@ -215,17 +211,22 @@ def _one_unknown(meta: dict, types: list) -> list:
 
 
 def unphantom(token: str) -> str:
-    """Undo the GGUF BERT converter's token spelling: "▁x" -> "x", "x" -> "##x", "[X]" kept.
+    """The WordPiece token the GGUF BERT converter spelled as ``token``.
+
+    The converter marks word-initial tokens with "▁" and writes continuations without their
+    "##"; bracketed tokens ([CLS], [SEP], ...) it leaves alone.
 
     >>> [unphantom(t) for t in ("▁play", "ing", "[CLS]")]
     ['play', '##ing', '[CLS]']
     """
-    if token.startswith("[") and token.endswith("]"):
+    bracketed = token[:1] == "[" and token[-1:] == "]"
+    if bracketed:
         return token
-    return token[1:] if token.startswith("\u2581") else "##" + token
+    word_initial = token[:1] == "\u2581"
+    return token[1:] if word_initial else f"##{token}"
 
 
-def _wordpiece(meta, tokens, types):
+def _wordpiece(meta, tokens, types, where):
     vocab = [unphantom(t) for t in tokens]
     specials = tuple(t for t, k in zip(vocab, types) if k == TOKEN_CONTROL)
     unk = meta.get("tokenizer.ggml.unknown_token_id")

@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gputok import unicode as pinned  # HF's own normaliser data (NFC: Unicode 9.0), as data
-
 from . import bpe, patterns, specials
+from . import unicode as pinned  # HF's own normaliser data (NFC: Unicode 9.0)
 
 # HF ByteLevel's own regex (use_regex=true): the original GPT-2 pattern.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

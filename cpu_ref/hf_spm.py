@@ -34,6 +34,7 @@ Not supported (a clear ValueError, never silently ignored): added tokens with
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -170,12 +171,11 @@ class RefHFSpm:
             if self.unk_token not in self.vocab:
                 raise ValueError(f"tokenizer.json: unk_token {self.unk_token!r} is not in the "
                                  f"vocabulary")
-            if unk is not None and not self.fuse_unk:
+            # fuse_unk: a run of unknown characters is one unk token; otherwise one each
+            if not self.fuse_unk and unk is not None:
                 out.append(unk)
             unk = self.unk_token
-        if unk is not None:
-            out.append(unk)
-        return out
+        return out if unk is None else out + [unk]
 
     def encode_word(self, word: str) -> list[int]:
         if self.ignore_merges and word in self.vocab:
@@ -256,49 +256,39 @@ def decode_chain(spec: dict, tokens: list[str]) -> list[str]:
 
 
 def _strip(token: str, content: str, start: int, stop: int) -> str:
-    """At most ``start`` leading and ``stop`` trailing ``content`` characters removed."""
-    a = 0
-    while a < min(start, len(token)) and token[a] == content:
-        a += 1
-    b = len(token)
-    while len(token) - b < stop and b > a and token[b - 1] == content:
-        b -= 1
-    return token[a:b]
+    """At most ``start`` leading and ``stop`` trailing ``content`` characters removed (HF's
+    ``content`` is one character).
+
+    >>> _strip("__a__", "_", 1, 5), _strip("___", "_", 2, 2)
+    ('_a', '')
+    """
+    lead = min(len(token) - len(token.lstrip(content)), start)
+    rest = token[lead:]
+    trail = min(len(rest) - len(rest.rstrip(content)), stop)
+    return rest[:len(rest) - trail]
+
+
+# HF's ByteFallback test: "<0x", two hex digits (either case), ">". Rust's u8::from_str_radix
+# also takes a leading "+", and the token must still be 6 bytes long, so "<0x+A>" is byte 10.
+_BYTE_TOKEN = regex.compile(r"<0x(\+[0-9A-Fa-f]|[0-9A-Fa-f]{2})>")
 
 
 def _parse_byte_token(token: str) -> int | None:
-    """HF's test: 6 UTF-8 bytes, "<0x" ... ">", two hex digits in the middle (either case).
-    (Rust's ``u8::from_str_radix`` also takes a leading "+", so "<0x+A>" is byte 10.)"""
-    if len(token.encode("utf-8")) != 6 or not token.startswith("<0x") or not token.endswith(">"):
-        return None
-    digits = token[3:5]
-    if digits.startswith("+"):
-        digits = digits[1:]
-    if not digits or any(c not in "0123456789abcdefABCDEF" for c in digits):
-        return None
-    return int(digits, 16)
+    m = _BYTE_TOKEN.fullmatch(token)
+    return None if m is None else int(m.group(1), 16)
 
 
 def _byte_fallback(tokens: list[str]) -> list[str]:
     """Runs of byte tokens become their UTF-8 text, or one U+FFFD *per byte* if the run is not
     valid UTF-8 as a whole (so one bad byte spoils its whole run)."""
     out: list[str] = []
-    run = bytearray()
-
-    def flush() -> None:
-        if run:
-            try:
-                out.append(run.decode("utf-8"))
-            except UnicodeDecodeError:
-                out.extend("\ufffd" for _ in run)
-            run.clear()
-
-    for t in tokens:
-        b = _parse_byte_token(t)
-        if b is None:
-            flush()
-            out.append(t)
-        else:
-            run.append(b)
-    flush()
+    for is_bytes, group in itertools.groupby(tokens, lambda t: _parse_byte_token(t) is not None):
+        if not is_bytes:
+            out += group
+            continue
+        run = bytes(_parse_byte_token(t) for t in group)
+        try:
+            out.append(run.decode("utf-8"))
+        except UnicodeDecodeError:
+            out += ["\ufffd"] * len(run)
     return out

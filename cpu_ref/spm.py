@@ -194,16 +194,14 @@ class RefSentencePiece:
             if p == "\0" and (t == UNUSED or ts.byte_fallback):
                 # sentencepiece skips a NUL piece (conversion scripts add one next to <0x00>)
                 self.types[i] = UNUSED
-                continue
-            if not p or "\0" in p:
+            elif not p or "\0" in p:
                 raise ValueError(f"{where}: piece {i} is empty or contains NUL")
-            if p in self.piece_to_id:
-                raise ValueError(f"{where}: piece {p!r} is defined twice (ids "
-                                 f"{self.piece_to_id[p]} and {i})")
-            if t == BYTE and not ts.byte_fallback:
+            elif t == BYTE and not ts.byte_fallback:
                 raise ValueError(f"{where}: byte piece {p!r} but trainer_spec.byte_fallback is "
                                  f"false")
-            self.piece_to_id[p] = i
+            elif self.piece_to_id.setdefault(p, i) != i:  # a piece names one id
+                raise ValueError(f"{where}: piece {p!r} is defined twice (ids "
+                                 f"{self.piece_to_id[p]} and {i})")
         if len(unk) > 1:
             raise ValueError(f"{where}: more than one UNKNOWN piece (ids {unk})")
         self.unk_id = unk[0] if unk else -1

@@ -79,120 +79,145 @@ class ProtoError(ValueError):
     """The bytes are not a well-formed ModelProto."""
 
 
-def _varint(buf: bytes, pos: int, where: str) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(buf):
-            raise ProtoError(f"{where}: truncated varint at byte {pos}")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift >= 70:
-            raise ProtoError(f"{where}: varint longer than 10 bytes at byte {pos}")
+# ---------------------------------------------------------------- the wire format
+# A message is read in two steps, the way the format is specified: first into its fields (a
+# field number may occur any number of times, each occurrence with its wire type and value),
+# then each field is interpreted by the schema. Step one knows nothing of sentencepiece.
+
+VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
 
-def fields(buf: bytes, where: str = "message"):
-    """Yield ``(field_number, wire_type, value)`` for each field of one message.
+class _Cursor:
+    """Reads one message's bytes front to back; every read checks that the bytes are there."""
 
-    ``value`` is an int for varints and fixed-width fields (raw bits), bytes for wire type 2.
+    def __init__(self, buf: bytes, where: str):
+        self.buf, self.pos, self.where = buf, 0, where
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.buf):
+            raise ProtoError(f"{self.where}: a field claims {n} bytes at byte {self.pos}, "
+                             f"{len(self.buf) - self.pos} left (truncated)")
+        self.pos += n
+        return self.buf[self.pos - n:self.pos]
+
+    def varint(self) -> int:
+        """Base 128, least significant group first; a set top bit means "more bytes". A
+        64-bit value needs at most 10 bytes."""
+        value = 0
+        for shift in range(0, 70, 7):
+            if self.pos >= len(self.buf):
+                raise ProtoError(f"{self.where}: truncated varint at byte {self.pos}")
+            byte = self.buf[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+        raise ProtoError(f"{self.where}: varint longer than 10 bytes at byte {self.pos}")
+
+
+def read_fields(buf: bytes, where: str = "message") -> dict[int, list[tuple[int, object]]]:
+    """Field number -> ``[(wire type, value), ...]`` in the order they occur.
+
+    A value is an int for VARINT, FIXED64 and FIXED32 (the raw bits, little-endian) and bytes
+    for LEN. Groups (wire types 3 and 4) are obsolete; sentencepiece never writes them.
+
+    >>> read_fields(b"\\x08\\x96\\x01\\x12\\x02hi")
+    {1: [(0, 150)], 2: [(2, b'hi')]}
     """
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos, where)
+    cur = _Cursor(buf, where)
+    found: dict[int, list[tuple[int, object]]] = {}
+    while cur.pos < len(buf):
+        key = cur.varint()
         number, wire = key >> 3, key & 7
         if number == 0:
-            raise ProtoError(f"{where}: field number 0 at byte {pos}")
-        if wire == 0:
-            value, pos = _varint(buf, pos, where)
-        elif wire == 1:
-            if pos + 8 > len(buf):
-                raise ProtoError(f"{where}: truncated 64-bit field {number}")
-            value, pos = int.from_bytes(buf[pos:pos + 8], "little"), pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos, where)
-            if pos + n > len(buf):
-                raise ProtoError(f"{where}: field {number} claims {n} bytes, "
-                                 f"{len(buf) - pos} left")
-            value, pos = buf[pos:pos + n], pos + n
-        elif wire == 5:
-            if pos + 4 > len(buf):
-                raise ProtoError(f"{where}: truncated 32-bit field {number}")
-            value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
+            raise ProtoError(f"{where}: field number 0 at byte {cur.pos}")
+        if wire == VARINT:
+            value: object = cur.varint()
+        elif wire == LEN:
+            value = bytes(cur.take(cur.varint()))
+        elif wire in (FIXED64, FIXED32):
+            value = int.from_bytes(cur.take(8 if wire == FIXED64 else 4), "little")
         else:
             raise ProtoError(f"{where}: unsupported wire type {wire} (field {number})")
-        yield number, wire, value
+        found.setdefault(number, []).append((wire, value))
+    return found
+
+
+def _values(fields: dict, number: int, wire: int) -> list:
+    """Every value of a field sent with the wire type the schema gives it (a value sent with
+    another wire type is not this field's: protobuf keeps it as an unknown field)."""
+    return [v for w, v in fields.get(number, []) if w == wire]
+
+
+def _last(fields: dict, number: int, wire: int, default):
+    """proto2 scalar semantics: the last occurrence wins; absent, the schema's default."""
+    vals = _values(fields, number, wire)
+    return vals[-1] if vals else default
+
+
+def _message(fields: dict, number: int, where: str) -> "dict | None":
+    """A message field: occurrences are merged, which protobuf defines as parsing their
+    concatenation. None when absent."""
+    parts = _values(fields, number, LEN)
+    return read_fields(b"".join(parts), where) if parts else None
 
 
 def _int32(v: int) -> int:
-    v &= (1 << 64) - 1  # negative int32 travel as 64-bit two's complement
+    """An int32 travels as a 64-bit two's-complement varint: a negative id takes 10 bytes."""
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def _float(bits: int) -> float:
-    return struct.unpack("<f", bits.to_bytes(4, "little"))[0]
-
-
-def _str(v: bytes, where: str) -> str:
+def _text(v: bytes, where: str) -> str:
     try:
         return v.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ProtoError(f"{where}: string is not UTF-8 ({e})") from None
 
 
+# ---------------------------------------------------------------- the schema
+
 def _piece(buf: bytes, index: int) -> tuple[str, float, int]:
-    piece, score, kind = "", 0.0, NORMAL
     where = f"pieces[{index}]"
-    for number, wire, v in fields(buf, where):
-        if number == 1 and wire == 2:
-            piece = _str(v, where)
-        elif number == 2 and wire == 5:
-            score = _float(v)
-        elif number == 3 and wire == 0:
-            # proto2: an enum value the schema does not know is kept as an unknown field, so the
-            # piece keeps its default type.
-            if _int32(v) in TYPE_NAMES:
-                kind = _int32(v)
-    return piece, score, kind
+    f = read_fields(buf, where)
+    piece = _text(_last(f, 1, LEN, b""), where)
+    score = struct.unpack("<f", _last(f, 2, FIXED32, 0).to_bytes(4, "little"))[0]
+    # proto2: an enum value the schema does not know is kept as an unknown field, so the last
+    # known value is the piece's type (absent: the default)
+    kinds = [k for k in map(_int32, _values(f, 3, VARINT)) if k in TYPE_NAMES]
+    return piece, score, kinds[-1] if kinds else NORMAL
 
 
-def _normalizer(buf: bytes, spec: NormalizerSpec, where: str) -> NormalizerSpec:
-    for number, wire, v in fields(buf, where):
-        if number == 1 and wire == 2:
-            spec.name = _str(v, where)
-        elif number == 2 and wire == 2:
-            spec.precompiled_charsmap = bytes(v)
-        elif number == 3 and wire == 0:
-            spec.add_dummy_prefix = bool(v)
-        elif number == 4 and wire == 0:
-            spec.remove_extra_whitespaces = bool(v)
-        elif number == 5 and wire == 0:
-            spec.escape_whitespaces = bool(v)
-    return spec
+def _normalizer(f: dict, where: str) -> NormalizerSpec:
+    d = NormalizerSpec()
+    return NormalizerSpec(
+        name=_text(_last(f, 1, LEN, d.name.encode()), where),
+        precompiled_charsmap=_last(f, 2, LEN, d.precompiled_charsmap),
+        add_dummy_prefix=bool(_last(f, 3, VARINT, d.add_dummy_prefix)),
+        remove_extra_whitespaces=bool(_last(f, 4, VARINT, d.remove_extra_whitespaces)),
+        escape_whitespaces=bool(_last(f, 5, VARINT, d.escape_whitespaces)))
 
 
-_TRAINER_BOOLS = {24: "treat_whitespace_as_suffix", 35: "byte_fallback"}
-_TRAINER_INTS = {3: "model_type", 40: "unk_id", 41: "bos_id", 42: "eos_id", 43: "pad_id"}
-_TRAINER_STRS = {44: "unk_surface", 45: "unk_piece", 46: "bos_piece", 47: "eos_piece",
-                 48: "pad_piece"}
+# TrainerSpec fields gputok reads: number -> (attribute, wire type)
+_TRAINER = {3: ("model_type", VARINT), 24: ("treat_whitespace_as_suffix", VARINT),
+            35: ("byte_fallback", VARINT), 40: ("unk_id", VARINT), 41: ("bos_id", VARINT),
+            42: ("eos_id", VARINT), 43: ("pad_id", VARINT), 44: ("unk_surface", LEN),
+            45: ("unk_piece", LEN), 46: ("bos_piece", LEN), 47: ("eos_piece", LEN),
+            48: ("pad_piece", LEN)}
 
 
-def _trainer(buf: bytes, spec: TrainerSpec) -> TrainerSpec:
-    where = "trainer_spec"
-    for number, wire, v in fields(buf, where):
-        if number in _TRAINER_BOOLS and wire == 0:
-            setattr(spec, _TRAINER_BOOLS[number], bool(v))
-        elif number in _TRAINER_INTS and wire == 0:
-            setattr(spec, _TRAINER_INTS[number], _int32(v))
-        elif number in _TRAINER_STRS and wire == 2:
-            setattr(spec, _TRAINER_STRS[number], _str(v, where))
-        elif number == 30 and wire == 2:
-            spec.control_symbols.append(_str(v, where))
-        elif number == 31 and wire == 2:
-            spec.user_defined_symbols.append(_str(v, where))
+def _trainer(f: dict) -> TrainerSpec:
+    spec = TrainerSpec()
+    for number, (name, wire) in _TRAINER.items():
+        default = getattr(spec, name)
+        if wire == LEN:
+            value = _text(_last(f, number, LEN, default.encode()), "trainer_spec")
+        else:
+            value = _last(f, number, VARINT, None)
+            value = default if value is None else type(default)(_int32(value))
+        setattr(spec, name, value)
+    spec.control_symbols = [_text(v, "trainer_spec") for v in _values(f, 30, LEN)]
+    spec.user_defined_symbols = [_text(v, "trainer_spec") for v in _values(f, 31, LEN)]
     return spec
 
 
@@ -203,18 +228,16 @@ def parse_model(data: bytes) -> ModelProto:
     >>> m.pieces, m.normalizer_spec.add_dummy_prefix
     ([('<unk>', 0.0, 2)], True)
     """
-    model = ModelProto()
-    for number, wire, v in fields(data, "ModelProto"):
-        if number == 1 and wire == 2:
-            model.pieces.append(_piece(v, len(model.pieces)))
-        elif number == 2 and wire == 2:
-            model.trainer_spec = _trainer(v, model.trainer_spec)
-        elif number == 3 and wire == 2:
-            model.normalizer_spec = _normalizer(v, model.normalizer_spec, "normalizer_spec")
-        elif number == 5 and wire == 2:
-            model.denormalizer_spec = _normalizer(
-                v, model.denormalizer_spec or NormalizerSpec(), "denormalizer_spec")
-    return model
+    f = read_fields(data, "ModelProto")
+    trainer = _message(f, 2, "trainer_spec")
+    normalizer = _message(f, 3, "normalizer_spec")
+    denormalizer = _message(f, 5, "denormalizer_spec")
+    return ModelProto(
+        pieces=[_piece(v, i) for i, v in enumerate(_values(f, 1, LEN))],
+        trainer_spec=_trainer(trainer or {}),
+        normalizer_spec=_normalizer(normalizer or {}, "normalizer_spec"),
+        denormalizer_spec=None if denormalizer is None else _normalizer(denormalizer,
+                                                                        "denormalizer_spec"))
 
 
 def load_model(path) -> ModelProto:
