@@ -27,6 +27,8 @@ same edges and rules).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...stages import counters
@@ -48,6 +50,15 @@ class _Lattice(Base):
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def candidates(self) -> dict:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def trie(self) -> ByteTrie:
+        """The candidate pieces' byte trie, built on first use (not at load: ~1 s for 250K
+        pieces)."""
+        return ByteTrie(self.candidates())
 
     def viterbi(self, units: list) -> list:
         """Per unit, its best path as ``(piece start, piece end, id)`` lists (byte offsets into
@@ -190,11 +201,13 @@ class SpmUnigram(_Lattice):
         self.unk_score = float(np.float32(self.min_score - np.float32(UNK_PENALTY)))
         self.scores64 = sc.astype(np.float64)
         self.is_ud = np.array([t == USER_DEFINED for t in self.types], bool)
-        # candidates: NORMAL and USER_DEFINED pieces (UNUSED ones are skipped by sentencepiece)
-        self.trie = ByteTrie({p.encode("utf-8"): i for p, i in self.piece_to_id.items()
-                              if self.types[i] in (NORMAL, USER_DEFINED)})
         self.specials = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
                          if t == CONTROL}
+
+    def candidates(self) -> dict:
+        """NORMAL and USER_DEFINED pieces (sentencepiece skips UNUSED ones)."""
+        return {p.encode("utf-8"): i for p, i in self.piece_to_id.items()
+                if self.types[i] in (NORMAL, USER_DEFINED)}
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         out = self.scores64[ids]
@@ -253,7 +266,10 @@ class HFUnigram(_Lattice):
         self.where = where
         self.byte_fallback = byte_fallback
         self.byte_tok = [self.vocab.get(f"<0x{b:02X}>") for b in range(256)]
-        self.trie = ByteTrie({t.encode("utf-8"): i for t, i in self.vocab.items()})
+
+    def candidates(self) -> dict:
+        """Every vocabulary entry (HF matches the unk token and byte tokens too)."""
+        return {t.encode("utf-8"): i for t, i in self.vocab.items()}
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return self.scores64[ids]
