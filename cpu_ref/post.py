@@ -10,7 +10,10 @@ llama.cpp's ``llama-vocab.cpp``:
 * ``TemplateProcessing``: the ``single`` template, each ``SpecialToken`` item replaced by the
   ``ids`` of its entry in ``special_tokens`` and the ``Sequence`` item ``A`` by the text's ids;
 * ``BertProcessing`` / ``RobertaProcessing``: ``cls`` id, the text's ids, ``sep`` id;
-* ``ByteLevel``: no id added (it only trims offsets); ``Sequence``: each in turn;
+* ``ByteLevel``: no id added (it only trims offsets); ``Sequence``: each in turn, on the
+  encodings the one before left: a template leaves one per item, so a BertProcessing after a
+  template sees a pair (``[CLS] <s> [SEP] $A [SEP]``); gputok takes a Sequence with one
+  processor that adds ids;
 * none: nothing.
 
 **A model directory** (``AutoTokenizer``, transformers 5): with a tokenizer.json, its
@@ -57,9 +60,10 @@ def hf_post(spec: "dict | None", ids: list) -> list:
         return list(ids)
     kind = spec["type"]
     if kind == "Sequence":
-        for sub in spec.get("processors", []):
-            ids = hf_post(sub, ids)
-        return list(ids)
+        adding = [s for s in spec.get("processors", []) if s["type"] != "ByteLevel"]
+        if len(adding) > 1:
+            raise ValueError("a Sequence of processors that add ids is not in this reference")
+        return hf_post(adding[0], ids) if adding else list(ids)
     if kind == "ByteLevel":
         return list(ids)
     if kind in ("BertProcessing", "RobertaProcessing"):

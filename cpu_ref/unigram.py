@@ -12,9 +12,9 @@ mT5; ``unigram_model.cc``, the optimised encoder of 0.2.x), on the normalised se
   piece that is a prefix of the text from ``s`` is a candidate edge ``s -> s + len``, shorter
   pieces first. Candidates: NORMAL, USER_DEFINED and UNUSED pieces, UNUSED ones skipped; BYTE,
   CONTROL and UNKNOWN pieces never match text;
-* an edge's score: its piece's (float32); a USER_DEFINED piece scores ``len_bytes * max_score -
-  0.1`` where ``max_score`` is the largest NORMAL score, or ``FLT_MIN`` (the smallest positive
-  float32) when that is larger (so in practice ``-0.1``);
+* an edge's score: its piece's (float32); a USER_DEFINED piece scores ``0.1 * (len_bytes - 1)``
+  (float32: 0 for one byte, a bonus that makes it win over ordinary pieces, whose scores are
+  log probabilities);
 * when no candidate from ``s`` is exactly its one character, an unknown edge over that character
   scores ``min_score - 10`` (float32; ``min_score`` the smallest NORMAL score);
 * THE COMPARATOR (sentencepiece Unigram): ``best[e]`` takes a candidate ``best[s] + score`` only
@@ -22,8 +22,9 @@ mT5; ``unigram_model.cc``, the optimised encoder of 0.2.x), on the normalised se
   candidate in the order above wins: the smallest start, then the shortest piece, then unknown.
   Sums are float32, from the sentence start: a sum restarted elsewhere rounds differently, and
   real ties depend on it (XLM-R's three apostrophes are "'" + "''" because the two sums round
-  equal). The sentencepiece 0.2.x source reads as if a piece's candidate were summed in double;
-  the library (0.2.3) behaves as float32 on XLM-R's vocabulary, so float32 it is;
+  equal). One restart is the oracle's own: when the best sum at a start passes +-100000, that
+  sum is subtracted from every best sum known from this start to the furthest end reached so
+  far (``SCORE_RESET``), in float32;
 * the path is read back from the end; then the processor: an unknown piece becomes its bytes'
   ``<0xXX>`` pieces with byte fallback, else consecutive unknown pieces are one unk id.
 
@@ -48,9 +49,9 @@ from . import specials
 from .spm import RefSentencePiece, byte_piece
 from .spm_proto import NORMAL, UNUSED, USER_DEFINED
 
-FLT_MIN = 1.1754943508222875e-38  # the smallest positive normal float32
 FLT_MAX = 3.4028234663852886e38
 UNK_PENALTY = 10.0
+SCORE_RESET = 100000.0  # |best sum| past which sentencepiece rebases the sums (see above)
 
 
 def f32(x: float) -> float:
@@ -82,9 +83,11 @@ class RefUnigram(RefSentencePiece):
 
     def __init__(self, source):
         super().__init__(source)
+        if any(s != s or s in (float("inf"), float("-inf")) for s in self.scores):
+            raise ValueError("a Unigram model's scores must be finite (sentencepiece refuses "
+                             "NaN and Inf)")
         normal = [f32(s) for s, t in zip(self.scores, self.types) if t == NORMAL]
         self.min_score = f32(min(normal, default=FLT_MAX))
-        self.max_score = f32(max(normal + [FLT_MIN]))
         self.unk_score = f32(self.min_score - UNK_PENALTY)
         # the trie: NORMAL, USER_DEFINED and UNUSED pieces by their UTF-8 bytes
         self.trie = {p.encode("utf-8"): i for p, i in self.piece_to_id.items()
@@ -97,17 +100,23 @@ class RefUnigram(RefSentencePiece):
         # best[e] = (score of the best path ending at e, its last edge's start, its piece id)
         best: list = [None] * (size + 1)
         best[0] = (0.0, -1, -1)
-        s = 0
+        s = frontier = 0
         while s < size:
             base = best[s][0]
+            if not -SCORE_RESET <= base <= SCORE_RESET:  # rebase the sums known so far
+                for k in range(s, frontier + 1):
+                    if best[k] is not None and (k == s or best[k][1] >= 0):
+                        best[k] = (f32(best[k][0] - base),) + best[k][1:]
+                base = 0.0
             mblen = min(_char_len(data[s]), size - s)
             single = False
             for e in range(s + 1, min(size, s + self.max_len) + 1):
                 i = self.trie.get(data[s:e])
                 if i is None or self.types[i] == UNUSED:
                     continue
-                score = (f32(f32((e - s) * self.max_score) - 0.1)
-                         if self.types[i] == USER_DEFINED else f32(self.scores[i]))
+                frontier = max(frontier, e)
+                score = (f32(0.1 * (e - s - 1)) if self.types[i] == USER_DEFINED
+                         else f32(self.scores[i]))
                 cand = f32(score + base)
                 if best[e] is None or cand > best[e][0]:
                     best[e] = (cand, s, i)
@@ -115,6 +124,7 @@ class RefUnigram(RefSentencePiece):
             if not single:
                 cand = f32(self.unk_score + base)
                 e = s + mblen
+                frontier = max(frontier, e)
                 if best[e] is None or cand > best[e][0]:
                     best[e] = (cand, s, self.unk_id)
             s += mblen

@@ -132,8 +132,10 @@ def get_encoding(encoding_name: str) -> Encoding:
 
 def load(path: "str | Path", *, pat_str: "str | None" = None,
          special_tokens: "dict[str, int] | None" = None, name: "str | None" = None) -> Encoding:
-    """Load a vocabulary file: a HF ``tokenizer.json`` (byte-level BPE) or a ``.tiktoken`` ranks
-    file, recognised by content. A ``.tiktoken`` file carries no pattern: pass ``pat_str`` (a
+    """Load a vocabulary file, recognised by content: a HF ``tokenizer.json`` (BPE, WordPiece,
+    Unigram, WordLevel), a ``.tiktoken`` ranks file, a SentencePiece ``.model`` (BPE, Unigram), a
+    ``.gguf``, or a model directory (read as ``AutoTokenizer`` reads it: ``loaders/directory.py``).
+    A ``.tiktoken`` file carries no pattern: pass ``pat_str`` (a
     regex or one of ``gpt2``/``cl100k``/``o200k``/``llama3``/``qwen2``), or keep a
     ``<file>.json`` sidecar with ``pat_str`` and ``special_tokens`` next to it (``gputok train``
     writes one). A malformed file raises ``ValueError`` naming the file (and line or field).

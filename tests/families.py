@@ -279,3 +279,74 @@ def gguf_from_wordpiece(cfg: dict, path):
     types = [CONTROL if i in special else NORMAL for i in range(len(tokens))]
     unk = cfg["model"]["vocab"][cfg["model"]["unk_token"]]
     return _write_gguf(path, "bert", tokens, types, unk_id=unk)
+
+
+# ---- Unigram ------------------------------------------------------------------------------
+
+# name -> SentencePieceTrainer options (model_type unigram, trained on botchan.txt)
+UNIGRAM_TRAINED = {
+    "uni_plain": dict(vocab_size=1000),
+    "uni_ud_bytes": dict(vocab_size=800, byte_fallback=True, control_symbols=["<ctl>"],
+                         user_defined_symbols=["ab", "the cat", "[X]", "ﬁ", "▁the"]),
+    "uni_identity": dict(vocab_size=600, normalization_rule_name="identity",
+                         remove_extra_whitespaces=False, add_dummy_prefix=False),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def trained_unigram(name: str) -> bytes:
+    """A serialized Unigram model trained in-process (one thread, no shuffling)."""
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(testdata.botchan_lines()), model_writer=buf,
+        model_type="unigram", num_threads=1, shuffle_input_sentence=False, minloglevel=2,
+        **UNIGRAM_TRAINED[name])
+    return buf.getvalue()
+
+
+def unigram_source(name: str) -> bytes:
+    """A pinned Unigram ``.model`` ("botchan_unigram", "kyoto_unigram") or a trained one."""
+    if name in UNIGRAM_TRAINED:
+        return trained_unigram(name)
+    return testdata.family_path(name).read_bytes()
+
+
+def model_from_t5_gguf(meta: dict) -> bytes:
+    """The sentencepiece model a ``t5`` GGUF was converted from (the oracle for the file):
+    its pieces, scores and types, the charsmap and the whitespace flags."""
+    pieces = list(zip(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"],
+                      meta["tokenizer.ggml.token_type"]))
+    charsmap = bytes(x & 0xFF for x in meta.get("tokenizer.ggml.precompiled_charsmap", ()))
+    return model_bytes(pieces, trainer={"model_type": 1}, normalizer={
+        "name": "nmt_nfkc" if charsmap else "identity", "precompiled_charsmap": charsmap,
+        "add_dummy_prefix": bool(meta.get("tokenizer.ggml.add_space_prefix", False)),
+        "remove_extra_whitespaces": bool(meta.get("tokenizer.ggml.remove_extra_whitespaces",
+                                                  False))})
+
+
+def gguf_from_spm_unigram(model: bytes, path, *, add_bos=None, add_eos=None):
+    """A ``t5`` GGUF from a SentencePiece Unigram model, as convert_hf_to_gguf writes one."""
+    import gguf
+
+    proto = parse_model(model)
+    ns = proto.normalizer_spec
+    w = gguf.GGUFWriter(str(path), arch="t5")
+    w.add_tokenizer_model("t5")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([p for p, _, _ in proto.pieces])
+    w.add_token_scores([s for _, s, _ in proto.pieces])
+    w.add_token_types([t for _, _, t in proto.pieces])
+    w.add_add_space_prefix(ns.add_dummy_prefix)
+    w.add_remove_extra_whitespaces(ns.remove_extra_whitespaces)
+    if ns.precompiled_charsmap:
+        w.add_precompiled_charsmap(ns.precompiled_charsmap)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path

@@ -22,9 +22,13 @@ from ..stages.pretok import PretokSpec, Split
 from .hf_families import _added, _metaspace, _spm_norm_steps, _vocab
 from .post import hf_post
 
-# HF's Whitespace and WhitespaceSplit as regexes on Oniguruma's classes (what they drop: the
-# text they do not match)
-_WHITESPACE = r"\w+|[^\w\s]+"
+# HF's Whitespace (``\w+|[^\w\s]+`` in Oniguruma) and WhitespaceSplit as regexes (what they
+# drop: the text they do not match). Oniguruma's \w has ZWNJ and ZWJ (Join_Control) and not
+# the Latin-1 superscripts and fractions (No), which the pinned "hf" \w class has the other
+# way round: probed over every code point against tokenizers 0.23 (tests/test_wordlevel.py)
+_NOT_WORD = "\u00b2\u00b3\u00b9\u00bc-\u00be"
+_WHITESPACE = (rf"(?:[^\W{_NOT_WORD}]|[\u200c\u200d])+"
+               rf"|(?:[^\w\s\u200c\u200d]|[{_NOT_WORD}])+")
 _WHITESPACE_SPLIT = r"\S+"
 _PRETOKENIZERS = ("Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Metaspace", "Split",
                   "Sequence")

@@ -30,10 +30,13 @@ def hf_post(spec, need):
     if kind == "ByteLevel":
         return NO_POST  # (offsets only)
     if kind == "Sequence":
-        out = NO_POST
-        for sub in spec.get("processors") or []:
-            out = out.then(hf_post(sub, need))
-        return out
+        # HF runs each on the previous one's encodings, and a template leaves several of them
+        # (a following BertProcessing sees a pair): one processor that adds ids at most
+        adding = [hf_post(sub, need) for sub in spec.get("processors") or []]
+        adding = [a for a in adding if a]
+        need(len(adding) <= 1, "post_processor Sequence: more than one processor that adds "
+                               "tokens is not supported")
+        return adding[0] if adding else NO_POST
     if kind in ("BertProcessing", "RobertaProcessing"):
         ids = []
         for key in ("cls", "sep"):

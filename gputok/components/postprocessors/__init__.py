@@ -5,7 +5,7 @@
     Template   fixed ids before and after the text's: what HF's TemplateProcessing (single),
                BertProcessing and RobertaProcessing add ([CLS] ... [SEP], <s> ... </s>), and
                what sentencepiece's ``add_bos`` / llama.cpp's ``add_bos``/``add_eos``/``add_sep``
-               add; a Sequence of them is one Template
+               add
 
 ``cpu_ref/post.py`` states where each library puts which ids; the loaders build the Template.
 """
@@ -34,9 +34,6 @@ class NoPost:
     def apply_arrays(self, ids, offsets):
         return ids, offsets
 
-    def then(self, other):
-        return other
-
 
 NO_POST = NoPost()
 
@@ -61,10 +58,6 @@ class Template:
 
     def __repr__(self) -> str:
         return f"Template({list(self.prefix)} + $A + {list(self.suffix)})"
-
-    def then(self, other) -> "Template":
-        """This template, then ``other`` around its result (HF's Sequence)."""
-        return Template(other.prefix + self.prefix, self.suffix + other.suffix)
 
     def apply(self, ids: list) -> list:
         return [*self.prefix, *ids, *self.suffix] if self else ids

@@ -27,6 +27,8 @@ same edges and rules).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...stages import counters
@@ -34,9 +36,9 @@ from . import Base
 from .trie import ByteTrie
 
 NORMAL, UNKNOWN_T, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-FLT_MIN = np.float32(1.1754943508222875e-38)
 FLT_MAX = np.float32(3.4028234663852886e38)
 UNK_PENALTY = 10.0
+SCORE_RESET = np.float32(100000.0)
 
 
 class _Lattice(Base):
@@ -48,6 +50,15 @@ class _Lattice(Base):
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def candidates(self) -> dict:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def trie(self) -> ByteTrie:
+        """The candidate pieces' byte trie, built on first use (not at load: ~1 s for 250K
+        pieces)."""
+        return ByteTrie(self.candidates())
 
     def viterbi(self, units: list) -> list:
         """Per unit, its best path as ``(piece start, piece end, id)`` lists (byte offsets into
@@ -87,11 +98,17 @@ class _Lattice(Base):
         back_s = np.zeros(n_pos, np.int64)
         back_id = np.zeros(n_pos, np.int64)
         bounds = np.searchsorted(k, np.arange(int(k[-1]) + 2 if len(k) else 1)).tolist()
+        frontier = off[:-1] + np.arange(n_units)  # the furthest end reached, per unit
         for a, b in zip(bounds, bounds[1:]):
             d = dst[a:b]
             base = best[src[a:b]]
             if self.float32:  # (sentencepiece: sums in float32, see cpu_ref)
+                big = (base < -SCORE_RESET) | (base > SCORE_RESET)
+                if big.any():  # sentencepiece rebases a unit's sums from this start on
+                    self._rebase(best, seen, src[a:b][big], frontier[u[a:b][big]])
+                    base = best[src[a:b]]
                 cand = score[a:b].astype(np.float32) + base
+                np.maximum.at(frontier, u[a:b], d)
             else:
                 cand = score[a:b] + base
             take = ~seen[d] | (cand > best[d])  # THE COMPARATOR: strictly greater
@@ -123,6 +140,16 @@ class _Lattice(Base):
                 out[uu].append((a, b, i))
         counters["unigram.units"] += n_units
         return out
+
+    @staticmethod
+    def _rebase(best: np.ndarray, seen: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                ) -> None:
+        """Subtract the best sum at each start from every known best sum up to its unit's
+        frontier (``cpu_ref.unigram``: SCORE_RESET); rare (a sum past 1e5)."""
+        for p, f in set(zip(starts.tolist(), ends.tolist())):
+            offset = best[p]
+            span = slice(p, f + 1)
+            best[span] = np.where(seen[span], best[span] - offset, best[span])
 
 
 class SpmUnigram(_Lattice):
@@ -166,23 +193,27 @@ class SpmUnigram(_Lattice):
                                  f"are missing (first: <0x{missing[0]:02X}>)")
             self.byte_ids[:] = [self.piece_to_id[f"<0x{b:02X}>"] for b in range(256)]
         sc = np.asarray(scores, np.float32)
+        if not np.isfinite(sc).all():
+            raise ValueError(f"{where}: a Unigram model's scores must be finite (piece "
+                             f"{int(np.flatnonzero(~np.isfinite(sc))[0])})")
         normal = np.array([t == NORMAL for t in self.types], bool)
         self.min_score = sc[normal].min() if normal.any() else FLT_MAX
-        self.max_score = max(sc[normal].max(), FLT_MIN) if normal.any() else FLT_MIN
         self.unk_score = float(np.float32(self.min_score - np.float32(UNK_PENALTY)))
         self.scores64 = sc.astype(np.float64)
         self.is_ud = np.array([t == USER_DEFINED for t in self.types], bool)
-        # candidates: NORMAL and USER_DEFINED pieces (UNUSED ones are skipped by sentencepiece)
-        self.trie = ByteTrie({p.encode("utf-8"): i for p, i in self.piece_to_id.items()
-                              if self.types[i] in (NORMAL, USER_DEFINED)})
         self.specials = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
                          if t == CONTROL}
+
+    def candidates(self) -> dict:
+        """NORMAL and USER_DEFINED pieces (sentencepiece skips UNUSED ones)."""
+        return {p.encode("utf-8"): i for p, i in self.piece_to_id.items()
+                if self.types[i] in (NORMAL, USER_DEFINED)}
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         out = self.scores64[ids]
         ud = self.is_ud[ids]
-        if ud.any():  # f32(f32(len * max_score) - 0.1), as cpu_ref (rounded when used)
-            out[ud] = (lengths[ud].astype(np.float32) * self.max_score).astype(np.float64) - 0.1
+        if ud.any():  # 0.1 * (bytes - 1): a bonus over log probabilities (rounded when used)
+            out[ud] = 0.1 * (lengths[ud] - 1)
         return out
 
     def segment(self, units: list) -> list:
@@ -235,7 +266,10 @@ class HFUnigram(_Lattice):
         self.where = where
         self.byte_fallback = byte_fallback
         self.byte_tok = [self.vocab.get(f"<0x{b:02X}>") for b in range(256)]
-        self.trie = ByteTrie({t.encode("utf-8"): i for t, i in self.vocab.items()})
+
+    def candidates(self) -> dict:
+        """Every vocabulary entry (HF matches the unk token and byte tokens too)."""
+        return {t.encode("utf-8"): i for t, i in self.vocab.items()}
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return self.scores64[ids]
