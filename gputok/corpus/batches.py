@@ -20,7 +20,7 @@ from ..stages.pack import Packed
 from .arrow import arrow_batches, concat_columns
 from .jsonl import NO_RUN, Run, packed_docs, parser
 from .sources import CorpusError, Source
-from .text import text_docs
+from .text import text_docs, text_file_utf8
 
 @dataclass
 class Batch:
@@ -70,6 +70,9 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                 continue
             if parse is not None and src.kind == "jsonl":
                 runs = packed_docs(src, i, start, field, errors, parse)
+            elif packed and src.kind == "txt":
+                runs = ((Run.of_utf8(data, end), disk)
+                        for data, end, disk in text_file_utf8(src, i, start, errors))
             else:
                 runs = acc.runs(text_docs(src, i, start, field, errors))
             for run, disk in runs:
@@ -206,8 +209,20 @@ class _PackedBatch:
         off = np.zeros(self.n + 1, np.int64)
         if self.n:
             np.cumsum(np.concatenate(self.lens), out=off[1:])
-        buf = self.bufs[0].tobytes() if len(self.bufs) == 1 else b"".join(self.bufs)
+        buf = (_whole_bytes(self.bufs[0]) or self.bufs[0].tobytes() if len(self.bufs) == 1
+               else b"".join(self.bufs))
         ends = np.concatenate(self.ends) if self.ends else np.zeros((0, 3), np.int64)
         b = Batch(Packed(buf, off), ends, self.nbytes, progress)
         self.__init__()
         return b
+
+
+def _whole_bytes(view: np.ndarray) -> "bytes | None":
+    """The bytes object a uint8 array views from its first byte to its last, or None: a
+    batch of one document read as bytes (a .txt file) is handed on without a copy."""
+    base = view.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if not isinstance(base, bytes) or len(base) != view.nbytes:
+        return None
+    return base if np.frombuffer(base, np.uint8).ctypes.data == view.ctypes.data else None

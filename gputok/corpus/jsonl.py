@@ -151,6 +151,12 @@ class Run:
         return len(self.lengths)
 
     @classmethod
+    def of_utf8(cls, data: bytes, end) -> "Run":
+        """A run of one document already in UTF-8 (kept as it is, no copy)."""
+        return cls(np.frombuffer(data, np.uint8), np.array([len(data)], np.int64),
+                   np.array([end], np.int64))
+
+    @classmethod
     def one(cls, text: str, end) -> "Run":
         """A run of one document (a str the Python reader read), packed as ``utf8_of`` packs."""
         raw = utf8_of(text)
