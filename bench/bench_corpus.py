@@ -174,7 +174,7 @@ def measure(args) -> None:
 def _ids_of(out):
     import numpy as np
 
-    from gputok.shards import read_shards
+    from gputok.corpus import read_shards
 
     return np.concatenate([i.astype(np.uint32) for i, _ in read_shards(out)])
 

@@ -53,17 +53,15 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                   resume: bool = False, overwrite: bool = False, backend: str = "auto",
                   devices=None, workers="auto", include=(), exclude=(), progress=None,
                   on_start=None, warn=None) -> JobSummary:
-    """Encode files into shards of ``fmt`` under ``output``; resumable, see ``gputok.shards``.
+    """Encode files into shards of ``fmt`` under ``output``; resumable, see ``shards``.
 
     ``encoding``: a named encoding, a path (``tokenizer.json``, ``.tiktoken``) or an
     ``Encoding``. ``add_special_tokens``: each document gets what the tokenizer's library adds
     (``Encoding.encode``), before ``append_eot``. ``include`` / ``exclude``: globs choosing the
-    files of directory inputs
-    (``resolve_inputs``). ``on_start(total_input_bytes)`` is called once the inputs are checked
-    and the output is ready, before the first batch (0 for standard input);
-    ``progress(input_bytes, docs, tokens)`` is called after every batch;
-    ``warn(line)`` gets notes such as the files of a directory that were skipped (default:
-    stderr).
+    files of directory inputs (``resolve_inputs``). ``on_start(total_input_bytes)`` is called
+    once the inputs are checked and the output is ready, before the first batch (0 for
+    standard input); ``progress(input_bytes, docs, tokens)`` after every batch; ``warn(line)``
+    gets notes such as the files of a directory that were skipped (default: stderr).
 
     >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
     ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP
