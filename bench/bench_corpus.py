@@ -85,7 +85,7 @@ import resource, sys
 sys.path.insert(0, {str(ROOT)!r})
 import numpy as np
 from gputok.corpus import resolve_inputs, read_batches
-from gputok.shards import ShardWriter
+from gputok.corpus import ShardWriter
 def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
@@ -174,7 +174,7 @@ def measure(args) -> None:
 def _ids_of(out):
     import numpy as np
 
-    from gputok.shards import read_shards
+    from gputok.corpus import read_shards
 
     return np.concatenate([i.astype(np.uint32) for i, _ in read_shards(out)])
 
@@ -218,7 +218,7 @@ def peer_runs(args, src, size, tmp, ours, times) -> None:
 def check_sample(out, src, name):
     import numpy as np
 
-    from gputok.shards import read_shards
+    from gputok.corpus import read_shards
 
     tk = tiktoken_for(name)
     ids, off = next(read_shards(out))

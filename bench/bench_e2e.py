@@ -114,7 +114,7 @@ def _timed(cmd: list, env=None) -> tuple[float, float]:
 def _ids_gputok(out: Path):
     import numpy as np
 
-    from gputok.shards import read_shards
+    from gputok.corpus import read_shards
 
     ids = [i.astype(np.uint32) for i, _ in read_shards(out)]
     return np.concatenate(ids) if ids else np.zeros(0, np.uint32)

@@ -32,6 +32,13 @@ differing is reported and left out of the ratios).
     python bench/bench_long.py                       # 10 KB .. 10 MB, every library
     python bench/bench_long.py --sizes 10000 1000000 --kinds a emoji --peers
     python bench/bench_long.py --record bench/results/long.md
+
+``--job``: the memory of ``gputok encode`` on one huge document instead (the figure the README
+gives): each input written as a one-document ``.txt`` file, encoded by ``python -m gputok
+encode`` in a fresh process, its peak resident memory over that of the same job on a one-word
+document, as a multiple of the document's size.
+
+    python bench/bench_long.py --job --sizes 10000000 50000000 --kinds a base64 line
 """
 
 from __future__ import annotations
@@ -223,6 +230,64 @@ def precheck(names, encoding: str, kinds) -> dict:
     return out
 
 
+def job_peak_mb(path: str, args) -> "tuple[float, float]":
+    """(peak resident MB, seconds) of ``gputok encode`` on ``path`` in a fresh process."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "gputok", "encode", path, "-o", out, "--overwrite", "-q",
+               "-e", args.encoding, "--workers", "1"]
+        if args.backend != "auto":
+            cmd += ["--backend", args.backend]
+        code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+                "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+                "assert r.returncode == 0, r.stderr; "
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+                "time.perf_counter() - t)")
+        got = subprocess.run([sys.executable, "-c", code, *cmd], capture_output=True, text=True,
+                             timeout=args.timeout)
+        if got.returncode != 0:
+            raise SystemExit(f"gputok encode {path} failed:\n{got.stderr[-2000:]}")
+        kb, secs = got.stdout.split()
+        return int(kb) / 1024, float(secs)
+
+
+def job_main(args) -> None:
+    """``--job``: peak memory of ``gputok encode`` on one document (see the module docstring)."""
+    import tempfile
+
+    print(f"machine: {_common.machine()}\nencoding: {args.encoding}\n"
+          f"date: {time.strftime('%Y-%m-%d')}\ncommand: {' '.join(sys.argv)}\n"
+          f"gputok encode, one document per file, peak resident memory over a one-word job's")
+    print(f"{'input':<8}{'doc MB':>9}{'peak MB':>9}{'over base MB':>14}{'x doc':>7}{'s':>7}")
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tiny = os.path.join(d, "tiny.txt")
+        with open(tiny, "w") as f:
+            f.write("hello")
+        base = min(job_peak_mb(tiny, args)[0] for _ in range(max(1, args.procs)))
+        for kind in args.kinds:
+            for n in args.sizes:
+                path = os.path.join(d, f"{kind}-{n}.txt")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(KINDS[kind](n))
+                mb = os.path.getsize(path) / 2**20
+                runs = [job_peak_mb(path, args) for _ in range(max(1, args.procs))]
+                peak, secs = max(r[0] for r in runs), min(r[1] for r in runs)
+                rows.append({"kind": kind, "n": n, "doc_mb": mb, "peak_mb": peak,
+                             "base_mb": base, "x_doc": (peak - base) / mb, "s": secs})
+                print(f"{kind:<8}{mb:9.1f}{peak:9.1f}{peak - base:14.1f}"
+                      f"{(peak - base) / mb:7.2f}{secs:7.2f}", flush=True)
+                os.remove(path)
+    print(f"base: the same job on a one-word document peaked at {base:.1f} MB; x doc = "
+          "(peak - base) / document size; the highest peak and the best time of the processes")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": _common.machine(), "encoding": args.encoding, "job": rows,
+                       "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}, f,
+                      indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--encoding", default="cl100k_base")
@@ -242,8 +307,13 @@ def main():
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
                                     "e.g. bench/results/long.md")
+    p.add_argument("--job", action="store_true",
+                   help="peak memory of `gputok encode` on one document per file instead")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.job:
+        job_main(args)
+        return
     if args.child:
         print(json.dumps(child(args.child, args.encoding, args.kinds[0], args.sizes[0],
                                args.repeat, args.backend)))

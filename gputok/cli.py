@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .formats import FORMATS
+from .corpus.formats import FORMATS
 
 
 def _size(text: str) -> int:
@@ -102,17 +102,17 @@ def _bar(args, total, desc):
 
 
 def cmd_encode(args) -> int:
-    from .corpus import total_input_bytes
-    from .jobs import encode_corpus
+    from .corpus import encode_corpus
 
     encoding = _encoding_spec(args)
     bar = None
 
-    def progress(nbytes, docs, tokens):
+    def start(total):  # drawn once the job starts: nothing frozen at 0 during its set-up
         nonlocal bar
-        if bar is None:  # drawn from the first batch on: nothing frozen at 0 during set-up
-            bar = _bar(args, total_input_bytes(args.inputs), "encode") or False
-        if bar:
+        bar = _bar(args, total, "encode")
+
+    def progress(nbytes, docs, tokens):
+        if bar is not None:
             bar.update(nbytes)
             bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
@@ -126,9 +126,9 @@ def cmd_encode(args) -> int:
                           shard_bytes=args.shard_bytes, resume=args.resume,
                           overwrite=args.overwrite, backend=args.backend, devices=args.devices,
                           workers=args.workers, include=args.include, exclude=args.exclude,
-                          progress=progress)
+                          on_start=start, progress=progress)
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     if s.seconds == 0 and s.docs == 0 and s.resumed_docs:
         print(f"gputok encode: {args.output} is already complete ({s.resumed_docs} docs, "
@@ -175,7 +175,7 @@ def colour_tokens(pieces: "list[bytes]") -> str:
 def cmd_show(args) -> int:
     enc = _encoding(args)
     text = " ".join(args.text) if args.text and args.text != ["-"] else sys.stdin.read()
-    from .jobs import DisallowedSpecialError, _shell_quote
+    from .specials import DisallowedSpecialError, shell_quote as _shell_quote
 
     try:
         ids = enc.encode(text, allowed_special=_allowed(args),
@@ -245,7 +245,7 @@ def cmd_train(args) -> int:
                              note=lambda line: print(f"gputok: {line}", file=sys.stderr))
     if any(s.kind in ("parquet", "arrow") or s.path == "-" for s in sources):
         raise ValueError("gputok train reads .txt and .jsonl(.gz) files")
-    inputs = [Path(s.path) for s in sources]
+    inputs = sources  # (path-like: train_bpe reads them as files, checked once, here)
     t0 = time.perf_counter()
     try:
         enc = train_mod.train_bpe(inputs, vocab_size=args.vocab_size, pattern=args.pattern,
@@ -258,11 +258,11 @@ def cmd_train(args) -> int:
         return 130
     st = train_mod.last_stats
     if st.n_words == 0:
-        raise ValueError(f"the inputs hold no text ({', '.join(map(str, inputs[:3]))}); "
+        raise ValueError(f"the inputs hold no text ({', '.join(s.path for s in inputs[:3])}); "
                          f"{out} was not written")
     (save_tiktoken if out.suffix == ".tiktoken" else save_hf_json)(enc, out)
     dt = time.perf_counter() - t0
-    n_bytes = sum(p.stat().st_size for p in inputs)
+    n_bytes = sum(s.size for s in inputs)
     rate = st.n_merges / st.merges_s if st.merges_s > 0 else 0.0
     print(f"gputok train: {st.vocab_size} tokens ({st.n_merges} merges) from "
           f"{n_bytes / 1e6:.2f} MB, {st.n_words} unique words, in {dt:.2f} s (words "
@@ -419,7 +419,7 @@ def _silence_stdout() -> None:
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
-    from .jobs import Interrupted
+    from .corpus import Interrupted
 
     args = build_parser().parse_args(argv)
     if argv is None:  # a real process: `kill` is handled like Ctrl-C (finished work is kept)

@@ -2,7 +2,7 @@
 
 ``Tokenizer`` is the actor: it loads the vocabulary once per actor, takes Arrow batches (the text
 column read through Arrow's buffers), and returns them with a ``large_list<int32>`` column of
-ids built without copying (``gputok.formats.arrow.to_arrow``). ``tokenize`` wires it into
+ids built without copying (``gputok.corpus.formats.arrow.to_arrow``). ``tokenize`` wires it into
 ``map_batches`` with an ``ActorPoolStrategy``; on a GPU cluster pass ``num_gpus=1`` and each
 actor drives one GPU with the ``auto`` backend. Ids are those of a single process (encoding is
 per document) and so is row order (``preserve_order``, on by default).
@@ -36,7 +36,7 @@ class Tokenizer:
 
         import gputok
 
-        from .formats.arrow import to_arrow
+        from .corpus.formats.arrow import to_arrow
 
         self.enc = gputok.load(encoding) if os.path.exists(str(encoding)) \
             else gputok.get_encoding(encoding)
@@ -50,7 +50,7 @@ class Tokenizer:
     def __call__(self, batch):
         import pyarrow as pa
 
-        from .jobs import append_eot
+        from .corpus import append_eot
 
         if isinstance(batch, dict):  # batch_format="numpy"/"default" callers
             batch = pa.table({k: pa.array(v) for k, v in batch.items()})

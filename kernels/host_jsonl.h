@@ -1,4 +1,4 @@
-// host_jsonl.h: the native reader of JSON lines (gputok/corpus.py: read_batches with packed=True,
+// host_jsonl.h: the native reader of JSON lines (gputok/corpus/batches.py: read_batches with packed=True,
 // for `gputok encode`). Host only: it is a translation unit of the native CPU device's library,
 // not a kernel, and no GPU runs it.
 //

@@ -33,3 +33,19 @@ def test_bench_long_reports_steady_and_cold_times_and_bands(tmp_path):
     band_lines = [ln for ln in text.splitlines() if ln.startswith(("a ", "emoji "))][-2:]
     assert [ln.split()[0] for ln in band_lines] == ["a", "emoji"]
     assert all(float(ln.split()[1].rstrip("x")) >= 1.0 for ln in band_lines)
+
+
+def test_bench_long_job_mode_reports_the_memory_of_one_document(tmp_path):
+    """``--job``: the peak of ``gputok encode`` on one document as a multiple of its size (the
+    figure the README quotes), from fresh processes."""
+    out = tmp_path / "job.json"
+    got = subprocess.run([sys.executable, str(BENCH), "--job", "--sizes", "200000", "--kinds",
+                          "a", "line", "--procs", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-3000:]
+    rows = json.loads(out.read_text())["job"]
+    assert [(r["kind"], r["n"]) for r in rows] == [("a", 200000), ("line", 200000)]
+    for r in rows:
+        assert r["peak_mb"] >= r["base_mb"] > 0 and r["x_doc"] == \
+            (r["peak_mb"] - r["base_mb"]) / r["doc_mb"]
+    assert "x doc" in got.stdout

@@ -13,7 +13,7 @@ import pytest
 
 import gputok
 from gputok.cli import main
-from gputok.shards import read_shards
+from gputok.corpus import read_shards
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -203,7 +203,7 @@ def test_truncated_gzip_is_one_line_and_says_what_is_kept(tmp_path, batch):
 
 
 def test_shard_cap_is_a_cap_and_small_jobs_keep_shards(tmp_path):
-    from gputok.jobs import Interrupted, encode_corpus
+    from gputok.corpus import Interrupted, encode_corpus
 
     src = _jsonl(tmp_path / "in.jsonl", [f"doc {i} " * 5 for i in range(100)])
     out = tmp_path / "out"
@@ -226,7 +226,7 @@ def test_shard_cap_is_a_cap_and_small_jobs_keep_shards(tmp_path):
 
 
 def test_interrupt_before_any_shard_says_nothing_is_kept(tmp_path):
-    from gputok.shards import ShardWriter
+    from gputok.corpus import ShardWriter
 
     w = ShardWriter(tmp_path / "o", meta={}, n_vocab=100)
     assert w.kept() == f"no shard was finished, so {tmp_path}/o holds nothing yet"
@@ -243,7 +243,7 @@ def test_ctrl_c_inside_the_writer_keeps_documents_and_positions_together(tmp_pat
     import os
     import signal
 
-    from gputok.shards import ShardWriter, read_manifest
+    from gputok.corpus import ShardWriter, read_manifest
 
     class Ends(list):  # the batch's input positions; reading one sends the Ctrl-C
         def __getitem__(self, i):
@@ -435,8 +435,8 @@ def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt)
 
     import numpy as np
 
-    from gputok import shards
-    from gputok.shards import ShardWriter, read_manifest
+    from gputok.corpus import shards
+    from gputok.corpus import ShardWriter, read_manifest
 
     out = tmp_path / "o"
     w = ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, cap_tokens=300_000)
@@ -466,15 +466,15 @@ def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt)
 def test_a_failed_last_shard_leaves_the_job_incomplete(tmp_path, monkeypatch):
     import numpy as np
 
-    from gputok.shards import ShardWriteError, ShardWriter, read_manifest
+    from gputok.corpus import ShardWriteError, ShardWriter, read_manifest
 
     w = ShardWriter(tmp_path / "o", meta={}, n_vocab=100)
     w.add(np.arange(10, dtype=np.uint32), np.array([0, 4, 10]), [(0, 1), (0, 2)])
 
     def full(*a):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr("gputok.formats.npy.Npy.write", full)
-    monkeypatch.setattr("gputok.formats.npy.Npy.write_parts", full)  # (the writer's own path)
+    monkeypatch.setattr("gputok.corpus.formats.npy.Npy.write", full)
+    monkeypatch.setattr("gputok.corpus.formats.npy.Npy.write_parts", full)  # (the writer's own path)
     with pytest.raises(ShardWriteError, match="the disk is full"):
         w.close()
     assert not w.complete and not read_manifest(tmp_path / "o")["complete"]

@@ -144,7 +144,7 @@ def test_trainer_reader_is_unchanged(tmp_path):
 
 
 def test_a_job_does_not_read_its_own_output(tmp_path):
-    from gputok.jobs import encode_corpus
+    from gputok.corpus import encode_corpus
 
     _jsonl(tmp_path / "a.jsonl", ["one", "two"])
     out = tmp_path / "tokens"
@@ -266,3 +266,53 @@ def test_encode_a_dataset_folder_skips_its_card_in_one_line(tmp_path):
     assert r.stderr == (f"gputok: {d}: skipped 2 file(s) that are not data: README.md, "
                         "dataset_info.json (--include GLOB reads one)\n")
     assert r.stdout.startswith("gputok encode: 2 docs,")
+
+
+# ---- the package's shape ----------------------------------------------------------------------
+
+STEPS = ["sources", "inputs", "text", "jsonl", "arrow", "batches", "documents", "lifetime",
+         "pool", "formats", "shards", "job"]
+
+
+def _imports(path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            yield node.level, node.module or "", [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield 0, a.name, []
+
+
+def test_the_corpus_job_flows_one_way_and_through_the_public_backend_interface():
+    """gputok/corpus: each step imports only the steps before it (``sources``, the shared
+    vocabulary, below them all), so a document's way through ``gputok encode`` or training
+    enters each module once; the engine is reached only through ``gputok.backends``' package
+    interface (no device module, no cupy, no kind strings)."""
+    pkg = ROOT / "gputok" / "corpus"
+    files = sorted(pkg.glob("*.py")) + sorted((pkg / "formats").glob("*.py"))
+    assert {p.stem for p in pkg.glob("*.py")} - {"__init__"} == set(STEPS) - {"formats"}
+    for path in files:
+        step = "formats" if path.parent.name == "formats" else path.stem
+        if step == "__init__":
+            continue
+        for level, module, names in _imports(path):
+            assert not module.startswith(("cupy", "mlx")), (path, module)
+            if level == 0:  # gputok itself: its public API (Encoding, load), nothing inside
+                assert module == "gputok" or not module.startswith("gputok"), (path, module)
+                continue
+            if step == "formats" and level == 1:
+                continue  # the formats' own package
+            here = "gputok.corpus" if step != "formats" else "gputok.corpus.formats"
+            parent = here.rsplit(".", level - 1)[0] if level > 1 else here
+            target = f"{parent}.{module}" if module else parent
+            if target.startswith("gputok.backends"):
+                assert target == "gputok.backends", f"{path.name} reaches into {target}"
+                continue
+            if not target.startswith("gputok.corpus."):
+                continue  # the rest of gputok (stages, specials)
+            used = target.split(".")[2]
+            assert STEPS.index(used) < STEPS.index(step), f"{path.name} imports the later {used}"
+        text = path.read_text("utf-8")
+        assert 'startswith("cuda' not in text and "startswith((\"cuda" not in text, path

@@ -1,4 +1,4 @@
-"""The native JSON-lines reader (kernels/host_jsonl.h, gputok/corpus_jsonl.py) against the Python
+"""The native JSON-lines reader (kernels/host_jsonl.h, gputok/corpus/jsonl.py) against the Python
 reader: the same document bytes, positions and errors on fuzzed lines, block boundaries,
 compressed input, byte-order marks and resumed reads; every line it leaves to Python
 (THE FALLBACK RULE) is one the Python reader then decodes or rejects itself."""
@@ -12,9 +12,10 @@ import random
 import numpy as np
 import pytest
 
-from gputok import corpus_jsonl
+from gputok.corpus import jsonl as corpus_jsonl
 from gputok.backends import native
-from gputok.corpus import CorpusError, _decode, _parse_json_text, read_batches, resolve_inputs
+from gputok.corpus import CorpusError, read_batches, resolve_inputs
+from gputok.corpus.sources import decode_utf8, parse_json_text
 from gputok.stages.pack import utf8_of
 
 _ok, _why = native.available()
@@ -34,7 +35,7 @@ def _python(line: bytes, field="text", errors="strict"):
     if not line.strip():
         return ("blank",)
     try:
-        doc = _parse_json_text(_decode(line, "f", 1, errors), "f", 1, field)
+        doc = parse_json_text(decode_utf8(line, "f", 1, errors), "f", 1, field)
     except (CorpusError, ValueError, RecursionError) as e:
         return ("error", str(e))
     return ("doc", utf8_of(doc))

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import gputok
-from gputok.formats import FORMATS, get_format
-from gputok.formats.arrow import batch_encoder, from_arrow, to_arrow
-from gputok.jobs import encode_corpus
-from gputok.shards import read_manifest, read_shards
+from gputok.corpus.formats import FORMATS, get_format
+from gputok.corpus.formats.arrow import batch_encoder, from_arrow, to_arrow
+from gputok.corpus import encode_corpus, read_manifest, read_shards
 
 TEXTS = ["hello world", "", "second doc\nwith lines", "日本語 and emoji 😀", "x" * 300] * 7
 
@@ -239,7 +238,7 @@ def test_shard_bytes_is_an_exact_cap(corpus, tmp_path, fmt):
 def test_npy_shards_are_byte_for_byte_what_numpy_save_writes():
     import io
 
-    from gputok.formats.npy import _write_npy
+    from gputok.corpus.formats.npy import _write_npy
 
     for a in [np.arange(300_000, dtype=np.uint32), np.arange(7, dtype=np.uint16),
               np.zeros(0, np.int64), np.arange(5, dtype=np.int64)[::2]]:
@@ -255,7 +254,7 @@ def test_npy_shard_from_parts_is_what_numpy_save_writes():
     dtype differs, empty parts and none at all included."""
     import io
 
-    from gputok.formats.npy import FORMAT
+    from gputok.corpus.formats.npy import FORMAT
 
     cases = [([np.arange(300_000, dtype=np.uint32), np.arange(5, dtype=np.uint32)], np.uint32),
              ([np.arange(10, dtype=np.uint32), np.zeros(0, np.uint32),

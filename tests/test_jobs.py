@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import gputok
-from gputok.jobs import append_eot, encode_corpus, plan_workers
-from gputok.shards import read_shards
+from gputok.corpus import append_eot, encode_corpus, plan_workers, read_shards
 
 
 def test_plan_workers():
@@ -71,13 +70,13 @@ def test_special_token_in_a_worker_names_the_row(tmp_path):
 
 
 def test_unavailable_devices_fail_before_work(tmp_path):
-    from gputok.backends import cuda
+    from gputok.backends import device_available
 
-    if cuda.available()[0]:
+    if device_available("cuda")[0]:
         pytest.skip("a CUDA device is present: nothing to refuse")
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "a"}\n')
-    with pytest.raises(RuntimeError, match=r"--devices / cuda:0: CUDA is not available"):
+    with pytest.raises(RuntimeError, match=r"--devices / cuda:0: the device is not available \("):
         encode_corpus([src], tmp_path / "o", devices="0,1")
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         encode_corpus([src], tmp_path / "o2", backend="tpu", workers=1)
@@ -106,7 +105,7 @@ def test_stopping_the_pool_at_once_never_hangs_the_exit(tmp_path):
         "import os, signal, sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
         "import gputok\n"
-        "from gputok.jobs import Pool\n"
+        "from gputok.corpus.pool import Pool\n"
         "pool = Pool(gputok.get_encoding('r50k_base'), ('name', 'r50k_base'), ['numpy'] * 2, {})\n"
         "p, inq, _ = pool.procs[0]\n"
         "os.kill(p.pid, signal.SIGSTOP)  # reads nothing more, ignores SIGTERM\n"
@@ -126,7 +125,7 @@ def test_read_ahead_keeps_order_errors_and_at_most_one_batch_ahead():
     import threading
     import time as _time
 
-    from gputok.jobs import read_ahead
+    from gputok.corpus.pool import read_ahead
 
     produced, lock = [], threading.Lock()
 

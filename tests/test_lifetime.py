@@ -1,4 +1,4 @@
-"""A job's processes live and die together (``gputok.lifetime``): workers end with their parent
+"""A job's processes live and die together (``gputok.corpus.lifetime``): workers end with their parent
 however it died, and an output lock names its owner so a dead job's lock is taken over at once.
 The end-to-end case (SIGKILL of a real job's main process, then ``--resume``) is in
 tests/test_resume.py."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gputok.lifetime import JobLock, LockHeld, owner_state, process_start
+from gputok.corpus.lifetime import JobLock, LockHeld, owner_state, process_start
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_a_live_owner_keeps_its_lock_and_is_named(tmp_path):
 
     lock = tmp_path / ".gputok.lock"
     holder = _python(f"""
-        from gputok.lifetime import JobLock
+        from gputok.corpus.lifetime import JobLock
         import time
         JobLock({str(lock)!r}).acquire()
         print("held", flush=True)
@@ -120,7 +120,7 @@ def test_a_forked_child_does_not_keep_the_lock_of_a_dead_parent(tmp_path):
     lock = tmp_path / ".gputok.lock"
     job = _python(f"""
         import os, time
-        from gputok.lifetime import JobLock
+        from gputok.corpus.lifetime import JobLock
         JobLock({str(lock)!r}).acquire()
         child = os.fork()
         if child == 0:
@@ -148,7 +148,7 @@ def test_a_worker_blocked_in_a_read_ends_with_its_parent(how):
     job = _python(f"""
         import os, sys
         import multiprocessing as mp
-        from gputok import lifetime
+        from gputok.corpus import lifetime
 
         def worker(parent):
             {no_prctl}

@@ -3,8 +3,8 @@ this machine (no ``$GPUTOK_CORPUS_MB`` cap; about 256 MB on the CI image: prose 
 multilingual 88, emoji 0.7), against tiktoken for the named encodings and HF tokenizers for the
 byte-level tokenizer.json files. 0 mismatched documents, and no host fallback.
 
-These take minutes, so they run when ``GPUTOK_PARITY_FULL=1`` (CI sets it; ``.ci/run``) and are
-skipped with that reason otherwise. The corpus is compared in slices of about ``SLICE_BYTES`` so
+These take minutes: the full tier (``--full`` or ``GPUTOK_FULL=1``; ``.ci/run`` turns it on;
+``GPUTOK_PARITY_FULL=1`` still runs them alone). The corpus is compared in slices of about ``SLICE_BYTES`` so
 neither side's ids are ever all in Python lists at once; each slice is compared as one flat
 array of ids plus document lengths, and only a slice that differs is compared per document.
 """
@@ -26,8 +26,7 @@ from gputok.backends import FallbackWarning, native
 _native_ok, _native_why = native.available()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("GPUTOK_PARITY_FULL") != "1",
-                       reason="full-corpus parity runs with GPUTOK_PARITY_FULL=1 (CI sets it)"),
+    *([] if os.environ.get("GPUTOK_PARITY_FULL") == "1" else [pytest.mark.full]),
     pytest.mark.skipif(not _native_ok, reason=f"native backend unavailable: {_native_why}"),
 ]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import sigint_as_default
-from gputok.shards import read_manifest, read_shards
+from gputok.corpus import read_manifest, read_shards
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(os.environ.get("GPUTOK_KILL_ROUNDS", "10"))
@@ -108,7 +108,7 @@ def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, job_
             subprocess.run(["rm", "-rf", str(out)], check=True)
     assert kills >= rounds, f"only {kills} of the runs were still working when killed"
     assert mid_job >= rounds // 2, f"only {mid_job} kills landed after some shards were written"
-    if workers > 1:  # pool workers end with their parent (gputok.lifetime)
+    if workers > 1:  # pool workers end with their parent (gputok.corpus.lifetime)
         for _ in range(50):
             left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
             if not left.stdout.strip():

@@ -113,6 +113,65 @@ def availability() -> dict[str, tuple[bool, str]]:
     return out
 
 
+# ---- what callers outside the engine ask of the backends (the corpus job, training) ----------
+
+GPU_KINDS = ("cuda", "metal")  # one process drives one of these; a GPU context does not survive fork
+
+
+def is_gpu(name: str) -> bool:
+    """Whether backend ``name`` drives a GPU (a corpus job gives it one worker, spawned).
+
+    >>> is_gpu("cuda:1"), is_gpu("native")
+    (True, False)
+    """
+    return name.partition(":")[0] in GPU_KINDS
+
+
+def device_available(name: str) -> tuple[bool, str]:
+    """Whether backend ``name``'s device can be used, and why not, without starting it
+    (``cuda:3`` is not opened: a context per GPU in the job's own process would cost each GPU
+    memory its worker needs)."""
+    kind = name.partition(":")[0]
+    if kind not in BACKENDS:
+        return False, f"unknown backend {name!r}"
+    try:
+        return _module(kind).available()
+    except Exception as e:
+        return False, f"{type(e).__name__}: {e}"
+
+
+def device_count(kind: str) -> int:
+    """How many devices of ``kind`` (``"cuda"``) there are; ``RuntimeError`` saying why when
+    there are none."""
+    if kind != "cuda":
+        raise RuntimeError(f"{kind!r} is not a device with an index")
+    ok, why = device_available(kind)
+    if not ok:
+        raise RuntimeError(why)
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def host_routine(symbol: str):
+    """A host routine of the native library (``gputok_jsonl_parse``: the JSON-lines reader) as
+    a ctypes function, or None when the library is not built yet (this never compiles: reading
+    a corpus must not start a build) or cannot be loaded."""
+    try:
+        lib = _module("native").library(compile=False)
+    except Exception:
+        return None
+    return None if lib is None else getattr(lib.lib, symbol)
+
+
+def huge_block(nbytes: int) -> np.ndarray:
+    """A new uint8 array of ``nbytes`` in 2 MB pages where the OS has them (first touches
+    fault a 2 MB page at a time; ``host_pool.huge_block``)."""
+    from .host_pool import huge_block as block
+
+    return block(nbytes)
+
+
 def build_seconds() -> float:
     """Seconds this process spent building device code (the native library's one-time compile),
     for a caller that reports its own time beside it (``gputok encode``'s summary).

@@ -1,15 +1,5 @@
-"""Corpus jobs: inputs -> batches -> encoders (one process, or a pool over cores / GPUs) -> shards.
-
-``encode_corpus`` is what ``gputok encode`` runs. Its order of work is the point:
-
-1. everything that can be wrong is checked before the first document is encoded: every input
-   exists, is readable and of a known kind (``gputok.corpus.resolve_inputs``), the output format
-   fits the vocabulary, the output directory is writable (the manifest is written first), an
-   end-of-text id exists when one is needed;
-2. batches are encoded in input order, by this process or by a pool (``Pool``), and handed to
-   the shard writer with the input position after each document;
-3. on an error or Ctrl-C, the documents already encoded are written as a last shard before the
-   error is reported, so ``--resume`` loses no work.
+"""The encoder pool: batches encoded in order, by this process or by one worker process per entry
+of a plan (cores or GPUs), and handed on as ``(batch, ids, offsets)``.
 
 Performance notes:
 - The pool uses processes, not threads: the numpy backend spends much of its time in Python
@@ -32,33 +22,13 @@ Performance notes:
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from .corpus import Batch, CorpusError, location, read_batches, resolve_inputs
-from .shards import ShardWriter
-
-from .specials import DisallowedSpecialError, shell_quote as _shell_quote
-
-
-class Interrupted(Exception):
-    """Ctrl-C / SIGTERM during a job; the message says what was kept."""
-
-
-@dataclass
-class JobSummary:
-    docs: int = 0
-    bytes: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
-    shards: int = 0
-    resumed_docs: int = 0
-    backends: tuple = ()
-    workers: int = 1
-    build_seconds: float = 0.0  # building device code first (the CPU kernels, once), not in seconds
-
+from ..backends import device_available, device_count, get_backend, is_gpu
+from ..specials import DisallowedSpecialError
+from .batches import Batch
+from .lifetime import die_with_parent
 
 def append_eot(ids: np.ndarray, offsets: np.ndarray, eot: int):
     """Every document followed by ``eot``: ``(ids, offsets)`` of the longer documents.
@@ -94,14 +64,10 @@ def plan_workers(backend: str = "auto", *, devices=None, workers: "int | str" = 
     """
     if devices is not None:
         if devices == "all":
-            from .backends import cuda
-
-            ok, why = cuda.available()
-            if not ok:
-                raise RuntimeError(f"--devices all: no CUDA device ({why})")
-            import cupy
-
-            idx = list(range(cupy.cuda.runtime.getDeviceCount()))
+            try:
+                idx = list(range(device_count("cuda")))
+            except RuntimeError as e:
+                raise RuntimeError(f"--devices all: no CUDA device ({e})") from None
         elif isinstance(devices, str):
             try:
                 idx = [int(x) for x in devices.split(",") if x.strip()]
@@ -115,7 +81,7 @@ def plan_workers(backend: str = "auto", *, devices=None, workers: "int | str" = 
         return [f"cuda:{i}" for i in idx]
     if workers == "auto":
         n = cpu_count or os.cpu_count() or 1
-        if backend.startswith("cuda") or backend == "metal":
+        if is_gpu(backend):
             n = 1  # one process drives a GPU; more would only contend for it
         if total_bytes is not None:
             n = max(1, min(n, total_bytes // AUTO_BYTES_PER_WORKER))
@@ -126,21 +92,17 @@ def plan_workers(backend: str = "auto", *, devices=None, workers: "int | str" = 
     return [backend] * n
 
 
-def _check_backends(backends) -> None:
+def check_backends(backends) -> None:
     """Unknown or unavailable backends fail here, before any work, not on the first batch.
     ``cuda:<index>`` is checked by its worker (opening every GPU here would cost each one a
     context in this process)."""
-    from .backends import get_backend
-
     for name in dict.fromkeys(backends):
-        if not name.startswith("cuda:"):
+        if ":" not in name:
             get_backend(name)
             continue
-        from .backends import cuda
-
-        ok, why = cuda.available()
+        ok, why = device_available(name)
         if not ok:
-            raise RuntimeError(f"--devices / {name}: CUDA is not available ({why})")
+            raise RuntimeError(f"--devices / {name}: the device is not available ({why})")
 
 
 def _load_encoding(spec):
@@ -170,8 +132,6 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
     ``lifetime.die_with_parent``)."""
     import queue
     import signal
-
-    from .lifetime import die_with_parent
 
     # Ctrl-C is the driver's to handle (it keeps the finished documents, then stops the
     # workers); SIGTERM ends a worker at once (a forked worker inherits the CLI's handler)
@@ -260,7 +220,7 @@ class Pool:
 
             # fork shares the loaded vocabulary and merge tables copy-on-write (no per-worker
             # start-up); a CUDA context does not survive fork, so GPU workers are spawned
-            gpu = any(b.startswith(("cuda", "metal")) for b in backends)
+            gpu = any(map(is_gpu, backends))
             ctx = mp.get_context("spawn" if gpu or os.name != "posix" else "fork")
             for b in backends:
                 inq, outq = ctx.Queue(), ctx.Queue()
@@ -369,167 +329,3 @@ class _SpecialInBatch(ValueError):
     def __init__(self, token, doc):
         super().__init__(token)
         self.token, self.doc = token, doc
-
-
-def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
-                  field: str = "text", input_format: str = "auto", errors: str = "strict",
-                  allowed_special=frozenset(), special_as_text: bool = False,
-                  append_eot: bool = False, add_special_tokens: bool = False,
-                  batch_bytes: int = 8 << 20,
-                  shard_tokens: "int | None" = 1 << 24, shard_bytes: "int | None" = None,
-                  resume: bool = False, overwrite: bool = False, backend: str = "auto",
-                  devices=None, workers="auto", include=(), exclude=(), progress=None,
-                  warn=None) -> JobSummary:
-    """Encode files into shards of ``fmt`` under ``output``; resumable, see ``gputok.shards``.
-
-    ``encoding``: a named encoding, a path (``tokenizer.json``, ``.tiktoken``) or an
-    ``Encoding``. ``add_special_tokens``: each document gets what the tokenizer's library adds
-    (``Encoding.encode``), before ``append_eot``. ``include`` / ``exclude``: globs choosing the files of directory inputs
-    (``resolve_inputs``). ``progress(input_bytes, docs, tokens)`` is called after every batch;
-    ``warn(line)`` gets notes such as the files of a directory that were skipped (default:
-    stderr).
-
-    >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
-    ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP
-    >>> s.docs
-    275
-    """
-    import gputok
-
-    from .formats import get_format
-
-    from .backends import build_seconds
-
-    built_before = build_seconds()
-    if errors not in ("strict", "replace"):
-        raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    if batch_bytes < 1:
-        raise ValueError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    sources = resolve_inputs(inputs, field=field, input_format=input_format, include=include,
-                             exclude=exclude, skip_dir=output, note=warn or _note)
-    if resume and overwrite:
-        raise ValueError("--resume continues the job in the output directory and --overwrite "
-                         "deletes it: pass one of them")
-    if resume and any(s.path == "-" for s in sources):
-        raise ValueError("-: standard input cannot be resumed (its documents are gone); "
-                         "write it to a file first")
-    if isinstance(encoding, gputok.Encoding):
-        enc, spec = encoding, ("obj", encoding)
-    elif os.path.exists(str(encoding)):
-        enc, spec = gputok.load(encoding), ("path", str(encoding))
-    else:
-        enc, spec = gputok.get_encoding(encoding), ("name", encoding)
-    form = get_format(fmt)
-    form.dtype(enc.n_vocab)  # refuses a vocabulary the format cannot store, before any work
-    eot = None
-    if append_eot or form.requires_eot:
-        try:
-            eot = enc.eot_token
-        except KeyError:
-            raise ValueError(f"{'--format ' + fmt if form.requires_eot else '--append-eot'} "
-                             f"needs an end-of-text token, and {enc.name} has none") from None
-    if allowed_special == "all":
-        allowed = "all"
-    else:
-        allowed = frozenset(allowed_special)
-        unknown = sorted(allowed - enc.special_tokens_set)
-        if unknown:
-            raise ValueError(f"--allowed-special {_shell_quote(unknown[0])}: {enc.name} has no "
-                             f"such special token (it has: "
-                             f"{', '.join(sorted(enc.special_tokens_set)[:6])})")
-    opts = {"allowed": allowed, "disallowed": () if special_as_text else "all",
-            "errors": errors, "eot": eot, "add_special_tokens": bool(add_special_tokens)}
-    meta = {"encoding": enc.name, "inputs": [{"path": s.path, "bytes": s.size} for s in sources],
-            "field": field, "input_format": input_format, "errors": errors,
-            "append_eot": eot is not None, "eot": eot,
-            "allowed_special": "all" if allowed == "all" else sorted(allowed),
-            "special_as_text": bool(special_as_text)}
-    if add_special_tokens:  # (only when on: manifests written before the option still resume)
-        meta["add_special_tokens"] = True
-    total = sum(s.size for s in sources)
-    if backend == "auto" and devices is None:
-        from .backends import get_backend
-
-        backend = get_backend("auto").name  # resolved once here; the summary says which
-    backends = plan_workers(backend, devices=devices, workers=workers,
-                            total_bytes=total if all(s.path != "-" for s in sources) else None)
-    _check_backends(backends)
-    if len(backends) == 1:  # its tables map while the output is set up and the input read
-        from .backends import get_backend
-
-        get_backend(backends[0]).prepare_ahead(enc.model)
-    if spec[0] == "obj" and any(b.startswith(("cuda", "metal")) for b in backends[1:2]):
-        # GPU workers are spawned and receive the encoding pickled (CPU workers are forked)
-        import pickle
-
-        try:
-            pickle.dumps(encoding)
-        except Exception:
-            raise ValueError("several workers need the encoding by name or by path (each "
-                             "process loads it); this Encoding object cannot be sent") from None
-    writer = ShardWriter(output, fmt=form, meta=meta, n_vocab=enc.n_vocab,
-                         cap_tokens=shard_tokens, cap_bytes=shard_bytes, resume=resume,
-                         overwrite=overwrite, describe=lambda e: location(sources, e), warn=warn)
-    summary = JobSummary(resumed_docs=writer.docs_done, backends=tuple(backends),
-                         workers=len(backends), build_seconds=build_seconds() - built_before)
-    if writer.complete:
-        writer.release()
-        summary.shards = len(writer.shards)
-        return summary
-    start = writer.start
-    pool = Pool(enc, spec, backends, opts)
-    t0 = time.perf_counter()
-    if progress is not None and start is not None:
-        progress(sum(s.size for s in sources[:start[0]]), 0, 0)
-    try:
-        for batch, ids, offsets in pool.map(read_batches(sources, field=field, errors=errors,
-                                                         batch_bytes=batch_bytes, start=start,
-                                                         packed=True)):
-            if len(batch):
-                writer.add(ids, offsets, batch.ends)
-            summary.docs += len(batch)
-            summary.bytes += batch.nbytes
-            summary.tokens += len(ids)
-            if progress is not None:
-                progress(batch.progress, summary.docs, summary.tokens)
-            batch = ids = offsets = None  # freed before the next batch is encoded
-    except _SpecialInBatch as e:
-        _flush_quietly(writer)
-        writer.release()
-        raise ValueError(f"{location(sources, e.batch.ends[e.doc])}: the text contains the special "
-                         f"token {e.token!r}; pass --special-as-text to encode it as plain text, "
-                         f"or --allowed-special {_shell_quote(e.token)} to encode it as the "
-                         f"control token. {writer.kept()}") from None
-    except KeyboardInterrupt:
-        _flush_quietly(writer)
-        writer.release()
-        raise Interrupted(writer.kept()) from None
-    except CorpusError as e:  # bad input halfway: say what the output holds now
-        _flush_quietly(writer)
-        writer.release()
-        raise CorpusError(f"{e}. {writer.kept()[0].upper()}{writer.kept()[1:]}") from None
-    except BaseException:
-        _flush_quietly(writer)
-        writer.release()
-        raise
-    finally:
-        import sys
-
-        pool.close(now=sys.exc_info()[0] is not None)
-    writer.close()
-    summary.seconds = time.perf_counter() - t0
-    summary.shards = len(writer.shards)
-    return summary
-
-
-def _note(line: str) -> None:
-    import sys
-
-    print(f"gputok: {line}", file=sys.stderr)
-
-
-def _flush_quietly(writer: ShardWriter) -> None:
-    try:
-        writer.flush()
-    except Exception:  # the original error matters more; the manifest is consistent either way
-        pass

@@ -1,4 +1,4 @@
-"""Arrow inputs for ``gputok.corpus``: Parquet and Arrow IPC (file or stream) string columns.
+"""The Arrow reader: Parquet and Arrow IPC (file or stream) string columns.
 
 Read in record batches through Arrow's buffers (no Python strings), whole row groups before a
 resume position skipped without being read. Positions are rows: ``(file, row_end, row_end)``.
@@ -11,37 +11,7 @@ from typing import Iterator
 from .sources import CorpusError, Source
 
 
-def _check_arrow_field(p: str, kind: str, field: str) -> "str | None":
-    try:
-        import pyarrow as pa
-    except ImportError:
-        return f"{p}: reading {kind} needs pyarrow: pip install 'gputok[arrow]'"
-    try:
-        schema = _arrow_schema(p, kind)
-    except Exception as e:
-        return f"{p}: not a readable {kind} file ({type(e).__name__}: {e})"
-    if field not in schema.names:
-        return f"{p}: no column {field!r} (columns: {', '.join(schema.names[:8])}); choose --field"
-    t = schema.field(field).type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        return f"{p}: column {field!r} is {t}, not a string column"
-    return None
-
-
-def _arrow_schema(p: str, kind: str):
-    import pyarrow as pa
-
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(p).schema_arrow
-    try:
-        return pa.ipc.open_file(p).schema
-    except pa.ArrowInvalid:
-        return pa.ipc.open_stream(p).schema
-
-
-def _arrow_batches(src: Source, i: int, start, field: str, rows: int) -> Iterator[tuple]:
+def arrow_batches(src: Source, i: int, start, field: str, rows: int) -> Iterator[tuple]:
     """``(string array, [(file, row_end, row_end)...], on_disk_position)`` in record batches."""
     import pyarrow as pa
 
@@ -96,7 +66,7 @@ def _num_rows(src: Source) -> int:
         return sum(b.num_rows for b in pa.ipc.open_stream(src.path))
 
 
-def _concat(cols):
+def concat_columns(cols):
     import pyarrow as pa
 
     return cols[0] if len(cols) == 1 else pa.concat_arrays(cols)

@@ -3,7 +3,7 @@
 A format turns one shard's ragged ids, ``ids`` + ``offsets`` (document ``i`` is
 ``ids[offsets[i]:offsets[i + 1]]``), into the files a training stack reads, and reads them back.
 Everything else (shard caps, temporary names, checksums, the manifest, resume) lives in
-``gputok.shards`` and is the same for every format, so a format module is only its byte layout.
+``gputok.corpus.shards`` and is the same for every format, so a format module is only its byte layout.
 
 =========== ===================================== ===================================================
 name        files per shard                       read by
@@ -16,7 +16,7 @@ parquet     ``.parquet`` (``large_list<int32>``)  ``pyarrow.parquet``, ``dataset
 arrow       ``.arrow`` (IPC stream, same schema)  ``pyarrow.ipc``, ``datasets.Dataset.from_file``
 =========== ===================================== ===================================================
 
->>> from gputok.formats import get_format
+>>> from gputok.corpus.formats import get_format
 >>> get_format("megatron").files("shard_00000")
 ['shard_00000.bin', 'shard_00000.idx']
 """
@@ -71,7 +71,7 @@ def get_format(name: str) -> Format:
     """
     if name not in FORMATS:
         raise ValueError(f"unknown output format {name!r}; choose one of: {', '.join(FORMATS)}")
-    return importlib.import_module(f"gputok.formats.{name}").FORMAT
+    return importlib.import_module(f"{__name__}.{name}").FORMAT
 
 
 def write_all(f: BinaryIO, arr: np.ndarray) -> None:

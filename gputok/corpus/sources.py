@@ -1,5 +1,13 @@
-"""What a corpus input is, how its bytes are opened and its JSON lines parsed, and the error a bad
-one raises (shared by the text, JSON-lines and Arrow readers)."""
+"""What a corpus input is: a ``Source``, the error a bad one raises, a position in it in words,
+and how its bytes are opened and its JSON lines parsed.
+
+This is the corpus job's vocabulary, below every step of it (checking the inputs, reading them);
+it holds no step of its own.
+
+Positions: every document comes with the input position just after it, ``(file, offset, line)``:
+the index of its source, the bytes (of decompressed text) or rows consumed in it, and the line
+(or row) number; ``location`` says it in words.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
 
 
 class CorpusError(ValueError):
@@ -30,8 +38,23 @@ class Source:
     def seekable(self) -> bool:
         return self.path != "-"
 
+    def __fspath__(self) -> str:
+        # a checked input stays one where a path is expected: ``resolve_inputs`` takes it as
+        # it is (training is handed the sources the command line checked, not their paths)
+        return self.path
 
-class _open_text:
+
+def location(sources: "list[Source]", end) -> str:
+    """``file:line`` (or ``file row N``, or ``file``) of the document that ends at ``end``."""
+    src = sources[end[0]]
+    if src.kind == "txt":
+        return src.path
+    if src.kind in ("parquet", "arrow"):
+        return f"{src.path} row {end[2] - 1}"
+    return f"{src.path}:{end[2]}"
+
+
+class open_text:
     """Context manager: ``(line-iterable binary stream, raw file)`` for a path and compression;
     the raw file's ``tell()`` is the on-disk (compressed) progress."""
 
@@ -63,11 +86,11 @@ class _open_text:
         return False
 
 
-def _parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
-    return _parse_json_text(_decode(line, path, lineno, errors), path, lineno, field)
+def parse_json_line(line: bytes, path: str, lineno: int, field: str, errors: str) -> str:
+    return parse_json_text(decode_utf8(line, path, lineno, errors), path, lineno, field)
 
 
-def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
+def parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
@@ -89,7 +112,7 @@ def _parse_json_text(text: str, path: str, lineno: int, field: str) -> str:
     return doc
 
 
-def _decode(data: bytes, path, lineno, errors: str) -> str:
+def decode_utf8(data: bytes, path, lineno, errors: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -100,7 +123,7 @@ def _decode(data: bytes, path, lineno, errors: str) -> str:
                           "use --errors replace to decode it as U+FFFD") from None
 
 
-def _skip(f, offset: int, src: Source) -> None:
+def skip_to(f, offset: int, src: Source) -> None:
     """Move a stream forward to a recorded offset: a seek for plain files; for compressed ones
     the data is decompressed and dropped (gzip and zstd have no random access)."""
     if src.compression is None:

@@ -3,10 +3,10 @@
 Layout of an output directory (``npy`` shown; other formats differ only in the shard files)::
 
     manifest.json              what was encoded, with what, and every finished shard
-    shard_00000.ids.npy        a shard's files, named by ``gputok.formats``
+    shard_00000.ids.npy        a shard's files, named by ``formats``
     shard_00000.offsets.npy
     .gputok.lock               held while a job writes here: two jobs never share a directory
-                               (one left by a dead job is taken over: ``gputok.lifetime``)
+                               (one left by a dead job is taken over: ``lifetime``)
 
 The rules that make a job killed at any moment lose nothing and duplicate nothing:
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends.host_pool import huge_block
+from ..backends import huge_block
 from .formats import Format, get_format
 from .lifetime import JobLock, LockHeld
 

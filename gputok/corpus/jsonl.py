@@ -25,8 +25,9 @@ from typing import Iterator
 
 import numpy as np
 
-from .sources import _BOM, _open_text, _parse_json_line, _skip
-from .stages.pack import utf8_of
+from ..backends import host_routine, huge_block
+from .sources import BOM, open_text, parse_json_line, skip_to
+from ..stages.pack import utf8_of
 
 BLOCK = 1 << 20  # bytes read at a time (a longer line is read whole)
 DOC, BLANK = 0, 1
@@ -43,8 +44,6 @@ class Parser:
         """Lines of ``block[pos:]`` (whole lines) up to the first one the Python reader must
         take: (lines, status, line ends, document ends, out, why); line ends are counted from
         ``pos``, ``out`` is the documents' bytes (a uint8 array)."""
-        from .backends.host_pool import huge_block
-
         n = len(block) - pos
         lines = min(n // 32 + 64, n + 1)  # more lines than that: the next call goes on
         status = np.empty(lines, np.uint8)
@@ -69,15 +68,8 @@ def parser(field: str) -> "Parser | None":
         key = field.encode("utf-8")
     except UnicodeEncodeError:
         return None
-    try:
-        from .backends import native
-
-        lib = native.library(compile=False)
-    except Exception:  # no compiler, a broken cache: the Python reader
-        return None
-    if lib is None:
-        return None
-    return Parser(lib.lib.gputok_jsonl_parse, key)
+    fn = host_routine("gputok_jsonl_parse")  # None: no compiler, not built yet, a broken cache
+    return None if fn is None else Parser(fn, key)
 
 
 def _lines(f, first: bool) -> Iterator[tuple]:
@@ -100,7 +92,7 @@ def _lines(f, first: bool) -> Iterator[tuple]:
             block = b"".join(rest + [data[:cut]]) if rest else data[:cut]
             rest = [data[cut:]] if cut < len(data) else []
         if block:
-            skip = 3 if first and block.startswith(_BOM) else 0
+            skip = 3 if first and block.startswith(BOM) else 0
             first = False
             yield block, skip
         if not data:
@@ -109,13 +101,13 @@ def _lines(f, first: bool) -> Iterator[tuple]:
 
 def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> Iterator[tuple]:
     """The documents of JSON-lines source ``i`` from position ``start`` on, in runs:
-    ``(run, disk)``: a ``_Run`` (UTF-8 bytes, each document's byte count, its end position
+    ``(run, disk)``: a ``Run`` (UTF-8 bytes, each document's byte count, its end position
     ``(file, offset, line)`` per row of an int64 array) and the on-disk position reached."""
 
     offset, line = (start[1], start[2]) if start and start[0] == i else (0, 0)
-    with _open_text(src.path, src.compression) as (f, raw):
+    with open_text(src.path, src.compression) as (f, raw):
         if offset:
-            _skip(f, offset, src)
+            skip_to(f, offset, src)
         for block, skip in _lines(f, offset == 0):
             pos = skip
             base = offset  # the block's first byte (a skipped BOM counts as consumed input)
@@ -131,7 +123,7 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
                     offset = base + pos + int(line_end[-1])
                     line += k
                     pos += int(line_end[-1])
-                    yield _Run(out, lengths, ends), raw.tell() if raw else offset
+                    yield Run(out, lengths, ends), raw.tell() if raw else offset
                 if why != STOP_FALLBACK:
                     continue
                 # THE FALLBACK RULE: this line is the Python reader's (decoded or its error)
@@ -139,13 +131,13 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
                 stop = block.find(b"\n", pos) + 1 or len(block)
                 line += 1
                 offset = base + stop
-                doc = _parse_json_line(block[pos:stop], src.path, line, field, errors)
+                doc = parse_json_line(block[pos:stop], src.path, line, field, errors)
                 pos = stop
-                yield _Run.one(doc, (i, offset, line)), raw.tell() if raw else offset
+                yield Run.one(doc, (i, offset, line)), raw.tell() if raw else offset
             offset = base + len(block)
 
 
-class _Run:
+class Run:
     """Documents back to back: ``buf`` (uint8), ``lengths``, ``ends`` (n x 3 positions)."""
 
     __slots__ = ("buf", "lengths", "ends", "starts")
@@ -159,11 +151,17 @@ class _Run:
         return len(self.lengths)
 
     @classmethod
-    def one(cls, text: str, end) -> "_Run":
+    def of_utf8(cls, data: bytes, end) -> "Run":
+        """A run of one document already in UTF-8 (kept as it is, no copy)."""
+        return cls(np.frombuffer(data, np.uint8), np.array([len(data)], np.int64),
+                   np.array([end], np.int64))
+
+    @classmethod
+    def one(cls, text: str, end) -> "Run":
         """A run of one document (a str the Python reader read), packed as ``utf8_of`` packs."""
         raw = utf8_of(text)
         return cls(np.frombuffer(raw, np.uint8), np.array([len(raw)], np.int64),
                    np.array([end], np.int64))
 
 
-_NO_RUN = _Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
+NO_RUN = Run(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
