@@ -120,7 +120,7 @@ def run(args) -> dict:
         t0 = time.perf_counter()
         enc, kw, peers = _setup(name, tmp)
         load_s = time.perf_counter() - t0
-        print(f"\n== {name} ({enc.model.kind}; gputok.load {load_s:.2f} s)")
+        print(f"\n== {name} ({enc.model.segmenter.name}; gputok.load {load_s:.2f} s)")
         results["tokenizers"][name] = {"load_s": round(load_s, 3), "kinds": {}}
         for kind, docs in corpora.items():
             mb = sum(len(d.encode()) for d in docs) / 1e6
@@ -163,7 +163,7 @@ def run(args) -> dict:
             row = {"docs": len(docs), "MB": round(mb, 2), "tokens": int(len(ids)), "MB/s": {}}
             timings = {"gputok numpy (cold cache)": cold, "gputok numpy (1 MB batches)": stream,
                        "gputok numpy (warm cache)": warm}
-            if enc.model.kind == "wordpiece" and native is not None:
+            if enc.model.segmenter.device is not None and native is not None:
                 def on_native():
                     return enc.encode_batch_arrays(docs, backend=native, **kw)
 

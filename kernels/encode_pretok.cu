@@ -25,9 +25,10 @@
 //
 // Performance notes: the spans kernel replaced a window rule over class pairs with sparse
 // corrections (runs, window, fix: three kernels and two scans, ~16 ns per byte of cl100k prose
-// on one CPU core; bench/results/ has the before and after). The thread of a byte that starts
-// no span returns after two class loads; on a GPU, a warp's threads do unequal work where spans
-// are long (CJK clauses), as for o200k. Not tried yet: a warp-cooperative matcher.
+// on one CPU core; before and after: bench/results/native-spans-2026-11-23.md at faa7536). The
+// thread of a byte that starts no span returns after two class loads; on a GPU, a warp's
+// threads do unequal work where spans are long (CJK clauses), as for o200k. Not tried yet: a
+// warp-cooperative matcher.
 // What each byte computes (classes, THE CL SPAN RULE, THE CL MATCHER) is written once in
 // common/encode_pretok_rules.h, shared with shaders/encode_pretok_*.metal; here: the loops and
 // stores.

@@ -31,10 +31,10 @@ New blocks of 2-16 MB come from ``huge_block``: where Linux offers transparent h
 (``madvise`` or ``always`` mode) their first touch costs one fault per 2 MB instead of one per
 4 KB. On the 2-core box a fresh 64 MB takes 6.5 ms that way and 51 ms in 4 KB pages; with it
 (and the smaller tables and recycled output of the same change) a cold o200k batch of 4 MB
-took 71.8 -> 60.1 ms (bench/results/native-jsonl-2026-11-24.md). numpy asks for huge pages only
-from 4 MB on, and malloc's blocks are not 2 MB aligned, so a chunk's 2-4 MB arrays never got
-them. Workspace takes them further (a fresh process's first 4 MB o200k batch: ~3,200 -> ~420
-page faults, cold 50.6 -> 41.8 ms on the 2-core box, fresh processes alternated): its
+took 71.8 -> 60.1 ms (bench/results/native-jsonl-2026-11-24.md at 0a6b30f). numpy asks for huge
+pages only from 4 MB on, and malloc's blocks are not 2 MB aligned, so a chunk's 2-4 MB arrays
+never got them. Workspace takes them further (a fresh process's first 4 MB o200k batch: ~3,200
+-> ~420 page faults, cold 50.6 -> 41.8 ms on the 2-core box, fresh processes alternated): its
 blocks under 2 MB are cut from 4 MB slabs in 2 MB pages (``HostPool._cut``), and its blocks of
 2-16 MB are made in whole 2 MB units (a tail in 4 KB pages cost ~700 faults a batch); an array
 the caller keeps stays as close to its size as ``huge_block`` makes it.

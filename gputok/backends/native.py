@@ -21,8 +21,8 @@ compiler (``native_build.py``: the same sources every device gets, plus the host
 Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
 
-Performance notes (2-core shared VM whose second core is mostly taken by other work;
-bench/results/encode-native-*.md and native-*.md have the runs): ~60 MB/s per core on prose and
+Performance notes (2-core shared VM whose second core is mostly taken by other work; the runs:
+bench/results/encode.md, and git history has the rest): ~60 MB/s per core on prose and
 code, ~35 on multilingual text (tiktoken 0.14: ~10-16; one thread, CPU time, warm). Time on one
 core, o200k prose: whole-token lookup 23%, span walk 22%, short merges 19%, classes 4%, emit
 3%; multilingual text spends 41% in the short merges. Every hash probe is a cache miss on 8 MB
@@ -44,7 +44,8 @@ tables. Decisions:
   bench_encode, o200k, 5 rounds, two runs each, 1 MB / 256 KB chunks alternated: cold over
   tiktoken's batch prose 2.53 / 3.43x and 3.52 / 3.31x, code 3.77 / 3.54x and 3.04 / 3.72x,
   multilingual 2.17 / 3.76x and 2.46 / 3.25x (its cold MB/s 35 -> 45-49; warm the same;
-  bench/results/native-chunks-2026-11-28.md). With many workers the cap stays 1 MB: a chunk's
+  native-chunks-2026-11-28.md, bench/results at a1c9f0b). With many workers the cap stays 1 MB:
+  a chunk's
   glue holds the interpreter's lock (~0.2 ms), and on 16 cores two chunks per worker halved
   the rate (below). 1-8 MB measured the same warm speed; 4 MB chunks put ``gputok encode`` at
   1.5x tiktoken's peak memory. Arrays come from ``np.empty`` / ``np.zeros``: workspace a
@@ -73,7 +74,8 @@ tables. Decisions:
   hash probes on multilingual text, and a one-byte piece (15-23% of the pieces) takes its id
   with one load. Fresh processes alternated, 2-core box: o200k multilingual cold 99 -> 87 ms
   for 4 MB (warm CPU -7%), prose 59 -> 50, code 57 -> 48, cl100k multilingual 103 -> 80
-  (bench/results/native-byteblocks-2026-11-27.md); the cold pass gains more than the warm
+  (native-byteblocks-2026-11-27.md, bench/results at dd774ff); the cold pass gains more than the
+  warm
   one: fewer first touches of the 8 MB tables;
 * THE BYTES HASH reads a piece a word at a time, and the native device loads that word whole
   (``enc_word_at``, dialect_host.h; a piece under 8 bytes where the 8 bytes stay in its 4 KB
@@ -101,7 +103,8 @@ tables. Decisions:
   ms spikes when the host backs a region): a fresh process's first 4 MB batch makes ~15 MB of
   new pages (workspace ~8-10 MB, its 4 MB of ids), tiktoken's ~200 MB; 128 KB chunks
   instead of 256 KB and workspace without huge pages measured the same;
-* on 16 cores (Xeon, bench/results/cuda-h200-2026-11-27.md) one thread runs 32 MB/s and 16
+* on 16 cores (Xeon, cuda-h200-2026-11-27.md, bench/results at 8bb2bd5) one thread runs 32 MB/s
+  and 16
   threads 190-205 MB/s on prose, 100-110 on multilingual text (4.4x and 3.5-4x tiktoken's batch
   API on as many threads, warm): the workers are busy ~70% of the chunk loop and each runs at
   12-17 MB/s. Cutting the batch into two chunks per worker halved the rate (every chunk's

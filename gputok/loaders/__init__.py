@@ -5,7 +5,8 @@
                      hf_models.py      Unigram, WordLevel)
     .tiktoken        tiktoken_file.py  lines of "<base64 token> <rank>" (optionally gzipped)
     .model           spm_model.py      a SentencePiece ModelProto (protobuf; BPE and Unigram)
-    .gguf            gguf.py           llama.cpp's model file (its tokenizer metadata)
+    .gguf            gguf.py           llama.cpp's model file (its tokenizer metadata), and
+                     gguf_pre.py       the pre-tokenizers its tokenizer.ggml.pre names
     a directory      directory.py      tokenizer.json / tokenizer.model + tokenizer_config.json
                                        + special_tokens_map.json, as AutoTokenizer reads them
 

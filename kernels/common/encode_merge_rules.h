@@ -249,7 +249,7 @@ GPUTOK_FN bool enc_merge_step(GPUTOK_THREAD const EncMergeTable& t,
   // THE COMPARATOR (lowest priority, then leftmost: strict <) in one running minimum of 32-bit
   // compares: a GPU thread issues in order, and the 64-bit keys of the CPU's form cost it two
   // compares and two selects a pair (its merge stage ran 11-13% slower on an H200,
-  // bench/results/gpu-h200-onecall-2026-11-27.md)
+  // bench/results/cuda.md, "The kernels' GPU forms")
   enc_u32 best = ENC_NO_MERGE, at = 0;
   for (enc_u32 k = 0; k + 1 < len; ++k) {
     if (pr[k] < best) {
