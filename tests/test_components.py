@@ -54,3 +54,27 @@ def test_no_kind_strings_outside_the_loaders():
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py") if "loaders" not in p.parts
             for i, line in enumerate(p.read_text("utf-8").splitlines(), 1) if bad.search(line)]
     assert hits == []
+
+
+def test_every_family_a_loader_builds_is_a_composition(tmp_path):
+    """One model of each family, as its loader builds it: every part implements its protocol,
+    and only byte-level BPE and WordPiece state a device form."""
+    import json
+
+    import families as F
+    import testdata
+
+    (tmp_path / "wl.json").write_text(json.dumps({
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"},
+        "pre_tokenizer": {"type": "Whitespace"}}))
+    (tmp_path / "uni.model").write_bytes(F.unigram_source("botchan_unigram"))
+    paths = {"SentencePiece BPE": testdata.family_path("mistral_v3"),
+             "WordPiece": testdata.family_path("minilm_tokenizer_json"),
+             "byte-level BPE": testdata.vocab_path("qwen2_tokenizer_json"),
+             "Unigram": tmp_path / "uni.model", "WordLevel": tmp_path / "wl.json"}
+    for family, path in paths.items():
+        m = gputok.load(path).model
+        assert m.segmenter.name == family
+        for proto, part in _parts(m).items():
+            assert isinstance(part, proto), (family, proto.__name__, part)
+        assert (m.segmenter.device is not None) == (family in ("WordPiece", "byte-level BPE"))

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["spm_proto", "charsmap", "spm", "hf_spm", "wordpiece", "gguf", "gguf_pre"]
+MODULES = ["spm_proto", "charsmap", "spm", "hf_spm", "wordpiece", "gguf", "gguf_pre", "unigram",
+           "post"]
 
 
 @pytest.mark.parametrize("name", MODULES)

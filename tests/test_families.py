@@ -447,6 +447,10 @@ def test_family_docstring_examples_run():
                  "gputok.components.segmenters.spm_bpe", "gputok.components.normalizers.spm",
                  "gputok.components.pretokenizers.bert", "gputok.components.segmenters.wordpiece",
                  "gputok.loaders.spm_model", "gputok.loaders.gguf", "gputok.loaders.gguf_pre",
+                 "gputok.components.segmenters.unigram", "gputok.components.segmenters.trie",
+                 "gputok.components.segmenters.wordlevel", "gputok.components.pretokenizers",
+                 "gputok.components.normalizers", "gputok.components.decoders",
+                 "gputok.components.postprocessors",
                  "gputok.components.decoders.chains"):
         mod = importlib.import_module(name)
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)

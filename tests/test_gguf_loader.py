@@ -100,7 +100,7 @@ def test_reader_big_endian_v3_and_errors(tmp_path):
     bad.write_bytes(path.read_bytes()[:40])
     with pytest.raises(ValueError, match="bad.gguf: truncated GGUF metadata"):
         gputok.load(bad)
-    with pytest.raises(ValueError, match="'nope' is not supported.*'gpt2'.*'llama'.*'bert'"):
+    with pytest.raises(ValueError, match="'nope' is not supported.*'gpt2'.*'llama'.*'t5'"):
         L.model_from_metadata({"tokenizer.ggml.model": "nope", "tokenizer.ggml.tokens": ["a"]},
                               "nope")
     with pytest.raises(ValueError, match="unknown tokenizer.ggml.pre 'nope'.*llama-bpe.*qwen2"):
