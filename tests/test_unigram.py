@@ -100,7 +100,42 @@ def test_float32_sums_and_their_rebase(tmp_path):
     texts = ["ab" * 700, "aba b" * 300 + "bb", "ba" * 451 + "x" + "ab" * 300, "a" * 5]
     want = [sp.encode(t) for t in texts]
     assert [ref.encode_ordinary(t) for t in texts] == want
-    assert _batch(enc, texts, "numpy") == want
+    reset_counters()
+    assert _batch(enc, texts, "numpy") == want  # (few units: each on its own)
+    assert counters["unigram.steps"] == 0
+    many = [t + "ab" * k for k in range(5) for t in texts[:3]]  # (in lockstep, then alone)
+    assert _batch(enc, many, "numpy") == [sp.encode(t) for t in many]
+    assert counters["unigram.steps"] > 1000
+
+
+def test_the_rebase_decides(tmp_path):
+    """A text whose best path sentencepiece finds only because it rebases its float32 sums
+    (found by search: without the rebase the spec, and gputok, pick another path)."""
+    import random
+
+    import sentencepiece as spm
+
+    pieces = [("<unk>", 0.0, UNKNOWN), ("a", -1000.7138938812757, NORMAL),
+              ("b", -1001.6326876758878, NORMAL), ("ab", -2002.3475815571635, NORMAL),
+              ("ba", -2002.3495815571634, NORMAL)]
+    data = F.model_bytes(pieces, trainer={"model_type": 1},
+                         normalizer={"add_dummy_prefix": False})
+    path = tmp_path / "r.model"
+    path.write_bytes(data)
+    enc, sp = gputok.load(path), spm.SentencePieceProcessor(model_proto=data)
+    text = ("baabbaabbbaaabaaaababbbbbbabaaababbbbbbbabababaabbaabbababaabbbaaabbbaabaaaaabbbaabb"
+            "babbbbabbabbbbbabbabaabbbbbbaaabbbbbababbbbbaaababababaabbabaababbaaaababbababbbbbbb"
+            "bbabaaabbaabbbaabaaaaabaabaabaabaababbabaaaaaabaabbababbabbaaaaaaabaabbababbbbbbabba"
+            "aabaaabbbababbbbbbaaabababaabbbabababaabaabaaabaabaaabbbaaaaaabaaaaabbbbbbbabababbab"
+            "aaabbbaabaababbbababbbaababbabbababababaaaabaabaaabaababaaaabbabbbaabbbbbaabbabababa"
+            "bbabbbbbababbabaaabbaaabbbabbbaaaabbabbbaaabbabbbbabbaabaaaaabbaabaaaabbbabbbbbbbbaa"
+            "aaababaaaababaabaaabaababbbbaaaabaaababbaabaaabbbababbabbbbababbbbbbaaabbabaaaaabaaa"
+            "aabbaaabbbba")
+    assert RefUnigram(data).encode_ordinary(text) == sp.encode(text)
+    assert _batch(enc, [text], "numpy") == [sp.encode(text)]  # (one unit: on its own)
+    rng = random.Random(1)
+    many = [text[:rng.randrange(400, 600)] for _ in range(12)]  # (in lockstep)
+    assert _batch(enc, many, "numpy") == [sp.encode(t) for t in many]
 
 
 @settings(max_examples=fuzz_examples(40), deadline=None)
