@@ -66,6 +66,23 @@ def best_of(fn, repeat: int) -> float:
     return min(times)
 
 
+def best_interleaved(fns: dict, repeat: int, warm_up: bool = True) -> dict:
+    """{label: minimum wall time} of each function, timed in rounds: every function once per
+    round, each round starting with the next (a change in the machine's load hits all alike),
+    after one warm-up call each."""
+    labels = list(fns)
+    if warm_up:
+        for label in labels:
+            fns[label]()
+    times: dict = {label: [] for label in labels}
+    for k in range(repeat):
+        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
+            t0 = time.perf_counter()
+            fns[label]()
+            times[label].append(time.perf_counter() - t0)
+    return {label: min(ts) for label, ts in times.items()}
+
+
 def median(xs):
     return statistics.median(xs)
 

@@ -72,17 +72,16 @@ def measure(args) -> None:
             got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
             if got != want:
                 sys.exit(f"{be.pretok}: ids differ from tiktoken on {kind}")
-        t = [_common.best_of(lambda be=be: be.encode(enc.model, Documents(docs), frozenset(),
-                                                     frozenset()), args.repeat)
-             for be in (dev, host)]
-        t.append(_common.best_of(lambda: tk.encode_ordinary_batch(docs,
-                                                                  num_threads=args.threads),
-                                 args.repeat))
         fast = peers.checked(peers.FASTEST, "o200k_base", docs, want, threads=args.threads)
-        best = {n: _common.best_of(lambda p=p: p.batch(docs), args.repeat)
-                for n, p in fast.items()}
-        bar = min(best, key=best.get, default=None)
-        print(f"| {kind} ({nbytes / 1e6:.1f} MB) | " + " | ".join(_mbps(nbytes, x) for x in t)
+        fns = {"device": lambda: dev.encode(enc.model, Documents(docs), frozenset(),
+                                            frozenset()),
+               "host": lambda: host.encode(enc.model, Documents(docs), frozenset(), frozenset()),
+               "tiktoken": lambda: tk.encode_ordinary_batch(docs, num_threads=args.threads)}
+        fns.update({n: (lambda p=p: p.batch(docs)) for n, p in fast.items()})
+        best = _common.best_interleaved(fns, args.repeat)  # rounds, every runner in turn
+        bar = min(fast, key=best.get, default=None)
+        print(f"| {kind} ({nbytes / 1e6:.1f} MB) | "
+              + " | ".join(_mbps(nbytes, best[k]) for k in ("device", "host", "tiktoken"))
               + (f" | {_mbps(nbytes, best[bar])} ({bar}) |" if bar else " | - |"))
 
     qw = hf_encoding("qwen2")
@@ -104,9 +103,11 @@ def measure(args) -> None:
             if outs[0] != outs[1]:
                 sys.exit(f"Qwen2 {kind} {form}: device check and host normaliser differ")
             dev.host_normalized.clear()
-            t = [_common.best_of(lambda be=be: be.encode(qw.model, Documents(docs), frozenset(),
-                                                         frozenset()), args.repeat)
-                 for be in (dev, host)]
+            best = _common.best_interleaved(
+                {be: (lambda be=be: be.encode(qw.model, Documents(docs), frozenset(),
+                                              frozenset())) for be in (dev, host)},
+                args.repeat, warm_up=False)
+            t = [best[dev], best[host]]
             per_mb = dev.host_normalized["bytes"] / args.repeat / (nbytes / 1e6)
             print(f"| {kind}, {form} ({nbytes / 1e6:.1f} MB) | "
                   + " | ".join(_mbps(nbytes, x) for x in t) + f" | {per_mb:.0f} |")

@@ -188,9 +188,8 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     timed.update(peers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for label, fn in timed.items():
-            fn()  # warm-up (tables, compilation, caches)
-            t = _common.best_of(fn, args.repeat)
+        # after a warm-up each (tables, compilation, caches), rounds of every runner in turn
+        for label, t in _common.best_interleaved(timed, args.repeat).items():
             row["MB/s"][label] = mb / t
             print(f"  {label:<40} {mb / t:10.1f} MB/s")
     single = [d for d in docs[: max(1, int(len(docs) * min(1.0, args.single_mb / mb)))]]

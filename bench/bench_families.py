@@ -174,11 +174,11 @@ def run(args) -> dict:
                     raise SystemExit(f"{name} {kind}: the native backend differs; not timing")
                 timings[f"gputok native ({native.dev.name})"] = on_native
             timings.update({k: (lambda fn=fn: fn(docs)) for k, fn in exact.items()})
-            for label, fn in timings.items():
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fn()  # warm-up
-                    row["MB/s"][label] = mb / _common.best_of(fn, args.repeat)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # after a warm-up each, rounds of every runner in turn
+                for label, t in _common.best_interleaved(timings, args.repeat).items():
+                    row["MB/s"][label] = mb / t
             results["tokenizers"][name]["kinds"][kind] = row
             print(f"{kind}: {len(docs)} docs, {mb:.2f} MB, {len(ids)} tokens, ids identical "
                   f"for gputok and every peer timed ({', '.join(exact)})")

@@ -98,9 +98,8 @@ def run_encoding(name: str, docs: list[str], be, args) -> dict:
         docs, num_threads=threads)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for label, fn in timed.items():
-            fn()  # warm-up
-            t = _common.best_of(fn, args.repeat)
+        # after a warm-up each, rounds of every runner in turn
+        for label, t in _common.best_interleaved(timed, args.repeat).items():
             row["MB/s"][label] = mb / t
             print(f"  {label:<36} {mb / t:10.2f} MB/s")
     single = docs[:max(1, int(len(docs) * min(1.0, args.single_mb / max(mb, 1e-9))))]

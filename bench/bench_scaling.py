@@ -94,21 +94,23 @@ def run(name: str, kind: str, args) -> list:
         got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
         if got != want:
             raise SystemExit(f"{name} x {kind}: native ids differ from tiktoken's")
-        best, best_ph = None, None
-        for _ in range(args.repeat):
+        fastest: dict = {}  # the native batch's best pass and its phases
+
+        def native_pass():
             ph.reset()
             t0 = time.perf_counter()
             enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
             dt = time.perf_counter() - t0
-            if best is None or dt < best:
-                best, best_ph = dt, (dict(ph.t), ph.busy)
-        tk_best = _common.best_of(lambda: tk.encode_ordinary_batch(docs, num_threads=t),
-                                  args.repeat)
-        peer_best = {}
+            if not fastest or dt < fastest["dt"]:
+                fastest.update(dt=dt, phases=(dict(ph.t), ph.busy))
+
+        fns = {"native": native_pass,
+               "tiktoken": lambda: tk.encode_ordinary_batch(docs, num_threads=t)}
         for p in fast:
-            batch = peers.build(p, name, threads=t).batch
-            batch(docs)  # warm-up
-            peer_best[p] = _common.best_of(lambda: batch(docs), args.repeat)
+            fns[p] = (lambda batch=peers.build(p, name, threads=t).batch: batch(docs))
+        times = _common.best_interleaved(fns, args.repeat)  # rounds, every runner in turn
+        best, best_ph, tk_best = fastest["dt"], fastest["phases"], times["tiktoken"]
+        peer_best = {p: times[p] for p in fast}
         phases, busy = best_ph
         loop = phases.get("chunk loop", 0.0) + phases.get("streamed loop", 0.0)
         util = busy / (t * loop) if loop and busy else float("nan")

@@ -83,3 +83,11 @@ def test_the_fastest_peers_give_tiktokens_ids(name):
     docs = ["hello world", "  def f(x):\n\treturn x", "中文 😀 don't", "a" * 3000]
     assert peers.inexact(peer.batch(docs), [tk.encode_ordinary(d) for d in docs], docs) is None
     assert [int(i) for i in peer.one(docs[2])] == tk.encode_ordinary(docs[2])
+
+
+def test_rounds_take_every_runner_in_turn_each_starting_with_the_next():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    best = _common.best_interleaved(fns, 3)
+    assert calls == list("abc") + list("abc") + list("bca") + list("cab")  # warm-up, 3 rounds
+    assert set(best) == set("abc") and all(t >= 0 for t in best.values())
