@@ -2,8 +2,8 @@
 
 A GGUF file (llama.cpp's model format) keeps its tokenizer as metadata key/values:
 
-    tokenizer.ggml.model        "gpt2" (byte-level BPE), "llama" (SentencePiece BPE), "bert"
-                                (WordPiece); others are refused
+    tokenizer.ggml.model        "gpt2" (byte-level BPE), "llama" (SentencePiece BPE), "gemma4"
+                                (BPE on characters), "bert" (WordPiece); others are refused
     tokenizer.ggml.pre          for gpt2: the pre-tokenizer's *name* (``cpu_ref.gguf_pre``)
     tokenizer.ggml.tokens       the vocabulary, id = index
     tokenizer.ggml.token_type   per token: 1 NORMAL, 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED,
@@ -25,6 +25,18 @@ How each family is read:
   Where llama.cpp departs from sentencepiece (it lets CONTROL and BYTE tokens be merge results,
   does not split UNUSED pieces back, and fails on unknown characters without byte tokens), we
   keep sentencepiece's rules: the file came from a sentencepiece model.
+* ``gemma4`` (Gemma 4), and ``gpt2`` with ``pre`` in ``gguf_pre.CHAR_LEVEL`` -> ``RefCharBpe``,
+  llama.cpp's BPE on raw UTF-8 (its ``llm_tokenizer_bpe_session`` with ``byte_encode`` off and
+  ``escape_whitespaces`` on): every " " becomes "▁" (U+2581; other whitespace is kept); the text
+  splits into runs of "\n" and runs of other characters; a newline run that is a token is that
+  token; every other run starts as its characters and merges the adjacent pair of lowest
+  ``merges`` rank (leftmost on ties: llama.cpp's queue orders by rank, then left index) while a
+  pair has a rank; a final symbol that is not a token becomes the ``<0xXX>`` tokens of its UTF-8
+  bytes, a byte whose token is missing being dropped. CONTROL and UNKNOWN tokens are special
+  tokens, USER_DEFINED ones always split out. Gemma 4's HF tokenizer (``Replace(" ", "▁")``, no
+  pre-tokenizer, BPE with byte fallback) gives the same ids on its vocabulary: no token joins a
+  newline to another character, every newline token is what merging its text gives, no merge
+  takes a byte token.
 * ``bert`` -> WordPiece (``cpu_ref.wordpiece``) with BERT's uncased normaliser (GGUF has no
   normaliser keys; the converter writes uncased models). The converter stores "##x" as "x" and a
   word-initial "x" as "▁x" (bracketed tokens like "[CLS]" unchanged); we convert back.
@@ -33,7 +45,9 @@ What gputok's fast path must compute
 ------------------------------------
 Nothing new: the file is read once on the host, and the tokenizer it describes runs on the fast
 path of its family (the byte-level BPE stages; SentencePiece and WordPiece as in ``spm`` and
-``wordpiece``).
+``wordpiece``; ``RefCharBpe`` as the SentencePiece-style tokenizer.json family, ``hf_spm``, with a
+``Replace(" ", "▁")`` normaliser and byte fallback, its merges that join a newline to another
+character dropped).
 
 The reader is our own (no ``gguf`` package needed): little- or big-endian (detected from the
 version field), versions 1-3 (v1 used 32-bit counts and lengths), metadata only.
@@ -44,7 +58,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from . import gguf_pre, hf, spm, spm_proto, wordpiece
+import regex
+
+from . import gguf_pre, hf, specials, spm, spm_proto, wordpiece
 
 # GGUF value types (gguf.h's enum gguf_type): id -> struct code, for the scalars
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
@@ -147,14 +163,18 @@ def from_metadata(meta: dict, *, where: str = "GGUF"):
     types = meta.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)  # absent: all
     if len(types) != len(tokens):
         raise GGUFError(f"{where}: {len(types)} token types for {len(tokens)} tokens")
+    if model == "gemma4":
+        return RefCharBpe(meta, tokens, types, where=where)
     if model not in families:
         raise GGUFError(f"{where}: tokenizer.ggml.model {model!r} is not supported; gputok "
-                        "reads 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE) and 'bert' "
-                        "(WordPiece)")
+                        "reads 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE), 'gemma4' "
+                        "(BPE on characters) and 'bert' (WordPiece)")
     return families[model](meta, tokens, types, where)
 
 
 def _byte_level(meta, tokens, types, where):
+    if meta.get("tokenizer.ggml.pre") in gguf_pre.CHAR_LEVEL:
+        return RefCharBpe(meta, tokens, types, where=where)
     pre = gguf_pre.pre_tokenizer(meta.get("tokenizer.ggml.pre"), where=where)
     merges = meta.get("tokenizer.ggml.merges")
     if merges is None:
@@ -232,3 +252,92 @@ def _wordpiece(meta, tokens, types, where):
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk_token = vocab[unk] if unk is not None else "[UNK]"
     return wordpiece.RefWordPiece.from_vocab(vocab, specials_=specials, unk_token=unk_token)
+
+
+class RefCharBpe:
+    r"""llama.cpp's BPE on characters (Gemma 4), literally (see the module docstring).
+
+    >>> meta = {"tokenizer.ggml.merges": ["a b", "▁ ab"]}
+    >>> tok = RefCharBpe(meta, ["a", "b", "ab", "▁", "▁ab", "\n", "\n\n"], [1] * 7)
+    >>> tok.encode_ordinary("ab ab\n\nba")
+    [2, 4, 6, 1, 0]
+    """
+
+    def __init__(self, meta: dict, tokens: list, types: list, *, where: str = "GGUF"):
+        merges = meta.get("tokenizer.ggml.merges")
+        if merges is None:
+            raise GGUFError(f"{where}: a BPE tokenizer needs tokenizer.ggml.merges")
+        self.vocab: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            self.vocab.setdefault(t, i)
+        self.rank: dict[tuple[str, str], int] = {}
+        for i, m in enumerate(merges):
+            cut = m.find(" ", 1)  # llama.cpp: the first space after the first character
+            if cut > 0:
+                self.rank.setdefault((m[:cut], m[cut + 1:]), i)
+        self.special_tokens = {t: i for i, (t, k) in enumerate(zip(tokens, types))
+                               if k in (TOKEN_CONTROL, TOKEN_UNKNOWN)}
+        self.always = {t: i for i, (t, k) in enumerate(zip(tokens, types))
+                       if k == TOKEN_USER_DEFINED}
+        self.tokens = list(tokens)
+
+    def encode_run(self, run: str) -> list[int]:
+        """One run (all newlines, or none): the whole-newline-run rule, merging, byte tokens."""
+        if run.strip("\n") == "" and run in self.vocab:
+            return [self.vocab[run]]
+        parts = list(run)
+        while len(parts) > 1:
+            best = None  # (rank, left index): THE COMPARATOR, lowest rank then leftmost
+            for i in range(len(parts) - 1):
+                r = self.rank.get((parts[i], parts[i + 1]))
+                if r is not None and (best is None or r < best[0]):
+                    best = (r, i)
+            if best is None:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        out = []
+        for p in parts:
+            if p in self.vocab:
+                out.append(self.vocab[p])
+                continue
+            for b in p.encode("utf-8"):  # bytes without a token are dropped
+                tok = self.vocab.get(f"<0x{b:02X}>")
+                if tok is not None:
+                    out.append(tok)
+        return out
+
+    def _encode_text(self, text: str) -> list[int]:
+        text = text.replace(" ", "\u2581")
+        return [i for run in regex.findall(r"\n+|[^\n]+", text) for i in self.encode_run(run)]
+
+    def _encode(self, text: str, allowed: frozenset) -> list[int]:
+        text = specials.fix_surrogates(text)
+        out: list[int] = []
+        for seg, is_tok in specials.split_specials(text, allowed | frozenset(self.always)):
+            if is_tok:
+                out.append(self.special_tokens.get(seg, self.always.get(seg)))
+            else:
+                out.extend(self._encode_text(seg))
+        return out
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._encode(text, frozenset())
+
+    def encode(self, text: str, *, allowed_special="none", disallowed_special="all") -> list[int]:
+        allowed, disallowed = specials.normalize_special_args(
+            self.special_tokens.keys(), () if allowed_special == "none" else allowed_special,
+            disallowed_special)
+        specials.check_disallowed(text, disallowed)
+        return self._encode(text, allowed)
+
+    def decode_bytes(self, ids) -> bytes:
+        """Token texts with "▁" as " ", ``<0xXX>`` tokens as their byte."""
+        out = bytearray()
+        for i in ids:
+            t = self.tokens[i]
+            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                out.append(int(t[3:5], 16))
+            else:
+                out += t.replace("\u2581", " ").encode("utf-8")
+        return bytes(out)

@@ -105,6 +105,10 @@ _TABLE: dict[tuple[str, ...], PreTokenizer] = {
     ("gpt-4o", "llama4"): PreTokenizer((_GPT4O,)),
 }
 
+# gpt2-model names that llama.cpp runs as BPE on characters (``cpu_ref.gguf.RefCharBpe``), not
+# byte-level BPE
+CHAR_LEVEL = frozenset({"gemma4", "granite-embed-multi-311m", "sarvam-moe"})
+
 PRE_TOKENIZERS: dict[str, PreTokenizer] = {name: pre for names, pre in _TABLE.items()
                                            for name in names}
 

@@ -59,8 +59,8 @@ def _gguf(name: str):
 # ---- llama.cpp's test texts and the source tokenizers' ids -----------------------------------
 
 # (the largest two, Command-R's 256K and DeepSeek-LLM's 100K tokens, with GPUTOK_ALL_VOCABS=1)
-GGUF_NAMES = [n for n in testdata.LLAMA_CPP_VOCABS if n != "gemma-4" and (
-    os.environ.get("GPUTOK_ALL_VOCABS") or n not in ("command-r", "deepseek-llm"))]
+GGUF_NAMES = [n for n in testdata.LLAMA_CPP_VOCABS
+              if os.environ.get("GPUTOK_ALL_VOCABS") or n not in ("command-r", "deepseek-llm")]
 
 
 @pytest.mark.parametrize("name", GGUF_NAMES)
@@ -73,6 +73,26 @@ def test_gguf_gives_the_source_tokenizers_ids(name):
         assert _batch(enc, texts, backend) == want, backend
     ref = ref_gguf.load(testdata.family_path(f"llama_cpp_{name}"))
     assert [ref.encode_ordinary(t) for t in texts] == want
+
+
+def test_gemma4_is_bpe_on_characters():
+    """Gemma 4 (``tokenizer.ggml.model = "gemma4"``): "▁" for spaces, merges by rank on
+    characters across words (">▁</" is one token), newline runs apart, <0xXX> byte fallback,
+    tokens typed USER_DEFINED always split out; decoding gives the text back."""
+    enc = _gguf("gemma-4")
+    assert enc.model.kind == "spm-bpe"
+    tok = enc.encode_single_token
+    assert enc.encode_ordinary("> </") == [tok(">\u2581</")]
+    assert enc.encode_ordinary("a\n\n\nb") == [tok("a"), tok("\n\n\n"), tok("b")]
+    assert enc.encode_ordinary("\U000e0100") == [tok(f"<0x{b:02X}>") for b in
+                                                   "\U000e0100".encode()]
+    assert enc.encode_ordinary("x<|tool_call>y") == [tok("x"), 48, tok("y")]
+    assert enc.encode("<bos>", allowed_special="all") == [2]
+    text = "  Grüße,\tworld!\n\n 😶\u200d🌫️ > </a>\U000e0100"
+    assert enc.decode(enc.encode_ordinary(text)) == text
+    ref = ref_gguf.load(testdata.family_path("llama_cpp_gemma-4"))
+    assert ref.decode_bytes(ref.encode_ordinary(text)).decode() == text
+    assert ref.encode_ordinary(text) == enc.encode_ordinary(text)
 
 
 def test_phi3_unk_is_the_unknown_token_id():

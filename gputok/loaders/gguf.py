@@ -147,8 +147,19 @@ def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
     types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
     if len(types) != len(tokens):
         raise ValueError(f"{where}: {len(types)} token types for {len(tokens)} tokens")
-    if kind == "gpt2":
-        model = _byte_level(meta, tokens, types, name, where, digest)
+    if kind == "gemma4":
+        from .gguf_chars import char_level
+
+        model = char_level(meta, tokens, types, name, where, digest)
+    elif kind == "gpt2":
+        from .gguf_chars import CHAR_LEVEL_PRE
+
+        if meta.get("tokenizer.ggml.pre") in CHAR_LEVEL_PRE:
+            from .gguf_chars import char_level
+
+            model = char_level(meta, tokens, types, name, where, digest)
+        else:
+            model = _byte_level(meta, tokens, types, name, where, digest)
     elif kind in ("llama", "t5"):
         model = _sentencepiece(meta, tokens, types, name, where, digest, unigram=kind == "t5")
     elif kind == "bert":
@@ -156,7 +167,8 @@ def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
     else:
         raise ValueError(f"{where}: tokenizer.ggml.model {kind!r} is not supported; gputok reads "
                          "'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE), 't5' "
-                         "(SentencePiece Unigram) and 'bert' (WordPiece)")
+                         "(SentencePiece Unigram), 'gemma4' (BPE on characters) and 'bert' "
+                         "(WordPiece)")
     # what llama.cpp adds with add_special (BOS, EOS, SEP), for add_special_tokens=True
     return dataclasses.replace(model, post=gguf_post(meta, len(tokens)))
 
