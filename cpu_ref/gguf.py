@@ -25,7 +25,7 @@ How each family is read:
   Where llama.cpp departs from sentencepiece (it lets CONTROL and BYTE tokens be merge results,
   does not split UNUSED pieces back, and fails on unknown characters without byte tokens), we
   keep sentencepiece's rules: the file came from a sentencepiece model.
-* ``gemma4`` (Gemma 4), and ``gpt2`` with ``pre`` in ``gguf_pre.CHAR_LEVEL`` -> ``RefCharBpe``,
+* ``gemma4`` (Gemma 4), and ``gpt2`` with a ``pre`` of ``gguf_pre.CHAR_LEVEL`` -> ``RefCharBpe``,
   llama.cpp's BPE on raw UTF-8 (its ``llm_tokenizer_bpe_session`` with ``byte_encode`` off and
   ``escape_whitespaces`` on): every " " becomes "▁" (U+2581; other whitespace is kept); the text
   splits into runs of "\n" and runs of other characters; a newline run that is a token is that
@@ -173,9 +173,12 @@ def from_metadata(meta: dict, *, where: str = "GGUF"):
 
 
 def _byte_level(meta, tokens, types, where):
-    if meta.get("tokenizer.ggml.pre") in gguf_pre.CHAR_LEVEL:
-        return RefCharBpe(meta, tokens, types, where=where)
     pre = gguf_pre.pre_tokenizer(meta.get("tokenizer.ggml.pre"), where=where)
+    if pre.symbols == "chars":
+        return RefCharBpe(meta, tokens, types, where=where)
+    if pre.symbols != "bytes":
+        raise GGUFError(f"{where}: tokenizer.ggml.pre {meta.get('tokenizer.ggml.pre')!r} "
+                        f"(BPE on {pre.symbols}) is not supported")
     merges = meta.get("tokenizer.ggml.merges")
     if merges is None:
         raise GGUFError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.merges")

@@ -16,6 +16,8 @@ The tokenizer keys and how each family is built:
                                       ``add_space_prefix``; byte fallback iff BYTE tokens exist
                            "t5"    -> SentencePiece Unigram: as "llama", with scores as
                                       piece scores and ``precompiled_charsmap``
+                           "gemma4" -> BPE on characters (``gguf_chars.py``), as are gpt2
+                                      files whose ``pre`` runs on characters
                            "bert"  -> WordPiece, BERT's uncased normaliser; the converter's
                                       spelling ("▁x" word-initial, "x" continuation) undone
     token_type             1 NORMAL, 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED, 5 UNUSED, 6 BYTE
@@ -152,14 +154,7 @@ def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
 
         model = char_level(meta, tokens, types, name, where, digest)
     elif kind == "gpt2":
-        from .gguf_chars import CHAR_LEVEL_PRE
-
-        if meta.get("tokenizer.ggml.pre") in CHAR_LEVEL_PRE:
-            from .gguf_chars import char_level
-
-            model = char_level(meta, tokens, types, name, where, digest)
-        else:
-            model = _byte_level(meta, tokens, types, name, where, digest)
+        model = _byte_level(meta, tokens, types, name, where, digest)
     elif kind in ("llama", "t5"):
         model = _sentencepiece(meta, tokens, types, name, where, digest, unigram=kind == "t5")
     elif kind == "bert":
@@ -186,6 +181,13 @@ def _byte_level(meta, tokens, types, name, where, digest) -> Model:
     from .gguf_pre import pre_tokenizer
 
     pre = pre_tokenizer(meta.get("tokenizer.ggml.pre"), where=where)
+    if pre.symbols == "chars":
+        from .gguf_chars import char_level
+
+        return char_level(meta, tokens, types, name, where, digest)
+    if pre.symbols != "bytes":
+        raise ValueError(f"{where}: tokenizer.ggml.pre {meta.get('tokenizer.ggml.pre')!r} (BPE "
+                         f"on {pre.symbols}, llama.cpp's whitespace tokenizer) is not supported")
     merges = meta.get("tokenizer.ggml.merges")
     if merges is None:
         raise ValueError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.merges")

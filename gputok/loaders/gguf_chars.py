@@ -26,10 +26,6 @@ from __future__ import annotations
 
 from .gguf import CONTROL, UNKNOWN, USER_DEFINED
 
-# gpt2-model pre-tokenizer names that llama.cpp runs on raw UTF-8 with spaces escaped
-CHAR_LEVEL_PRE = frozenset({"gemma4", "granite-embed-multi-311m", "sarvam-moe"})
-
-
 def _newline_run_reached(run: str, rank: dict) -> bool:
     """Whether merging ``run`` (all newlines) by rank ends in one symbol (the HF rule, leftmost
     lowest rank; a run is at most a few dozen characters)."""
