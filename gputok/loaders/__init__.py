@@ -7,6 +7,7 @@
     .model           spm_model.py      a SentencePiece ModelProto (protobuf; BPE and Unigram)
     .gguf            gguf.py           llama.cpp's model file (its tokenizer metadata), and
                      gguf_pre.py       the pre-tokenizers its tokenizer.ggml.pre names
+    tokenizer.bin    llama2c.py        llama2.c's tokenizer (records of score, length, bytes)
     a directory      directory.py      tokenizer.json / tokenizer.model + tokenizer_config.json
                                        + special_tokens_map.json, as AutoTokenizer reads them
 
@@ -25,18 +26,22 @@ from ..model import Model
 
 def sniff(path: Path, head: bytes) -> str:
     """The format of a file from its first bytes: "hf_json" | "tiktoken" | "spm_model" |
-    "gguf"; else ``ValueError`` saying what the file looks like."""
+    "gguf" | "llama2c"; else ``ValueError`` saying what the file looks like."""
+    from .llama2c import looks_like_llama2c
     from .spm_model import looks_like_model
 
     if not head:
         raise ValueError(f"{path}: the file is empty (expected a tokenizer.json, a .tiktoken "
-                         "ranks file, a SentencePiece .model or a .gguf)")
+                         "ranks file, a SentencePiece .model, a .gguf or a llama2.c "
+                         "tokenizer.bin)")
     if head[:2] == b"\x1f\x8b":
         return "tiktoken"
     if head[:4] == b"GGUF":
         return "gguf"
     if looks_like_model(head):
         return "spm_model"
+    if looks_like_llama2c(head):
+        return "llama2c"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] == b"{":
         return "hf_json"
@@ -66,7 +71,7 @@ def load_model(path, *, pat_str: "str | None" = None,
     with open(path, "rb") as f:
         head = f.read(256)
     kind = sniff(path, head)
-    if kind in ("spm_model", "gguf"):
+    if kind in ("spm_model", "gguf", "llama2c"):
         if pat_str is not None or special_tokens is not None:
             raise ValueError(f"{path}: pat_str and special_tokens come from the file itself; do "
                              "not pass them")
@@ -74,6 +79,10 @@ def load_model(path, *, pat_str: "str | None" = None,
             from .gguf import load_gguf
 
             return load_gguf(path, name=name)
+        if kind == "llama2c":
+            from .llama2c import load_llama2c
+
+            return load_llama2c(path, name=name)
         from .spm_model import load_spm
 
         return load_spm(path, name=name)
