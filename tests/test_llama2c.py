@@ -18,14 +18,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import families as F
 import gputok
-import testdata
 from conftest import fuzz_examples
 from cpu_ref.llama2c import RefLlama2c, read
 
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 
-def write_bin(path, tokens, scores) -> "Path":
+def write_bin(path, tokens, scores):
     data = [t.encode("utf-8") for t in tokens]
     out = [struct.pack("<I", max(map(len, data)))]
     for t, s in zip(data, scores):

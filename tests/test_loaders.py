@@ -95,6 +95,31 @@ def test_malformed_hf_json(tmp_path):
         gputok.load(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("style", ["byte-level", "spm"])
+@pytest.mark.parametrize("change, needle", [
+    (lambda m: m["vocab"].update({"zz": -1}), r"model.vocab\['zz'\] = -1 is not an id"),
+    (lambda m: m["vocab"].update({"zz": 0}), "gives id 0 to"),
+    (lambda m: m["merges"].append("a"), r"model.merges\[2\] = 'a': expected 'a b'"),
+    (lambda m: m["merges"].append(["a", "\u0100"]), r"model.merges\[2\] = \['a', 'Ā'\] refers "
+                                                    "to 'Ā', not in vocab"),
+    (lambda m: m["merges"].append("b a"), r"model.merges\[2\] = 'b a' refers to 'ba'"),
+])
+def test_malformed_hf_vocab_and_merges_name_the_entry(tmp_path, style, change, needle):
+    """The first bad vocabulary entry or merge is named, for byte-level and SPM-style files."""
+    chars = [chr(c) for c in range(0x21, 0x7F)]
+    vocab = {c: i for i, c in enumerate(chars)}
+    model = {"type": "BPE", "vocab": vocab, "merges": ["a b", ["ab", "c"]]}
+    vocab.update({"ab": len(vocab), "abc": len(vocab) + 1})
+    if style == "spm":
+        model["byte_fallback"] = True
+    change(model)
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text(json.dumps({"model": model}))
+    with pytest.raises(ValueError, match=needle) as e:
+        gputok.load(bad)
+    assert "tokenizer.json" in str(e.value)
+
+
 def test_hf_export_of_named_encoding_matches_tiktoken(tmp_path, corpora):
     from tokenizers import Tokenizer
 

@@ -87,6 +87,37 @@ class _Reader:
             raise ValueError(f"{self.where}: {what} is not UTF-8 ({e.reason} at byte "
                              f"{e.start})") from None
 
+    def strings(self, n: int, what: str) -> list:
+        """An array of ``n`` strings: lengths walked in one loop over the buffer (refilled as
+        it runs out), the texts decoded at the end. Performance notes: a ``string()`` call per
+        element cost ~6 us (777K of them in Gemma 4's vocabulary and merges: 5 s); this loop
+        ~0.4 us."""
+        size = 8 if self.wide else 4
+        unpack = struct.Struct(self.end + ("Q" if self.wide else "I")).unpack_from
+        raw = []
+        buf, pos = self.buf, self.pos
+        for _ in range(n):
+            if pos + size > len(buf):
+                self.pos = pos
+                self._need(size)
+                buf, pos = self.buf, self.pos
+            (k,) = unpack(buf, pos)
+            pos += size
+            if pos + k > len(buf):
+                if k > 1 << 31:
+                    raise ValueError(f"{self.where}: {what}: a string of {k} bytes?")
+                self.pos = pos
+                self._need(k)
+                buf, pos = self.buf, self.pos
+            raw.append(buf[pos:pos + k])
+            pos += k
+        self.pos = pos
+        try:
+            return [r.decode("utf-8") for r in raw]
+        except UnicodeDecodeError:
+            i = next(i for i, r in enumerate(raw) if not _is_utf8(r))
+            raise ValueError(f"{self.where}: {what}[{i}] is not UTF-8: {raw[i][:40]!r}") from None
+
     def value(self, kind: int, what: str):
         if kind in _SCALARS:
             return self.take(_SCALARS[kind])
@@ -101,8 +132,18 @@ class _Reader:
                                                self.pos))
                 self.pos += size * n
                 return vals
+            if sub == _STRING:
+                return self.strings(n, what)
             return [self.value(sub, f"{what}[{i}]") for i in range(n)]
         raise ValueError(f"{self.where}: {what}: unknown GGUF value type {kind}")
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def read_metadata(path: "str | Path") -> tuple[dict, str]:
@@ -135,9 +176,13 @@ def read_metadata(path: "str | Path") -> tuple[dict, str]:
 
 def load_gguf(path: "str | Path", *, name: "str | None" = None) -> Model:
     """``gputok.load("model.gguf")``: the tokenizer of a GGUF file."""
+    from . import model_cache
+
     path = Path(path)
     meta, digest = read_metadata(path)
-    return model_from_metadata(meta, name or path.stem, where=str(path), digest=digest)
+    key = model_cache.make_key("gguf", digest, name, path.stem)
+    return model_cache.cached(key, lambda: model_from_metadata(meta, name or path.stem,
+                                                               where=str(path), digest=digest))
 
 
 def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",

@@ -58,10 +58,13 @@ def char_level(meta, tokens, types, name, where, digest):
                          "characters needs all of them here")
     merges, rank = [], {}
     for k, m in enumerate(merges_in):
-        a, sep, b = m[1:].partition(" ") if isinstance(m, str) and m else ("", "", "")
-        a = m[:1] + a
-        if not sep:
+        cut = m.find(" ", 1) if type(m) is str else -1  # llama.cpp: the first space after
+        if cut < 0:  # the first character
             raise ValueError(f"{where}: tokenizer.ggml.merges[{k}] = {m!r}: expected 'a b'")
+        if "\n" not in m and "<0x" not in m and m[0] != " ":
+            merges.append(m)  # the common case, kept as the string HF's reader splits alike
+            continue
+        a, b = m[:cut], m[cut + 1:]
         if a in byte_names or b in byte_names:
             raise ValueError(f"{where}: tokenizer.ggml.merges[{k}] = {m!r} merges a byte "
                              "token: not supported for a BPE on characters")
@@ -69,7 +72,8 @@ def char_level(meta, tokens, types, name, where, digest):
         if "\n" in ab and ab.strip("\n"):
             continue  # joins a newline run to other text: never applies (runs merge apart)
         merges.append([a, b])
-        rank.setdefault((a, b), k)
+        if not ab.strip("\n"):
+            rank.setdefault((a, b), k)  # (newline merges: for the whole-run check below)
     for t in vocab:
         if t and not t.strip("\n") and not _newline_run_reached(t, rank):
             raise ValueError(f"{where}: the newline token {t!r} is not reached by merging "

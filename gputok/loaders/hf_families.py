@@ -44,11 +44,14 @@ def _vocab(model: dict, need) -> dict:
     vocab = model.get("vocab")
     need(isinstance(vocab, dict) and vocab,
          f"model.vocab of a {model.get('type', 'BPE')} model must be a non-empty object")
-    seen: dict = {}
-    for tok, i in vocab.items():
-        need(isinstance(i, int) and i >= 0, f"model.vocab[{tok!r}] = {i!r} is not an id")
-        need(i not in seen, f"model.vocab gives id {i} to {seen.get(i)!r} and {tok!r}")
-        seen[i] = tok
+    # (conditions first, messages only on failure: an f-string per entry cost seconds)
+    bad = next((t for t, i in vocab.items() if not isinstance(i, int) or i < 0), None)
+    need(bad is None, f"model.vocab[{bad!r}] = {vocab.get(bad)!r} is not an id")
+    if len(set(vocab.values())) != len(vocab):
+        seen: dict = {}
+        for tok, i in vocab.items():
+            need(i not in seen, f"model.vocab gives id {i} to {seen.get(i)!r} and {tok!r}")
+            seen[i] = tok
     return vocab
 
 
@@ -102,13 +105,20 @@ def spm_model(cfg: dict, name: str, digest: str, need) -> Model:
     merges_in = model.get("merges")
     need(isinstance(merges_in, list), "model.merges must be a list")
     merges = []
-    for k, m in enumerate(merges_in):
-        ab = m.split(" ", 1) if isinstance(m, str) else m
+    for m in merges_in:
+        ab = m.split(" ", 1) if type(m) is str else m
+        if type(ab) is list and len(ab) == 2:
+            a, b = ab
+            if type(a) is str and type(b) is str and a in vocab and b in vocab \
+                    and a + b in vocab:
+                merges.append((a, b))
+                continue
+        k = len(merges)  # the first bad entry: say what is wrong with it
         need(isinstance(ab, list) and len(ab) == 2 and all(isinstance(x, str) for x in ab),
              f"model.merges[{k}] = {m!r}: expected 'a b' or [a, b]")
         for part in (ab[0], ab[1], ab[0] + ab[1]):
             need(part in vocab, f"model.merges[{k}] = {m!r} refers to {part!r}, not in vocab")
-        merges.append((ab[0], ab[1]))
+        merges.append((ab[0], ab[1]))  # (str subclasses: valid, only not on the fast path)
     specials, plain, added = _added(cfg, need)
     fam = HFSpmFamily(vocab=vocab, merges=merges, byte_fallback=bool(model.get("byte_fallback")),
                       fuse_unk=bool(model.get("fuse_unk")), unk_token=model.get("unk_token"),

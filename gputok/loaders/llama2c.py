@@ -66,11 +66,18 @@ def _utf8(b: bytes) -> bool:
 
 def load_llama2c(path: "str | Path", *, name: "str | None" = None) -> Model:
     """``gputok.load("tokenizer.bin")``: a llama2.c tokenizer."""
-    from .spm_model import SpmSpec, model_from_spec
+    from . import model_cache
 
     path = Path(path)
-    where = str(path)
     data = path.read_bytes()
+    key = model_cache.make_key("llama2c", hashlib.sha256(data).hexdigest(), name, path.stem)
+    return model_cache.cached(key, lambda: _load(path, data, name))
+
+
+def _load(path: Path, data: bytes, name: "str | None") -> Model:
+    from .spm_model import SpmSpec, model_from_spec
+
+    where = str(path)
     tokens, scores = read_tokenizer_bin(data, where)
     if len(tokens) < 259:
         raise ValueError(f"{where}: {len(tokens)} tokens; llama2.c's byte fallback needs "

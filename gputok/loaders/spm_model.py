@@ -247,8 +247,15 @@ def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None
 
 def load_spm(path: "str | Path", *, name: "str | None" = None) -> Model:
     """``gputok.load("tokenizer.model")``: a SentencePiece BPE model."""
+    from . import model_cache
+
     path = Path(path)
     data = path.read_bytes()
+    key = model_cache.make_key("spm_model", hashlib.sha256(data).hexdigest(), name, path.stem)
+    return model_cache.cached(key, lambda: _load_spm(path, data, name))
+
+
+def _load_spm(path: Path, data: bytes, name: "str | None") -> Model:
     try:
         spec = parse(data)
     except _Bad as e:
