@@ -16,10 +16,12 @@ original: that is what the model was trained with and what HF does. The adaptati
 in corners: ``(?i:'s)`` also matches ``'ſ`` (U+017F) and ``'K``-style case folds; tekken's and
 gpt-4o's letter classes ``(?=\\p{L})[^a-z]`` also take lower-case non-ASCII letters. Where it
 gives no original, its regex is the entry, as written. Three pre-types are code in llama.cpp,
-not regexes: Kimi K2 (its tiktoken pattern, quoted in llama.cpp's ``unicode.cpp``, is the entry),
+not regexes: Kimi K2 (its tiktoken pattern, quoted in llama.cpp's ``unicode.cpp``, is the entry,
+its class intersections written as lookaheads),
 AFMoE's digits (a run of ``\\p{N}`` cut into groups of three from the right, the leading group
 1-3 long: written here as the regex ``\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))``), and the newline
-runs of Gemma 4 / Laguna (the regex ``[^\\n]+|[\\n]+`` it stands for). Patterns are run by
+runs of Gemma 4 / Laguna (the regex ``[^\\n]+|[\\n]+`` it stands for). Tiny Aya's ``\\b`` (the
+spec's engine has no word boundary) is written out where it stands. Patterns are run by
 Python's ``regex`` with the oracle's pinned Unicode tables (``cpu_ref.patterns``).
 
 ``symbols``: most names are byte-level BPE; ``gemma4``, ``granite-embed-multi-311m`` and
@@ -64,9 +66,10 @@ _GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
 _YOUTU = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS_CASED}?"
           rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS_CASED}?"
           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# Kimi K2 (a tiktoken pattern): the GPT-4o letter classes without Han, which has its own rule
-_NO_HAN_UP = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
-_NO_HAN_LO = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
+# Kimi K2 (a tiktoken pattern): the GPT-4o letter classes without Han, which has its own rule;
+# its class intersections [...&&[^\p{Han}]] written as a lookahead (the spec's engine has none)
+_NO_HAN_UP = r"(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])"
+_NO_HAN_LO = r"(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])"
 _KIMI_K2 = (rf"[\p{{Han}}]+|[^\r\n\p{{L}}\p{{N}}]?{_NO_HAN_UP}*{_NO_HAN_LO}+{_CONTRACTIONS}?"
             rf"|[^\r\n\p{{L}}\p{{N}}]?{_NO_HAN_UP}+{_NO_HAN_LO}*{_CONTRACTIONS}?"
             r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -119,6 +122,9 @@ _AFMOE_ASIAN = ("[\u4E00-\u9FFF\u3400-\u4DBF\uF900-\uFAFF\u3040-\u309F\u30A0-\u3
 # a run of numbers cut into groups of three from the right (llama.cpp's AFMoE digit rule)
 _AFMOE_DIGITS = r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))"
 _BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
+# Tiny Aya's digit groups: its tokenizer.json's \d{1,3}(?=(?:\d{3})*\b) with the \b written
+# out: right after a digit (a word character) a word boundary is "no word character next"
+_AYA_DIGITS = r"\d{1,3}(?=(?:\d{3})*(?!\w))"
 _NEWLINE_RUNS = r"[^\n]+|[\n]+"
 
 
@@ -179,7 +185,7 @@ _TABLE: dict[tuple[str, ...], PreTokenizer] = {
     # llama.cpp runs GPT-4o's lookahead spelling with \p{M} added to its letter tests, which is
     # what the original classes (marks included) say: the original pattern
     ("granite-embed-multi-97m",): PreTokenizer((_GPT4O,), ignore_merges=True),
-    ("tiny_aya", "cohere2moe"): PreTokenizer((r"\d{1,3}(?=(?:\d{3})*\b)", _GPT4O)),
+    ("tiny_aya", "cohere2moe"): PreTokenizer((_AYA_DIGITS, _GPT4O)),
     ("kimi-k2",): PreTokenizer((_KIMI_K2,)),
     ("superbpe",): PreTokenizer((r"\p{N}+", r"(?=(\d{3})+(?!\d))")),
     ("gemma4", "granite-embed-multi-311m", "sarvam-moe"): PreTokenizer((_NEWLINE_RUNS,),

@@ -131,11 +131,11 @@ def test_cached_properties_are_left_out_and_recomputed(cache, tmp_path):
     path = tmp_path / "m.model"
     path.write_bytes(data)
     built = gputok.load(path).model
-    table = built.family.bpe.table
+    table = built.segmenter.bpe.table
     assert "pairs" in table.__dict__
     (entry,) = _entries(cache)
     assert b"pairs" not in entry.read_bytes()
-    again = gputok.load(path).model.family.bpe.table
+    again = gputok.load(path).model.segmenter.bpe.table
     assert "pairs" not in again.__dict__ and again.pairs == table.pairs
     assert gputok.load(path).encode_ordinary("ab ab") == [5, 5]
 

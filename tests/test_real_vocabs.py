@@ -80,7 +80,9 @@ def test_gemma4_is_bpe_on_characters():
     characters across words (">▁</" is one token), newline runs apart, <0xXX> byte fallback,
     tokens typed USER_DEFINED always split out; decoding gives the text back."""
     enc = _gguf("gemma-4")
-    assert enc.model.kind == "spm-bpe"
+    from gputok.components.segmenters.hf_charbpe import HFSpmFamily
+
+    assert isinstance(enc.model.segmenter, HFSpmFamily)
     tok = enc.encode_single_token
     assert enc.encode_ordinary("> </") == [tok(">\u2581</")]
     assert enc.encode_ordinary("a\n\n\nb") == [tok("a"), tok("\n\n\n"), tok("b")]
@@ -100,7 +102,7 @@ def test_phi3_unk_is_the_unknown_token_id():
     ``tokenizer.ggml.unknown_token_id``; the padding tokens are control tokens (as in
     llama.cpp), plain text unless allowed."""
     enc = _gguf("phi-3")
-    assert enc.model.family.unk_id == 0
+    assert enc.model.segmenter.unk_id == 0
     assert enc.encode("[PAD32011]", allowed_special="all") == [32011]
     assert 32011 not in enc.encode_ordinary("[PAD32011]")
 

@@ -37,8 +37,8 @@ GPT4O = (f"{_NOT_LN}{_UP}*{_LO}+{_C}?|{_NOT_LN}{_UP}+{_LO}*{_C}?"
          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL)
 _YOUTU = (f"{_NOT_LN}{_UP}*{_LO}+{_C_CASED}?|{_NOT_LN}{_UP}+{_LO}*{_C_CASED}?"
           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL)
-_UP_NO_HAN = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
-_LO_NO_HAN = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
+_UP_NO_HAN = r"(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])"
+_LO_NO_HAN = r"(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])"
 KIMI_K2 = (rf"[\p{{Han}}]+|{_NOT_LN}{_UP_NO_HAN}*{_LO_NO_HAN}+{_C}?"
            rf"|{_NOT_LN}{_UP_NO_HAN}+{_LO_NO_HAN}*{_C}?"
            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*" + _TAIL)
@@ -83,6 +83,9 @@ _AFMOE_ASIAN = ("[\u4E00-\u9FFF\u3400-\u4DBF\uF900-\uFAFF\u3040-\u309F\u30A0-\u3
                 "\uAA60-\uAA7F\uA9E0-\uA9FF\uAC00-\uD7AF\u1100-\u11FF]+")
 AFMOE_DIGITS = r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))"  # a number run in threes from the right
 _BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
+# Tiny Aya's digit groups: its tokenizer.json's \d{1,3}(?=(?:\d{3})*\b) with the \b written
+# out: right after a digit (a word character) a word boundary is "no word character next"
+_AYA_DIGITS = r"\d{1,3}(?=(?:\d{3})*(?!\w))"
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ _TABLE = (
     (("tekken",), PreTokenizer((TEKKEN,), ignore_merges=True)),
     (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), PreTokenizer((GPT4O,))),
     (("granite-embed-multi-97m",), PreTokenizer((GPT4O,), ignore_merges=True)),
-    (("tiny_aya", "cohere2moe"), PreTokenizer((r"\d{1,3}(?=(?:\d{3})*\b)", GPT4O))),
+    (("tiny_aya", "cohere2moe"), PreTokenizer((_AYA_DIGITS, GPT4O))),
     (("kimi-k2",), PreTokenizer((KIMI_K2,))),
     (("superbpe",), PreTokenizer((r"\p{N}+", r"(?=(\d{3})+(?!\d))"))),
     (("gemma4", "granite-embed-multi-311m", "sarvam-moe"),

@@ -16,7 +16,10 @@ GGUF_SEP_PRE = ("jina-v1-en", "jina-v2-code", "roberta-bpe")
 GGUF_DEFAULTS = {"llama": ((True, False, False), (1, 2, None)),
                  "bert": ((True, False, True), (101, None, 102)),
                  "t5": ((False, True, False), (None, 1, None)),
-                 "gpt2": ((False, False, False), (11, 11, None))}
+                 "gpt2": ((False, False, False), (11, 11, None)),
+                 "gemma4": ((False, False, False), (None, None, None))}
+# Gemma 4's pre-type: llama.cpp adds BOS whatever tokenizer.ggml.add_bos_token says
+GGUF_FORCED_BOS_PRE = ("gemma4", "granite-embed-multi-311m")
 _HF = ("TemplateProcessing", "BertProcessing", "RobertaProcessing", "ByteLevel", "Sequence")
 
 
@@ -80,6 +83,9 @@ def gguf_post(meta: dict, n_tokens: int):
         pre = meta.get("tokenizer.ggml.pre")
         bos, sep = pre in GGUF_BOS_PRE, pre in GGUF_SEP_PRE
     bos = bool(meta.get("tokenizer.ggml.add_bos_token", bos))
+    if model == "gemma4" or (model == "gpt2" and meta.get("tokenizer.ggml.pre")
+                             in GGUF_FORCED_BOS_PRE):
+        bos = True
     eos = bool(meta.get("tokenizer.ggml.add_eos_token", eos))
     sep = bool(meta.get("tokenizer.ggml.add_sep_token", sep))
 
