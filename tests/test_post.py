@@ -232,7 +232,7 @@ def test_directory_errors(tmp_path):
 
 def test_cli_add_special_tokens(tmp_path):
     from gputok.cli import main
-    from gputok.shards import read_shards
+    from gputok.corpus import read_shards
 
     src = testdata.family_path("minilm_tokenizer_json")
     inp = tmp_path / "in.jsonl"
