@@ -94,13 +94,22 @@ class _Lattice(Base):
         src, dst = s + u, e + u
         n_pos = len(buf) + n_units
         dt = np.float32 if self.float32 else np.float64
-        best = np.zeros(n_pos, dt)
-        seen = np.zeros(n_pos, bool)
-        seen[off[:-1] + np.arange(n_units)] = True
+        # best sum ending at each position; -inf: none yet (no path ever sums to it)
+        best = np.full(n_pos, -np.inf, dt)
+        best[off[:-1] + np.arange(n_units)] = 0
         back_s = np.zeros(n_pos, np.int64)
         back_id = np.zeros(n_pos, np.int64)
+        score = score.astype(dt)  # (float32: each score rounded once, as sentencepiece's)
         bounds = np.searchsorted(k, np.arange(int(k[-1]) + 2 if len(k) else 1)).tolist()
-        frontier = off[:-1] + np.arange(n_units)  # the furthest end reached, per unit
+        by_unit = np.argsort(u, kind="stable")  # each unit's edges, in step order
+        unit_edges = np.searchsorted(u[by_unit], np.arange(n_units + 1))
+
+        def frontier(uu: int, before: int) -> int:
+            """The furthest end of unit ``uu``'s edges before edge ``before`` (its start's
+            position if none): sentencepiece's frontier, asked only when it rebases."""
+            mine = by_unit[unit_edges[uu]:unit_edges[uu + 1]]
+            mine = mine[:np.searchsorted(mine, before)]
+            return int(dst[mine].max()) if len(mine) else int(off[uu] + uu)
         # lockstep while enough units share a step; the last few long units one by one
         chars = np.diff(np.append(first_char, len(cs)))
         n_long = np.bincount(np.minimum(chars, len(bounds) - 1), minlength=len(bounds))
@@ -113,16 +122,14 @@ class _Lattice(Base):
             if self.float32:  # (sentencepiece: sums in float32, see cpu_ref)
                 big = (base < -SCORE_RESET) | (base > SCORE_RESET)
                 if big.any():  # sentencepiece rebases a unit's sums from this start on
-                    self._rebase(best, seen, src[a:b][big], frontier[u[a:b][big]])
+                    for p, uu in set(zip(src[a:b][big].tolist(), u[a:b][big].tolist())):
+                        span = slice(p, frontier(uu, a) + 1)
+                        best[span] -= best[p]
                     base = best[src[a:b]]
-                cand = score[a:b].astype(np.float32) + base
-                np.maximum.at(frontier, u[a:b], d)
-            else:
-                cand = score[a:b] + base
-            take = ~seen[d] | (cand > best[d])  # THE COMPARATOR: strictly greater
+            cand = score[a:b] + base
+            take = cand > best[d]  # THE COMPARATOR: strictly greater (or the first)
             d = d[take]
             best[d] = cand[take]
-            seen[d] = True
             back_s[d] = src[a:b][take]
             back_id[d] = ids[a:b][take]
         counters["unigram.steps"] += k0
@@ -131,8 +138,8 @@ class _Lattice(Base):
             for uu in np.unique(u[rest]).tolist():
                 mine = rest[u[rest] == uu]
                 self._one_unit(int(off[uu] + uu), int(off[uu + 1] + uu), src[mine], dst[mine],
-                               score[mine], ids[mine], best, seen, back_s, back_id,
-                               int(frontier[uu]))
+                               score[mine], ids[mine], best, back_s, back_id,
+                               frontier(uu, bounds[k0]))
         # read the paths back, all units in lockstep
         start_sh = off[:-1] + np.arange(n_units)
         cur = off[1:] + np.arange(n_units)
@@ -156,13 +163,12 @@ class _Lattice(Base):
         counters["unigram.units"] += n_units
         return out
 
-    def _one_unit(self, lo: int, hi: int, src, dst, score, ids, best, seen, back_s, back_id,
+    def _one_unit(self, lo: int, hi: int, src, dst, score, ids, best, back_s, back_id,
                   frontier: int) -> None:
         """The rest of one unit's lattice (positions ``lo..hi``), edge by edge in Python:
         the same rule as a lockstep step, for a unit far longer than the others (one document of
         100K characters: ~20 numpy calls a character in lockstep, ~1 us an edge here)."""
         b = best[lo:hi + 1].tolist()
-        sn = seen[lo:hi + 1].tolist()
         bs = back_s[lo:hi + 1].tolist()
         bi = back_id[lo:hi + 1].tolist()
         f32 = array.array("f", [0.0])  # a store rounds to float32
@@ -178,33 +184,20 @@ class _Lattice(Base):
                     last = s
                     if not -reset <= base <= reset:  # sentencepiece's rebase (see cpu_ref)
                         for q in range(s, front + 1):
-                            if sn[q]:
-                                f32[0] = b[q] - base
-                                b[q] = f32[0]
+                            f32[0] = b[q] - base  # (-inf stays -inf)
+                            b[q] = f32[0]
                         base = 0.0
-                f32[0] = sc
-                f32[0] = f32[0] + base
+                f32[0] = sc + base
                 cand = f32[0]
                 if e > front:
                     front = e
             else:
                 cand = sc + base
-            if not sn[e] or cand > b[e]:  # THE COMPARATOR: strictly greater
-                b[e], sn[e], bs[e], bi[e] = cand, True, s + lo, i
+            if cand > b[e]:  # THE COMPARATOR: strictly greater (or the first)
+                b[e], bs[e], bi[e] = cand, s + lo, i
         best[lo:hi + 1] = b
-        seen[lo:hi + 1] = sn
         back_s[lo:hi + 1] = bs
         back_id[lo:hi + 1] = bi
-
-    @staticmethod
-    def _rebase(best: np.ndarray, seen: np.ndarray, starts: np.ndarray, ends: np.ndarray
-                ) -> None:
-        """Subtract the best sum at each start from every known best sum up to its unit's
-        frontier (``cpu_ref.unigram``: SCORE_RESET); rare (a sum past 1e5)."""
-        for p, f in set(zip(starts.tolist(), ends.tolist())):
-            offset = best[p]
-            span = slice(p, f + 1)
-            best[span] = np.where(seen[span], best[span] - offset, best[span])
 
 
 class SpmUnigram(_Lattice):
