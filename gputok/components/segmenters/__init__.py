@@ -5,7 +5,8 @@
     hf_charbpe.py   character BPE of SPM-style HF tokenizer.json files (Llama 2, Mistral)
     charbpe.py      the engine of both: character symbols, exact cuts, the merge table
     wordpiece.py    WordPiece (BERT): greedy longest match
-    unigram.py      Unigram (T5, ALBERT, XLM-R): Viterbi over piece scores
+    unigram.py      Unigram (T5, ALBERT, XLM-R, HF files): Viterbi over piece scores
+    trie.py         the byte trie Unigram walks for every start at once
     wordlevel.py    WordLevel: one word, one id
 
 ``Base`` holds the protocol's plain defaults.
