@@ -65,6 +65,16 @@ class _Lattice(Base):
     def viterbi(self, units: list) -> list:
         """Per unit, its best path as ``(piece start, piece end, id)`` lists (byte offsets into
         the unit's UTF-8; id ``-1``: an unknown edge)."""
+        ru, rs, re_, rid, _, _ = self.paths(units)
+        out: list = [[] for _ in range(len(units))]
+        for uu, a, b, i in zip(ru.tolist(), rs.tolist(), re_.tolist(), rid.tolist()):
+            out[uu].append((a, b, i))
+        return out
+
+    def paths(self, units: list) -> tuple:
+        """The best paths of all units as arrays, in order: (unit, piece start, piece end, id)
+        with byte offsets into the unit's UTF-8 (id -1: an unknown edge), and the units' joined
+        UTF-8 with their offsets."""
         raw = [u.encode("utf-8") for u in units]
         n_units = len(raw)
         off = np.zeros(n_units + 1, np.int64)
@@ -150,18 +160,16 @@ class _Lattice(Base):
             rec.append((live, back_s[c], c, back_id[c]))
             cur[live] = back_s[c]
             live = live[cur[live] > start_sh[live]]
-        out: list = [[] for _ in range(n_units)]
-        if rec:
-            ru = np.concatenate([r[0] for r in rec])
-            rs = np.concatenate([r[1] for r in rec]) - ru - off[ru]
-            re_ = np.concatenate([r[2] for r in rec]) - ru - off[ru]
-            rid = np.concatenate([r[3] for r in rec])
-            order = np.lexsort((rs, ru))
-            for uu, a, b, i in zip(ru[order].tolist(), rs[order].tolist(), re_[order].tolist(),
-                                   rid[order].tolist()):
-                out[uu].append((a, b, i))
         counters["unigram.units"] += n_units
-        return out
+        if not rec:
+            z = np.zeros(0, np.int64)
+            return z, z, z, z, buf, off
+        ru = np.concatenate([r[0] for r in rec])
+        rs = np.concatenate([r[1] for r in rec]) - ru - off[ru]
+        re_ = np.concatenate([r[2] for r in rec]) - ru - off[ru]
+        rid = np.concatenate([r[3] for r in rec])
+        order = np.lexsort((rs, ru))
+        return ru[order], rs[order], re_[order], rid[order], buf, off
 
     def _one_unit(self, lo: int, hi: int, src, dst, score, ids, best, back_s, back_id,
                   frontier: int) -> None:
@@ -265,26 +273,26 @@ class SpmUnigram(_Lattice):
         return out
 
     def segment(self, units: list) -> list:
-        out = []
-        bid = self.byte_ids.tolist()
-        unk = self.unk_id
-        for u, path in zip(units, self.viterbi(units)):
-            ids: list = []
-            prev_unk = False
-            data = None
-            for a, b, i in path:
-                if i >= 0:
-                    ids.append(i)
-                    prev_unk = False
-                elif self.byte_fallback:
-                    data = data or u.encode("utf-8")
-                    ids.extend(bid[x] for x in data[a:b])
-                else:
-                    if not prev_unk:  # a run of unknown pieces is one unk id
-                        ids.append(unk)
-                    prev_unk = True
-            out.append(tuple(ids))
-        return out
+        """The processor's rule on the paths, vectorised: an unknown piece becomes its bytes'
+        pieces (byte fallback), else a run of them in a unit is one unk id."""
+        ru, rs, re_, rid, buf, off = self.paths(units)
+        unk = rid < 0
+        if self.byte_fallback and unk.any():
+            n = np.where(unk, re_ - rs, 1)  # ids each piece becomes
+            at = np.repeat(np.cumsum(n) - n, n)  # each output slot's piece's first slot
+            piece = np.repeat(np.arange(len(rid)), n)
+            ids = rid[piece]
+            u_slot = np.flatnonzero(unk[piece])
+            byte_at = off[ru[piece[u_slot]]] + rs[piece[u_slot]] + (u_slot - at[u_slot])
+            ids[u_slot] = self.byte_ids[buf[byte_at]]
+            unit_of = ru[piece]
+        else:
+            keep = ~(unk & np.concatenate([[False], unk[:-1] & (ru[1:] == ru[:-1])]))
+            ids = np.where(unk, self.unk_id, rid)[keep]
+            unit_of = ru[keep]
+        bounds = np.searchsorted(unit_of, np.arange(len(units) + 1)).tolist()
+        flat = ids.tolist()
+        return [tuple(flat[a:b]) for a, b in zip(bounds, bounds[1:])]
 
     def token_id(self, text: str) -> "int | None":
         return self.piece_to_id.get(text)
