@@ -304,18 +304,13 @@ def test_out_of_memory_splits_the_batch_then_falls_back_to_numpy():
         assert_same(enc, be, docs, expect)
     assert dev.launches["encode_doc_offsets"] >= 2 and not be.fallbacks
     # nothing fits: every document on the CPU, with a warning
-    old = driver.MIN_CHUNK
-    driver.MIN_CHUNK = big
-    try:
-        dev2 = emu_device("forward")
-        be2 = DeviceBackend(dev2, chunk_bytes=big)
-        be2.model_plan(enc.model)
-        dev2.memory_limit = 1000
-        with pytest.warns(FallbackWarning, match="out of device memory"):
-            assert_same(enc, be2, docs, expect)
-        assert be2.fallbacks[("chunk", "out of memory")] >= 1
-    finally:
-        driver.MIN_CHUNK = old
+    dev2 = emu_device("forward")
+    be2 = DeviceBackend(dev2, chunk_bytes=big, min_chunk=big)
+    be2.model_plan(enc.model)
+    dev2.memory_limit = 1000
+    with pytest.warns(FallbackWarning, match="out of device memory"):
+        assert_same(enc, be2, docs, expect)
+    assert be2.fallbacks[("chunk", "out of memory")] >= 1
 
 
 def test_oversized_documents_go_to_the_cpu(monkeypatch):

@@ -20,6 +20,7 @@ import os
 import stat
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -387,7 +388,7 @@ def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token(i
 
         be.dev.merge_inline = spy_inline
     else:
-        be.dev.merge_inline = None  # the driver's generic form
+        be.dev.caps = replace(be.dev.caps, merge_inline=False)  # the driver's generic form
         real = be.dev.launch
 
         def spy(name, grid, block, args):
@@ -668,7 +669,7 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
     monkeypatch.setattr(be.dev, "text_short", lambda *a: calls.append(1) or short(*a))
     before = counters["device.short_texts"]
     assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
-    monkeypatch.setattr(be.dev, "text_short_max", 1000)
+    be.dev.caps = replace(be.dev.caps, text_short_max=1000)
     assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
     assert be.encode_short(enc.model, text[:900]) == tk.encode_ordinary(text[:900])
     assert len(calls) == 2 and counters["device.short_texts"] == before + 3
@@ -815,19 +816,17 @@ def test_chunk_workers_chunks_are_guided():
     assert guided(big, 0, 1 << 20, 2).tolist() == [1, 2, 3]
 
 
-def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread(monkeypatch):
+def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     """A batch of one chunk launches each kernel over all threads: the heavy ones (SPLIT_MIN)
     in blocks small enough for four per thread, the cheap ones in BLOCK-element blocks; a solo
-    worker keeps BLOCK; the ids stay tiktoken's. (Past INLINE_MAX_BYTES: shorter chunks run as
-    one call, test below.)"""
+    worker keeps BLOCK; the ids stay tiktoken's. (Past ``caps.inline_max_bytes``: shorter chunks
+    run as one call, test below.)"""
     import base64
     import random
 
-    from gputok.backends import driver
-
-    monkeypatch.setattr(driver, "INLINE_MAX_BYTES", 0)
     be = native.create(threads=2)
     dev = be.dev
+    dev.caps = replace(dev.caps, inline_max_bytes=0)  # no lone chunk in one call
     assert dev.launch_shape("encode_merge_short", 2500) == ((8,), (313,))  # 4 a thread
     assert dev.launch_shape("encode_merge_short", 1000) == ((1,), (native.BLOCK,))  # < 4 blocks
     assert dev.launch_shape("encode_pretok_classify", 10_000) == ((1,), (native.BLOCK,))
@@ -932,26 +931,24 @@ def test_long_piece_workspace_only_for_chunks_with_long_pieces():
         assert ("encode_merge_long" in be.dev.launches) == launched
 
 
-def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
+def test_a_worker_out_of_memory_retries_with_smaller_chunks():
     """A chunk worker's MemoryError reaches the driver, which waits for the other chunks, keeps
     the finished prefix of the batch and runs the rest with half the budget: ids unchanged."""
-    from gputok.backends import driver
-
-    monkeypatch.setattr(driver, "MIN_CHUNK", 1000)  # half of 6000 is still a device chunk
     enc = gputok.get_encoding("cl100k_base")
     docs = [d.encode() for d in e2e_docs() * 4]  # (bytes: packed as one batch first)
     want = native.create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
                                                              frozenset(), frozenset())
-    be = native.create(threads=2, chunk_bytes=6000)
-    real, calls = be._whole_chunk, []
+    # (half of 6000 is still a device chunk)
+    be = native.create(threads=2, chunk_bytes=6000, min_chunk=1000)
+    real, calls = be.dev.chunk_inline, []
 
-    def fails_once(plan, hc, dtype, *rest):
+    def fails_once(tables, hc, *rest):
         calls.append(hc.n)
         if len(calls) == 4:
             raise MemoryError("injected")
-        return real(plan, hc, dtype, *rest)
+        return real(tables, hc, *rest)
 
-    be._whole_chunk = fails_once
+    be.dev.chunk_inline = fails_once  # (a worker's chunk is one call)
     ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
     np.testing.assert_array_equal(ids, want[0])
     np.testing.assert_array_equal(off, want[1])

@@ -17,6 +17,7 @@ import numpy as np
 from . import kernels
 from .devices import Pending as _Pending
 from .driver import DeviceBackend
+from .protocol import Capabilities, Device
 
 INSTALL_HINT = ('pip install "gputok[cuda12]" (CUDA 12 driver) or "gputok[cuda13]" (CUDA 13), '
                 "on a machine with an NVIDIA GPU")
@@ -56,13 +57,14 @@ def create(device_id: "int | None" = None) -> DeviceBackend:
     return DeviceBackend(dev, name=name)
 
 
-class CupyDevice:
+class CupyDevice(Device):
     """CuPy on one GPU: kernels compiled with NVRTC, two non-blocking streams, pinned staging."""
 
     block = 256
     scan_block = 256
     scan_items = 8
     kind = "cupy"
+    caps = Capabilities()  # two streams, every kernel, the block scans, the dedup
 
     def __init__(self, device_id: "int | None" = None):
         import cupy

@@ -29,6 +29,8 @@ from typing import Callable
 
 import numpy as np
 
+from .protocol import Capabilities, Device
+
 
 class DeviceOutOfMemory(MemoryError):
     """Raised by ``ArrayDevice`` when a simulated memory limit is exceeded (tests)."""
@@ -47,7 +49,7 @@ class Pending:
         return self.host[:nbytes].view(self.dtype).copy()
 
 
-class ArrayDevice:
+class ArrayDevice(Device):
     """The same launch layer on numpy arrays: every kernel runs through ``launch(name, grid,
     block, args)`` -- in the tests, the CPU emulator (``tests/test_cuda_kernels.py``).
 
@@ -62,12 +64,13 @@ class ArrayDevice:
 
     def __init__(self, launch: Callable, *, block: int = 64, max_blocks: int = 4,
                  scan_block: int = 256, scan_items: int = 8, memory_limit: "int | None" = None,
-                 name: str = "array device"):
+                 name: str = "array device", caps: Capabilities = Capabilities()):
         self._launch = launch
         self.block, self.max_blocks = block, max_blocks
         self.scan_block, self.scan_items = scan_block, scan_items
         self.memory_limit = memory_limit
         self.name = name
+        self.caps = caps  # a GPU's by default; a test may state fewer
         self.oom_errors = (DeviceOutOfMemory,)
         self._used = 0
         self.launches: collections.Counter = collections.Counter()

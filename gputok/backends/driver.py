@@ -59,7 +59,7 @@ import numpy as np
 from . import Backend, get_backend
 from .device_stages import DeviceStages, Tables
 from .device_tables import upload_tables
-from .host_pool import huge_block
+from .protocol import DEVICE_FAMILIES
 from .hostplan import (GAP, NORMAL, SEG_END, SEG_START, HostChunk, cut_long_documents, prepare,
                        splice_normalized)
 from ..stages import counters
@@ -70,17 +70,11 @@ from ..stages.pack import Documents, fix_surrogates, str_layout, utf8_of
 from ..unicode import FORMS
 from ..stages.split import check_buffer, token_spans
 
-DEVICE_FAMILIES = ("cl3", "cl1", "gpt2", "o200k")  # scanner families the pretok kernels implement
 BYTES_PER_BYTE = 64  # device memory planned per input byte of a chunk (see the notes above)
 MAX_CHUNK = 256 << 20  # bytes of text per chunk at most
 MIN_CHUNK = 1 << 20  # below this an out-of-memory chunk goes to the host
 CHUNK_LIMIT = (1 << 31) - 64  # uint32 positions (and headroom for n + 2 slots)
 PLACE_MAX = 1 << 30  # bytes of output a streamed batch places its chunks' ids in (_placement)
-# a batch of one chunk this short runs as one call where the device has that form
-# (``_inline_chunk``, ~0.1 ms of launches saved); longer ones launch stage by stage, their heavy
-# kernels cut over every core (``launch_shape``): on the 2-core box 4 KB of prose took 0.26 ->
-# 0.18 ms, 10 KB 0.44 -> 0.30, and from ~30 KB (base64) or ~100 KB (prose) the two cores won
-INLINE_MAX_BYTES = 16 << 10
 # Chunk workers' chunks are guided (_guided_target): each takes the bytes left over
 # GUIDED_SHARE times the workers, at most the budget and at least GUIDED_MIN bytes
 GUIDED_SHARE = 1
@@ -159,11 +153,12 @@ class DeviceBackend(Backend):
     ``chunk_bytes`` caps the text per chunk (default: from free device memory, at most
     ``MAX_CHUNK``); ``dedup`` merges each distinct piece once per chunk; ``pretok`` forces where
     pieces are cut ("auto", "device", "scanner" or "split"; "device" only for the pattern
-    families the kernels know).
+    families the kernels know); ``min_chunk``: out of device memory, a chunk's budget is halved
+    down to this many bytes, then its documents go to the host.
     """
 
     def __init__(self, device, *, name: str = "device", chunk_bytes: "int | None" = None,
-                 dedup: bool = False, pretok: str = "auto"):
+                 dedup: bool = False, pretok: str = "auto", min_chunk: int = MIN_CHUNK):
         super().__init__()
         if pretok not in PRETOK_MODES:
             raise ValueError(f"pretok must be one of {', '.join(PRETOK_MODES)}")
@@ -171,6 +166,7 @@ class DeviceBackend(Backend):
         self.dev = device
         self.stages = DeviceStages(device, dedup=dedup)
         self.chunk_bytes = chunk_bytes
+        self.min_chunk = int(min_chunk)
         self.pretok = pretok
         self._plans: dict = {}
         self._class_tables: dict = {}
@@ -213,7 +209,7 @@ class DeviceBackend(Backend):
         parts, n_docs, keep = got
         # the output in host memory the device recycles (native), else in fresh 2 MB pages
         ids, off = assemble(parts, n_docs, model.id_dtype,
-                            getattr(self.dev, "host_block", huge_block))
+                            self.dev.host_block)
         return (ids, off) if keep is None else (ids, off[keep])
 
     def _batch_parts(self, model, docs, allowed: frozenset, disallowed: frozenset
@@ -258,9 +254,9 @@ class DeviceBackend(Backend):
         (one-call chunks), no normaliser. None: not such a batch (or out of memory: the batch
         path starts over)."""
         strs = docs.strs()
-        workers = getattr(self.dev, "chunk_workers", 0)
+        workers = self.dev.caps.chunk_workers
         if strs is None or len(strs) < 2 or workers < 2 \
-                or getattr(self.dev, "chunk_inline", None) is None or self.profile is not None \
+                or not self.dev.caps.chunk_inline or self.profile is not None \
                 or model.active_tokens(allowed) or self._host_family(model) is not None \
                 or model.normalizer or not model.segmenter.device.one_call:
             return None
@@ -316,7 +312,7 @@ class DeviceBackend(Backend):
             counters["device.streamed_batches"] += 1
         if place is None and len(parts) != 1:
             return assemble(parts, len(strs), model.id_dtype,
-                            getattr(self.dev, "host_block", huge_block))
+                            self.dev.host_block)
         # the ids placed as the chunks finished, or one chunk's ids as they are
         return (place.ids() if place is not None else parts[0][1]), offsets_of(parts, len(strs))
 
@@ -329,7 +325,7 @@ class DeviceBackend(Backend):
         size = max(upper, 1) * np.dtype(model.id_dtype).itemsize
         if size > PLACE_MAX:
             return None
-        block = getattr(self.dev, "host_block", huge_block)(size)
+        block = self.dev.host_block(size)
         return Placement(block.view(model.id_dtype))
 
     def _native_pieces(self, layout, units: tuple, budget: int, workers: int):
@@ -340,7 +336,7 @@ class DeviceBackend(Backend):
         nbytes = units[3]
         doc_off = np.zeros(len(nbytes) + 1, np.int64)
         np.cumsum(nbytes, out=doc_off[1:])
-        block = getattr(self.dev, "work_block", huge_block)
+        block = self.dev.work_block
         d0 = 0
         for d1 in self._guided_ends(doc_off, 0, budget, workers).tolist():
             size = int(doc_off[d1] - doc_off[d0])
@@ -387,7 +383,7 @@ class DeviceBackend(Backend):
         device, with no normaliser: a list of ids; else None. Skips packing, chunk planning
         and assembly (~50 us): ``Encoding.encode`` takes it for texts of ``SHORT_MIN``
         characters and more that the host cut would spend longer on than the call."""
-        if getattr(self.dev, "chunk_inline", None) is None or not self._one_call_model(model):
+        if not self.dev.caps.chunk_inline or not self._one_call_model(model):
             return None  # (a family's own stages: SentencePiece, WordPiece, ...)
         plan = self._plan(model)
         try:
@@ -397,10 +393,9 @@ class DeviceBackend(Backend):
         n = len(data)
         if not n or n > CHUNK_LIMIT or not self._one_call(plan, plan.mode):
             return None  # (pieces cut on the host: the caller's host cut and device merge)
-        short = getattr(self.dev, "text_short", None)
-        if short is not None and n <= self.dev.text_short_max:
+        if n <= self.dev.caps.text_short_max:
             st = self.stages  # (the whole sequence in one call, the workspace the device's)
-            ids = short(plan.tables, data, _SEGMENT_BITS, model.id_dtype,
+            ids = self.dev.text_short(plan.tables, data, _SEGMENT_BITS, model.id_dtype,
                         st.dedup_slots_per_entry if st.dedup else 0.0)
             with self._count_lock:
                 counters["device.chunks"] += 1
@@ -440,9 +435,8 @@ class DeviceBackend(Backend):
             ids, _ = get_backend("numpy").encode(model, docs, allowed, frozenset())
             return id_list(ids)
         parts = sorted(got[0], key=lambda p: p[0])
-        trim = getattr(self.dev, "trim_idle", None)
-        if trim is not None and len(text) >= TRIM_CHARS:
-            trim()
+        if len(text) >= TRIM_CHARS:
+            self.dev.trim_idle()
         return id_list_of_parts([p[1] for p in parts])
 
     def merge_pieces(self, model, pieces: list, flat: bool = False) -> "list | None":
@@ -492,14 +486,13 @@ class DeviceBackend(Backend):
         pieces then merge as ``merge_pieces`` merges them; else None. ``Encoding.encode`` takes
         it for a long non-ASCII text of a few pieces (an emoji run), whose cut by the host
         scanner made ~4.6 bytes of numpy temporaries per byte."""
-        pretok = getattr(self.dev, "pretok_inline", None)
         n = len(data)
-        if pretok is None or not n or n > CHUNK_LIMIT or not self._one_call_model(model):
+        if not self.dev.caps.pretok_inline or not n or n > CHUNK_LIMIT or not self._one_call_model(model):
             return None
         plan = self._plan(model)
         if plan.mode != "device" or plan.norm_form is not None or not plan.seg.one_call:
             return None
-        got = pretok(plan.tables, data, np.array([0, n], np.uint32), _SEGMENT_BITS, limit)
+        got = self.dev.pretok_inline(plan.tables, data, np.array([0, n], np.uint32), _SEGMENT_BITS, limit)
         if got is None:
             return None
         starts = got.astype(np.int64)
@@ -520,9 +513,8 @@ class DeviceBackend(Backend):
                 plan = self._plan(model)
                 has_long = bool((lens >= LONG_PIECE).any())
                 whole = bool((lens <= plan.tables.scalars.get("w_max_len", 0)).any())
-                inline = getattr(dev, "merge_inline", None)  # the stage as one call (native)
-                if inline is not None:
-                    counts, ids = inline(plan.tables, joined, starts.astype(np.uint32), spec,
+                if dev.caps.merge_inline:  # the stage as one call (native)
+                    counts, ids = dev.merge_inline(plan.tables, joined, starts.astype(np.uint32), spec,
                                          has_long, whole)
                     counts = counts[:k]  # (the sentinel's is the last)
                 else:
@@ -583,14 +575,13 @@ class DeviceBackend(Backend):
         mode, why = pretok_mode(model)
         if mode == "host":
             return why
-        has = getattr(self.dev, "has_kernel", None)
         form = model.segmenter.device
-        if has is not None and not has(form.kernel):
+        if not self.dev.has_kernel(form.kernel):
             return f"{model.segmenter.name}: the {self.name} device has no {form.kernel} kernel yet"
         return None
 
     def _mode(self, model) -> tuple[str, str]:
-        mode, why = pretok_mode(model, getattr(self.dev, "pretok_families", DEVICE_FAMILIES))
+        mode, why = pretok_mode(model, self.dev.caps.pretok_families)
         want = self.pretok
         if want == "auto" or want == mode or model.segmenter.device is None:
             return mode, why
@@ -603,7 +594,7 @@ class DeviceBackend(Backend):
         return "split", "pieces cut on the host (pre-tokenizer split, forced)"
 
     def _norm_form(self, model, mode: str) -> "str | None":
-        return device_norm_form(model, mode, getattr(self.dev, "normal_forms", FORMS))
+        return device_norm_form(model, mode, self.dev.caps.normal_forms)
 
     def prepare_ahead(self, model) -> None:
         """A chunk worker builds ``model``'s plan (maps its tables) now (``_plan_ahead``)."""
@@ -615,7 +606,7 @@ class DeviceBackend(Backend):
         only: the batch holds ``_lock`` meanwhile, and a worker waiting for that would sit out
         the whole batch). An error there is dropped: ``_encode`` builds the plan again and
         handles it."""
-        workers = getattr(self.dev, "chunk_workers", 0)
+        workers = self.dev.caps.chunk_workers
         got = self._plans.get(id(model))
         if workers > 1 and (got is None or got[0]() is not model):
             self._chunk_pool(workers).submit(self._plan, model)
@@ -719,8 +710,8 @@ class DeviceBackend(Backend):
                 end = self._chunk_end(doc_off, start, budget)
                 size = int(doc_off[min(end, n_docs)] - doc_off[start])
                 one_doc = end == start + 1
-                if one_doc or budget // 2 < MIN_CHUNK:
-                    end = start + 1 if one_doc and budget // 2 >= MIN_CHUNK else n_docs
+                if one_doc or budget // 2 < self.min_chunk:
+                    end = start + 1 if one_doc and budget // 2 >= self.min_chunk else n_docs
                     self.fallback("chunk", "out of memory",
                                   f"out of device memory ({e}) on {size} bytes of text; "
                                   f"documents {start}..{end - 1} are encoded on the host")
@@ -732,7 +723,7 @@ class DeviceBackend(Backend):
 
     def _run(self, model, plan, buf, doc_off, spans, start, budget, parts, allowed) -> None:
         """Chunks from document ``start`` on, two in flight; finished chunks go to ``parts``."""
-        workers = getattr(self.dev, "chunk_workers", 0)
+        workers = self.dev.caps.chunk_workers
         n_docs = len(doc_off) - 1
         if workers > 1 and self._chunk_end(doc_off, start, budget) < n_docs:  # several chunks
             ends = self._guided_ends(doc_off, start, budget, workers)
@@ -753,12 +744,12 @@ class DeviceBackend(Backend):
                              if hc is None else self._empty_part(model, d0, d1))
                 continue
             # a short chunk alone (or a one-thread device): its whole sequence in one call
-            if not flight and (hc.n <= INLINE_MAX_BYTES or getattr(self.dev, "threads", 0) == 1):
+            if not flight and hc.n <= self.dev.caps.inline_max_bytes:
                 got = self._inline_chunk(plan, hc, model.id_dtype)
                 if got is not None:
                     parts.append(got)
                     continue
-            depth = getattr(self.dev, "in_flight", 2)
+            depth = self.dev.caps.in_flight
             if len(flight) == depth:
                 self._finish(flight.popleft(), parts)  # frees its slot
             slot = k % depth
@@ -858,7 +849,7 @@ class DeviceBackend(Backend):
         """Start the chunk workers' threads now (a device with ``chunk_workers``), not at the
         first batch: a thread's start waits until the OS runs it, a few ms on a busy machine
         when the first chunk already keeps the other cores busy."""
-        workers = getattr(self.dev, "chunk_workers", 0)
+        workers = self.dev.caps.chunk_workers
         if workers > 1:
             pool = self._chunk_pool(workers)
             meet = threading.Barrier(workers)  # every task waits for the others: one thread each
@@ -909,11 +900,10 @@ class DeviceBackend(Backend):
         has that form (``chunk_inline``: the native CPU device) and the model takes no
         normaliser check and no WordPiece stage (``_one_call``): (first document, ids,
         lengths); else None."""
-        inline = getattr(self.dev, "chunk_inline", None)
-        if inline is None or not self._one_call(plan, hc.mode):
+        if not self.dev.caps.chunk_inline or not self._one_call(plan, hc.mode):
             return None
         st = self.stages
-        ids, doc = inline(plan.tables, hc, out_dtype,
+        ids, doc = self.dev.chunk_inline(plan.tables, hc, out_dtype,
                           st.dedup_slots_per_entry if st.dedup else 0.0, out_for)
         with self._count_lock:
             counters["device.chunks"] += 1

@@ -43,7 +43,8 @@ from typing import Callable
 import numpy as np
 
 from ..unicode import FORMS
-from .driver import DeviceBackend
+from .driver import MIN_CHUNK, DeviceBackend
+from .protocol import DEVICE_FAMILIES, Capabilities, Device
 from .metal_arrays import (PAD, MetalArray, MetalOutOfMemory, _mx_dtype,  # noqa: F401
                            _oom_as_memory_error, _Pending)
 
@@ -108,7 +109,7 @@ def _device_info(mx) -> dict:
 
 
 def create(*, factory=None, dedup: bool = False, chunk_bytes: "int | None" = None,
-           pretok: str = "auto", **device_options) -> DeviceBackend:
+           pretok: str = "auto", min_chunk: int = MIN_CHUNK, **device_options) -> DeviceBackend:
     """The metal backend (``factory``: the kernel factory, MLX's by default; the other options
     are ``DeviceBackend``'s and ``MetalDevice``'s). ``get_backend("metal")`` calls this.
 
@@ -120,7 +121,7 @@ def create(*, factory=None, dedup: bool = False, chunk_bytes: "int | None" = Non
             raise RuntimeError(f"the metal backend is not available: {why}")
     dev = MetalDevice(factory=factory, **device_options)
     return DeviceBackend(dev, name="metal", dedup=_check_dedup(dedup), chunk_bytes=chunk_bytes,
-                         pretok=pretok)
+                         pretok=pretok, min_chunk=min_chunk)
 
 
 def _check_dedup(dedup: bool) -> bool:
@@ -131,7 +132,7 @@ def _check_dedup(dedup: bool) -> bool:
     return False
 
 
-class MetalDevice:
+class MetalDevice(Device):
     """The Device adapter on MLX (``devices.py`` documents the protocol).
 
     ``factory``: a ``gputok.train.metal.KernelFactory`` (MLX's by default; the tests pass one
@@ -144,11 +145,6 @@ class MetalDevice:
     """
 
     kind = "metal"
-    host_memory = False
-    # what shaders/encode_{pretok,o200k,nfc}_*.metal cover: every scanner family and normal form
-    # the CUDA kernels do. One the CUDA kernels gain later runs on the host here (counted).
-    pretok_families = ("cl3", "cl1", "gpt2", "o200k")
-    normal_forms: tuple = FORMS
 
     def __init__(self, *, factory=None, block: int = 256, max_blocks: int = 1024,
                  memory_limit: "int | None" = None, name: "str | None" = None):
@@ -164,6 +160,11 @@ class MetalDevice:
         self.name = name or (f"metal ({gpu_name()})" if factory is None else "metal (custom)")
         self.oom_errors = (MemoryError,)  # MetalOutOfMemory included
         self.launches: dict = {}
+        # what shaders/encode_{pretok,o200k,nfc}_*.metal cover: every scanner family and normal
+        # form the CUDA kernels do (one the CUDA kernels gain later runs on the host here,
+        # counted); a Metal form of every kernel with a ``_k_`` step below; no piece dedup
+        self.caps = Capabilities(own_scan=True, pretok_families=DEVICE_FAMILIES,
+                                 normal_forms=FORMS, kernels=frozenset(_STEPS), dedup=False)
 
     # ---- memory ------------------------------------------------------------------------------
 
@@ -263,20 +264,15 @@ class MetalDevice:
         self._queue(*outs)
         return outs
 
-    def has_kernel(self, name: str) -> bool:
-        """Whether the CUDA kernel ``name`` has a Metal form here (the driver runs a model whose
-        kernels are missing on the host, a counted fallback)."""
-        return getattr(self, "_k_" + name, None) is not None
-
     def launch(self, name, grid, block, args) -> None:
         """Run the Metal form of the CUDA kernel ``name`` called with CUDA's ``args``."""
-        step = getattr(self, "_k_" + name, None)
+        step = _STEPS.get(name) if self.has_kernel(name) else None
         if step is None:
             raise KeyError(f"the metal backend has no form of kernel {name!r} "
                            "(gputok/backends/metal.py)")
         self.launches[name] = self.launches.get(name, 0) + 1
         with _oom_as_memory_error():
-            step(tuple(grid), tuple(block), list(args))
+            step(self, tuple(grid), tuple(block), list(args))
 
     # Each _k_<kernel> takes the arguments of kernels/encode_*.cu's kernel of that name.
 
@@ -395,6 +391,10 @@ class MetalDevice:
         n_entries, pstart, owner, out_off, scratch, out, cap = args
         (out.a,) = self._run(shader, g, b, [pstart, owner, out_off, scratch, n_entries, cap],
                              [out.size])
+
+
+#: the Metal form of each CUDA kernel: ``MetalDevice._k_<kernel>``
+_STEPS = {k[3:]: f for k, f in vars(MetalDevice).items() if k.startswith("_k_")}
 
 
 def emulated(make: Callable, **options) -> DeviceBackend:

@@ -133,8 +133,9 @@ from ..stages import lists, pack
 # uses them) loads with the device, not inside a model's first batch (~1.5-5 ms there)
 from ..stages import scan as _scan  # noqa: F401
 from . import native_build
-from .driver import DeviceBackend
+from .driver import CHUNK_LIMIT, DeviceBackend
 from .host_pool import SLACK, HostPool
+from .protocol import Capabilities, Device
 
 CHUNK_BYTES = 1 << 20  # text per chunk at most (see the performance notes)
 CHUNK_PER_WORKER = 1 << 17  # the chunk cap grows by this per chunk worker (chunk_bytes_for)
@@ -154,6 +155,11 @@ SPLIT_MIN = {"encode_merge_short": 256, "encode_merge_long": 1, "encode_piece_ki
              "encode_pretok_spans": 2048, "encode_o200k_spans": 2048,
              "encode_wordpiece": 256}
 MAX_BLOCKS = 1 << 20  # a grid always covers its range in one stride
+# a batch of one chunk this short runs as one call where the device has that form
+# (``chunk_inline``, ~0.1 ms of launches saved); longer ones launch stage by stage, their heavy
+# kernels cut over every core (``launch_shape``): on the 2-core box 4 KB of prose took 0.26 ->
+# 0.18 ms, 10 KB 0.44 -> 0.30, and from ~30 KB (base64) or ~100 KB (prose) the two cores won
+INLINE_MAX_BYTES = 16 << 10
 
 
 def threads_default() -> int:
@@ -197,7 +203,7 @@ def create(threads: "int | None" = None, **options) -> DeviceBackend:
     'native CPU (2 threads)'
     """
     dev = NativeDevice(threads)
-    options.setdefault("chunk_bytes", chunk_bytes_for(dev.chunk_workers))
+    options.setdefault("chunk_bytes", chunk_bytes_for(dev.caps.chunk_workers))
     options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
     be = DeviceBackend(dev, name="native", **options)
     be.start_workers()
@@ -357,7 +363,7 @@ class _ThreadState(threading.local):
         self.kernels: dict = {}  # kernel name -> (call, params, masks, value slots, argv)
 
 
-class NativeDevice:
+class NativeDevice(Device):
     """The kernels on this machine's cores (see the module docstring).
 
     Inside ``stream(slot)`` (the driver's chunks) launches, scans and marks are queued on that
@@ -374,8 +380,6 @@ class NativeDevice:
     block = BLOCK
     max_blocks = MAX_BLOCKS
     scan_block, scan_items = 1, 1  # unused: scans run on the host (``scan``)
-    host_memory = True  # the host reads results directly (after ``fence``)
-    in_flight = 2  # chunks queued at once (driver.py); 3 measured no faster on 2 cores
 
     def __init__(self, threads: "int | None" = None, *, poison: bool = False):
         self.threads = threads_default() if threads is None else int(threads)
@@ -384,6 +388,13 @@ class NativeDevice:
         self.poison = poison
         self.lib = library()
         self.name = f"native CPU ({self.threads} threads)"
+        # the host reads results directly (after ``fence``); two chunks queued at once when
+        # streaming (3 measured no faster on 2 cores); every one-call form of host_chunk.h
+        self.caps = Capabilities(
+            host_memory=True, own_scan=True, in_flight=2,
+            chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
+            inline_max_bytes=CHUNK_LIMIT if self.threads == 1 else INLINE_MAX_BYTES,
+            text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True)
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
         self._count_lock = threading.Lock()
@@ -443,12 +454,6 @@ class NativeDevice:
             yield
         finally:
             t.slot, t.inline = prev
-
-    @property
-    def chunk_workers(self) -> int:
-        """Chunks the driver may run side by side, each start to end on a thread of its own
-        (``solo``): one per thread when there are several (driver.py: ``_run_workers``)."""
-        return self.threads if self.threads > 1 else 0
 
     @contextlib.contextmanager
     def solo(self):
@@ -662,8 +667,6 @@ class NativeDevice:
                                        bool(dbits)))
         return out[:int(out_doc[n_docs])], out_doc
 
-    text_short_max = TEXT_SHORT_MAX
-
     def text_short(self, tables, data: bytes, seg_bits: np.ndarray, out_dtype,
                    dedup_slots_per_entry: float = 0.0) -> np.ndarray:
         """One short text's ids (one document, one segment whose mark bits are ``seg_bits``,
@@ -827,7 +830,7 @@ class NativeDevice:
         chunk workers the driver streams only a batch of one chunk, which nothing overlaps: it
         runs at once with every thread on each launch (a 1-4 MB blob without safe cut points:
         1.6x faster than on one stream's thread)."""
-        self._tls.small_chunk = nbytes < STREAM_MIN or self.chunk_workers > 1
+        self._tls.small_chunk = nbytes < STREAM_MIN or self.caps.chunk_workers > 1
 
     def release(self) -> None:
         self.synchronize()
