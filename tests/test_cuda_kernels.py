@@ -34,6 +34,7 @@ from conftest import hf_encoding, hf_oracle, tiktoken_oracle
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN
 from emulator import compile_cuda
 from gputok.backends import FallbackWarning, cuda, device_tables, driver, hostplan, kernels
+from gputok.backends.cuda import build as cuda_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
@@ -471,7 +472,7 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
     monkeypatch.setattr(cuda, "_no_driver", lambda: False)  # the stand-in is the "driver"
-    kernels._cupy_module.cache_clear()
+    cuda_build._cupy_module.cache_clear()
     try:
         assert cuda.available()[0]
         dev = cuda.CupyDevice()
@@ -485,7 +486,7 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
         assert len(be.profile) > 3 and set(be.profile[0]["ms"]) == {"h2d", "pretok", "entries",
                                                                       "merge", "emit"}
     finally:
-        kernels._cupy_module.cache_clear()
+        cuda_build._cupy_module.cache_clear()
 
 
 def test_merge_pieces_on_the_emulator_and_the_cupy_layer(monkeypatch):
@@ -501,14 +502,14 @@ def test_merge_pieces_on_the_emulator_and_the_cupy_layer(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
     monkeypatch.setattr(cuda, "_no_driver", lambda: False)
-    kernels._cupy_module.cache_clear()
+    cuda_build._cupy_module.cache_clear()
     try:
         dev = cuda.CupyDevice()
         dev.block, dev.max_blocks = 64, 2
         assert DeviceBackend(dev).merge_pieces(enc.model, raw) == want
         assert "encode_merge_long" in log
     finally:
-        kernels._cupy_module.cache_clear()
+        cuda_build._cupy_module.cache_clear()
 
 
 # ---------------------------------------------------------------- 3. what runs where

@@ -1,7 +1,7 @@
 """The new families on the native CPU device (skipped only when the machine has no C++ compiler).
 
 * WordPiece: ``kernels/encode_wordpiece.cu`` compiled by the host's C++ compiler
-  (``gputok/backends/native_build.py``), run by the driver against HF ``tokenizers``. Words are
+  (``gputok/backends/native/build.py``), run by the driver against HF ``tokenizers``. Words are
   cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
   ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
   fallback, no ``encode_merge_*`` launch).

@@ -83,6 +83,13 @@ class DeviceStages:
         dev.launch("encode_scan_apply_add", (tiles,), blk,
                    [arr, arr, i64(n), sums, i32(1), i32(exclusive)])
 
+    def stage(self, name: str):
+        """The segmenting stage a segmenter's device form names (``SegmenterDevice.stage``)."""
+        try:
+            return {"merge": self.merge, "wordpiece": self.wordpiece}[name]
+        except KeyError:
+            raise KeyError(f"no device stage {name!r} (merge, wordpiece)") from None
+
     # The stages below take and return device arrays; the tests drive them one by one.
 
     def pretok(self, tables, n: int, d_buf, d_mpos, d_mbits, n_marks: int):

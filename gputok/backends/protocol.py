@@ -36,6 +36,7 @@ Members with defaults (a device overrides them where it has its own):
     host_block(nbytes)                host memory for a batch's output (default: fresh pages)
     work_block(nbytes)                host memory for a chunk's packed input
     trim_idle()                       give idle host workspace back (default: nothing to give)
+    host_tools()                      native helpers for the host stages (``HostTools``)
     solo()                            a context: launches at once, on the calling thread alone
 
 Members that come with a capability (the base class raises for a device that lacks it):
@@ -102,6 +103,31 @@ class Capabilities:
     dedup: bool = True
 
 
+@dataclass(frozen=True)
+class HostTools:
+    """Native helpers a backend gives the host stages it runs, explicitly (a stage never
+    behaves differently because some backend was loaded): ``lister`` builds id lists
+    (``stages.lists.IdLists``), ``packer`` reads str documents as UTF-8 without the
+    interpreter's lock (``stages.pack.StrLayout``), ``utf8_check(buf, n)`` checks bytes input.
+    None: the stages' plain Python forms."""
+
+    lister: object = None
+    packer: object = None
+    utf8_check: object = None
+
+
+class Ready:
+    """A download that has finished (host memory already): the interface of one in flight."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
 class Device:
     """Base of every device adapter: the defaults of the optional members (see the module
     docstring for the protocol). Subclasses set ``caps`` and implement the required members."""
@@ -130,6 +156,9 @@ class Device:
 
     def trim_idle(self) -> None:
         pass
+
+    def host_tools(self) -> HostTools:
+        return HostTools()
 
     def solo(self):
         return contextlib.nullcontext()
