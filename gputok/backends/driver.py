@@ -52,7 +52,8 @@ import threading
 
 import numpy as np
 
-from . import Backend, get_backend
+from . import get_backend
+from .base import Backend
 from .device_stages import DeviceStages
 from .hostplan import cut_long_documents, prepare
 from .runners.chunk import CHUNK_LIMIT, ChunkRunner, chunk_end

@@ -9,7 +9,7 @@ One text takes ``stages/text.py``, the same stages without the batch bookkeeping
 
 from __future__ import annotations
 
-from . import Backend
+from .base import Backend
 from ..stages import dedup, emit, split
 
 
