@@ -116,7 +116,7 @@ def host_routine(symbol: str):
     return None if lib is None else getattr(lib.lib, symbol)
 
 
-def huge_block(nbytes: int) -> "np.ndarray":
+def huge_block(nbytes: int):
     """A new uint8 array of ``nbytes`` in 2 MB pages where the OS has them (first touches
     fault a 2 MB page at a time; ``host_pool.huge_block``)."""
     from .host_pool import huge_block as block

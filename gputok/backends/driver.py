@@ -33,8 +33,8 @@ nothing of CUDA. The runners (``runners/``) are its parts: planning (``plan.py``
 streamed str batches (``streamed.py``) and one text (``onetext.py``); the native device's
 one-call forms are runners picked by its capabilities, not branches here.
 
-Performance notes (``bench/bench_cuda.py`` reports end-to-end and per-stage times; H200 runs:
-bench/results/cuda-h200-2026-11-27.md):
+Performance notes (``bench/bench_cuda.py`` reports end-to-end and per-stage times; the H200
+runs: bench/results/cuda.md):
 * No piece dedup by default: whole-token hits skip merging for most pieces of natural text, so
   the simplest exact design merges every remaining piece where it stands. ``dedup=True`` adds a
   device hash set (one CAS per remaining piece; duplicates copy their owner's ids).
