@@ -10,7 +10,7 @@ loaded and the workspace pool is filled by a first pass), best of ``--repeat``:
   in this table: its thread pool is the process's, sized once, with no count per call;
 * the native batch's phases on the calling thread: packing the documents into one UTF-8 buffer,
   preparing the chunks (handed to the workers one by one), the chunk loop, assembling the result;
-  a batch of str documents that the device packs chunk by chunk (``_encode_streamed``) has no
+  a batch of str documents that the device packs chunk by chunk (``StreamedBatch.encode``) has no
   packing phase: its chunk loop packs and prepares each chunk while the workers run the ones
   before (its prepare time is inside the loop);
 * the workers' busy time: the sum over chunks of each chunk's wall time on its worker, over
@@ -33,6 +33,7 @@ import peers
 
 import gputok  # noqa: E402  (path set up by _common)
 from gputok.backends import driver, native
+from gputok.backends.runners import streamed
 from gputok.stages import pack
 
 
@@ -44,10 +45,12 @@ class _Phases:
         self.busy = 0.0
         self._wrap(pack.Documents, "packed", "pack")
         self._wrap(driver, "prepare", "prepare")
+        self._wrap(streamed, "prepare", "prepare")
         self._wrap(driver, "assemble", "assemble")
+        self._wrap(streamed, "assemble", "assemble")
         self._wrap(be, "_encode", "chunk loop")
-        self._wrap(be, "_encode_streamed", "streamed loop")
-        inner = be._whole_chunk
+        self._wrap(be.streamed, "encode", "streamed loop")
+        inner = be.chunk.whole
 
         def whole(*a, **k):
             t0 = time.perf_counter()
@@ -55,7 +58,7 @@ class _Phases:
                 return inner(*a, **k)
             finally:
                 self.busy += time.perf_counter() - t0  # float += under the GIL: fine here
-        be._whole_chunk = whole
+        be.chunk.whole = whole
 
     def _wrap(self, obj, name, label):
         fn = getattr(obj, name)

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from .backends.devices import trainer_names
 from .corpus.formats import FORMATS
 
 
@@ -375,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--field", default="text", help="JSON field holding the text (default: text)")
     t.add_argument("--errors", default="strict", choices=["strict", "replace"],
                    help="invalid UTF-8 in input: fail (default) or decode as U+FFFD")
-    t.add_argument("--backend", default="auto", choices=["auto", "numpy", "cuda", "metal"])
+    t.add_argument("--backend", default="auto", choices=list(trainer_names()))
     t.add_argument("--name", help="the encoding's name (default: the output file's stem)")
     t.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     t.set_defaults(func=cmd_train)

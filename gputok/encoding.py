@@ -10,76 +10,15 @@ import numpy as np
 from . import padding
 from .backends import get_backend
 from .backends.device_tables import prefetch as prefetch_tables
-from .backends.numpy import encode_few, encode_text
 from .decode import StreamDecoder, as_int_list
 from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
 from .specials import check_disallowed, special_args
-from .stages.merge import LONG_PIECE
-from .stages.lists import id_list
 from .stages.pack import Documents
-
-_BATCH_PATH_MIN = 1 << 16  # characters; longer single texts take the batch pipeline
-# ... from this length already when the default backend is a device (the native CPU backend, a
-# GPU): its fixed cost per call (~0.5 ms) is below the host path's for 2K+ characters, and long
-# pieces (runs, blobs) then merge in compiled code, not in Python's heap (~5 us per byte)
-_DEVICE_PATH_MIN = 1 << 11
-
-
-# A text of at most this many pieces (a run of one character class, with a few pieces around
-# it) is cut by the host regex and only its long pieces go to the device's merge stage
-# (``DeviceBackend.merge_pieces``): no pre-tokenization kernels, no chunk set-up (~0.3 ms)
-_FEW_PIECES = 16
-_FEW_MIN = LONG_PIECE // 4  # characters: a shorter text has no piece of LONG_PIECE bytes
-
-# A text of these many characters whose device runs a whole chunk as one call
-# (``DeviceBackend.encode_short``) goes there: on the native CPU device ~10 us of call and
-# ~35 ns a byte of prose, against the host cut's regex and cache probes (~80 ns a character of
-# prose with every piece in the cache, far more without). The host path was still ahead below
-# ~192 characters of ASCII prose or code (64: 5.2 against 10.2 us, 128: 9.6 against 12.6,
-# 192-256 even, cl100k and o200k); a text that is not all ASCII was slower there from 64 on
-# (256 characters of multilingual text: 67-75 against 29-39 us). Past _SHORT_MAX the batch
-# pipeline's launches over every core take over: a single text of 24-48K characters took
-# 1.3-2.3x as long there as in one call (cl100k / o200k prose 1,184 / 1,026 against 512 / 504
-# us at 24K), even at 64K (0.69-0.96x the pipeline's time); at ~90K they were even.
-_SHORT_MIN = 192
-_SHORT_MIN_NON_ASCII = _FEW_MIN
-_SHORT_MAX = 1 << 16
-
-
-def _encode_one(model, text: str, allowed: frozenset) -> "list[int] | None":
-    """One text on the default backend: its long pieces merge on the device when there is one
-    (a text under ``_DEVICE_PATH_MIN`` characters, or one of ``_FEW_PIECES`` pieces at most);
-    None: the text takes the batch pipeline."""
-    n = len(text)
-    if n < _FEW_MIN:
-        return encode_text(model, text, allowed)
-    backend = get_backend("auto")
-    if (n >= _SHORT_MIN or (n >= _SHORT_MIN_NON_ASCII and not text.isascii())) \
-            and n <= _SHORT_MAX and not model.active_tokens(allowed):
-        short = getattr(backend, "encode_short", None)
-        got = None if short is None else short(model, text)
-        if got is not None:
-            return got
-    merge = getattr(backend, "merge_pieces", None)
-    if merge is not None:
-        device_merge = functools.partial(merge, model)
-        if n < _DEVICE_PATH_MIN:
-            return encode_text(model, text, allowed, device_merge)
-        few = getattr(backend, "encode_few", None)
-        spans = getattr(backend, "merge_spans", None)
-        got = encode_few(model, text, allowed, device_merge, _FEW_PIECES,
-                         None if few is None else functools.partial(few, model),
-                         None if spans is None else functools.partial(spans, model))
-        if got is not None:
-            return got
-    if n >= _BATCH_PATH_MIN or (n >= _DEVICE_PATH_MIN and backend.name != "numpy"):
-        return None
-    return encode_text(model, text, allowed)
-
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
+Backend = "str | gputok.backends.Backend"  # a name ("auto", "numpy", "native", ...) or object
 _EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 
 
@@ -133,26 +72,28 @@ class Encoding:
 
     # ==== encoding ===============================================================================
 
-    def encode_ordinary(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+    def encode_ordinary(self, text: str, *, backend: Backend = "auto",
+                        add_special_tokens: bool = False) -> list[int]:
         """Encode ``text`` ignoring special tokens (they are encoded as plain text).
 
         Equivalent to ``encode(text, disallowed_special=())`` (but slightly faster).
+        ``backend``: ``"auto"``, a backend name (``gputok info`` lists them) or a backend object.
 
         >>> enc.encode_ordinary("<|endoftext|>")
         [27, 91, 8862, 728, 428, 91, 29]
         """
-        got = _encode_one(self.model, text, frozenset())
-        got = self._encode_large(text, frozenset()) if got is None else got
+        got = get_backend(backend).encode_text(self.model, text, frozenset())
         return self._finish_list(got, add_special_tokens)
 
     def encode(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
-               disallowed_special: DisallowedSpecial = "all",
+               disallowed_special: DisallowedSpecial = "all", backend: Backend = "auto",
                add_special_tokens: bool = False) -> list[int]:
         """Encode ``text``. Special-token text raises ``ValueError`` unless allowed or disabled.
 
         - ``allowed_special``: specials to encode as their control ids (``"all"`` for all).
         - ``disallowed_special``: specials whose presence raises (default: all not allowed);
           ``()`` encodes special-token text as ordinary text.
+        - ``backend``: where it runs (as ``encode_ordinary``).
         - ``add_special_tokens``: add what the model's library adds around a text by default
           (HF's post-processor, sentencepiece's BOS, llama.cpp's BOS/EOS/SEP; nothing for
           tiktoken encodings). Off by default, as in tiktoken.
@@ -163,8 +104,7 @@ class Encoding:
         allowed, disallowed = self._special_args(allowed_special, disallowed_special)
         if disallowed:
             check_disallowed(text, disallowed)
-        got = _encode_one(self.model, text, allowed)
-        got = self._encode_large(text, allowed) if got is None else got
+        got = get_backend(backend).encode_text(self.model, text, allowed)
         return self._finish_list(got, add_special_tokens)
 
     def _finish_list(self, ids: list, add_special_tokens: bool) -> list:
@@ -173,30 +113,27 @@ class Encoding:
             ids = without(ids, self.model.drop_id)
         return self.model.post.apply(ids) if add_special_tokens else ids
 
-    def _encode_large(self, text: str, allowed: frozenset) -> list[int]:
-        """One big text through the batch pipeline of the default backend: its many distinct
-        pieces merge together (e.g. 5x faster than one by one on base64 blobs)."""
-        return get_backend("auto").encode_list(self.model, text, allowed)
-
     def encode_to_numpy(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
                         disallowed_special: DisallowedSpecial = "all",
-                        add_special_tokens: bool = False) -> np.ndarray:
+                        backend: Backend = "auto", add_special_tokens: bool = False
+                        ) -> np.ndarray:
         """``encode`` returning a numpy array (uint16 when the vocabulary fits, else uint32).
 
         >>> enc.encode_to_numpy("hello world").tolist()
         [15339, 1917]
         """
         ids = self.encode(text, allowed_special=allowed_special,
-                          disallowed_special=disallowed_special,
+                          disallowed_special=disallowed_special, backend=backend,
                           add_special_tokens=add_special_tokens)
         return np.array(ids, dtype=self.id_dtype)
 
     def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8,
-                              backend: str = "auto",
+                              backend: Backend = "auto",
                               add_special_tokens: bool = False) -> list[list[int]]:
         """Encode a list of strings, ignoring special tokens.
 
-        ``num_threads`` is accepted for tiktoken compatibility; the batch runs on ``backend``.
+        ``num_threads``: tiktoken's argument, kept so its calls run unchanged; the threads are
+        the backend's (the native backend: ``$GPUTOK_NUM_THREADS``, else every core).
 
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
@@ -207,18 +144,20 @@ class Encoding:
     def encode_batch(self, text: Sequence[str], *, num_threads: int = 8,
                      allowed_special: AllowedSpecial = frozenset(),
                      disallowed_special: DisallowedSpecial = "all",
-                     backend: str = "auto",
+                     backend: Backend = "auto",
                      add_special_tokens: bool = False) -> list[list[int]]:
-        """Encode a list of strings; see ``encode`` for the special-token arguments.
+        """Encode a list of strings; see ``encode`` for the special-token arguments and
+        ``encode_ordinary_batch`` for ``num_threads``.
 
         >>> enc.encode_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        be = get_backend(backend)
         ids, offsets = self.encode_batch_arrays(text, allowed_special=allowed_special,
                                                 disallowed_special=disallowed_special,
-                                                backend=backend,
+                                                backend=be,
                                                 add_special_tokens=add_special_tokens)
-        flat, off = id_list(ids), offsets.tolist()
+        flat, off = be.id_list(ids), offsets.tolist()
         return [flat[a:b] for a, b in zip(off, off[1:])]
 
     def encode_single_token(self, text_or_bytes: "str | bytes") -> int:
@@ -243,8 +182,9 @@ class Encoding:
     # ---- batch methods that return arrays (the device-served path) ----------------------------
 
     def encode_batch_arrays(self, texts, *, allowed_special: AllowedSpecial = frozenset(),
-                            disallowed_special: DisallowedSpecial = "all", backend: str = "auto",
-                            errors: str = "strict", add_special_tokens: bool = False
+                            disallowed_special: DisallowedSpecial = "all",
+                            backend: Backend = "auto", errors: str = "strict",
+                            add_special_tokens: bool = False
                             ) -> tuple[np.ndarray, np.ndarray]:
         """Encode a batch into one ragged array: ``(ids, offsets)``.
 
@@ -274,7 +214,7 @@ class Encoding:
                             pad_id: "int | None" = None, pad_to_multiple_of: "int | None" = None,
                             allowed_special: AllowedSpecial = frozenset(),
                             disallowed_special: DisallowedSpecial = "all",
-                            backend: str = "auto", add_special_tokens: bool = False
+                            backend: Backend = "auto", add_special_tokens: bool = False
                             ) -> tuple[np.ndarray, np.ndarray]:
         """Encode a batch into a rectangle: ``(ids[B, L], attention_mask[B, L])``.
 

@@ -18,7 +18,7 @@ import testdata
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN
 from emulator import compile_cuda
 from gputok.backends import hostplan, kernels
-from gputok.backends.devices import ArrayDevice
+from gputok.backends.emulated import ArrayDevice
 from gputok.backends.driver import DeviceBackend
 from gputok.patterns import BYTELEVEL as GPT2_HF_PATTERN, LLAMA3 as LLAMA3_PATTERN, QWEN2 as QWEN2_PATTERN
 from gputok.stages.merge import LONG_PIECE, merge_long, merge_small

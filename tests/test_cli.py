@@ -569,7 +569,7 @@ def test_the_first_job_says_it_builds_the_cpu_kernels_and_reports_the_time(tmp_p
     import os
     import stat
 
-    from gputok.backends import native_build
+    from gputok.backends.native import build as native_build
 
     real = native_build.build()
     cxx = tmp_path / "c++"

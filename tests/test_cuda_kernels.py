@@ -34,6 +34,7 @@ from conftest import hf_encoding, hf_oracle, tiktoken_oracle
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN
 from emulator import compile_cuda
 from gputok.backends import FallbackWarning, cuda, device_tables, driver, hostplan, kernels
+from gputok.backends.cuda import build as cuda_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
@@ -304,18 +305,13 @@ def test_out_of_memory_splits_the_batch_then_falls_back_to_numpy():
         assert_same(enc, be, docs, expect)
     assert dev.launches["encode_doc_offsets"] >= 2 and not be.fallbacks
     # nothing fits: every document on the CPU, with a warning
-    old = driver.MIN_CHUNK
-    driver.MIN_CHUNK = big
-    try:
-        dev2 = emu_device("forward")
-        be2 = DeviceBackend(dev2, chunk_bytes=big)
-        be2.model_plan(enc.model)
-        dev2.memory_limit = 1000
-        with pytest.warns(FallbackWarning, match="out of device memory"):
-            assert_same(enc, be2, docs, expect)
-        assert be2.fallbacks[("chunk", "out of memory")] >= 1
-    finally:
-        driver.MIN_CHUNK = old
+    dev2 = emu_device("forward")
+    be2 = DeviceBackend(dev2, chunk_bytes=big, min_chunk=big)
+    be2.model_plan(enc.model)
+    dev2.memory_limit = 1000
+    with pytest.warns(FallbackWarning, match="out of device memory"):
+        assert_same(enc, be2, docs, expect)
+    assert be2.fallbacks[("chunk", "out of memory")] >= 1
 
 
 def test_oversized_documents_go_to_the_cpu(monkeypatch):
@@ -476,7 +472,7 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
     monkeypatch.setattr(cuda, "_no_driver", lambda: False)  # the stand-in is the "driver"
-    kernels._cupy_module.cache_clear()
+    cuda_build._cupy_module.cache_clear()
     try:
         assert cuda.available()[0]
         dev = cuda.CupyDevice()
@@ -490,7 +486,7 @@ def test_cupy_device_layer_on_a_stand_in(monkeypatch):
         assert len(be.profile) > 3 and set(be.profile[0]["ms"]) == {"h2d", "pretok", "entries",
                                                                       "merge", "emit"}
     finally:
-        kernels._cupy_module.cache_clear()
+        cuda_build._cupy_module.cache_clear()
 
 
 def test_merge_pieces_on_the_emulator_and_the_cupy_layer(monkeypatch):
@@ -506,14 +502,14 @@ def test_merge_pieces_on_the_emulator_and_the_cupy_layer(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log))
     monkeypatch.setattr(cuda, "_no_driver", lambda: False)
-    kernels._cupy_module.cache_clear()
+    cuda_build._cupy_module.cache_clear()
     try:
         dev = cuda.CupyDevice()
         dev.block, dev.max_blocks = 64, 2
         assert DeviceBackend(dev).merge_pieces(enc.model, raw) == want
         assert "encode_merge_long" in log
     finally:
-        kernels._cupy_module.cache_clear()
+        cuda_build._cupy_module.cache_clear()
 
 
 # ---------------------------------------------------------------- 3. what runs where

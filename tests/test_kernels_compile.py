@@ -158,3 +158,24 @@ def test_changing_a_python_constant_changes_the_kernel_digest(monkeypatch):
         assert after[1] != before and "#define ENC_LONG_PIECE 512" in after[0]
     finally:
         kernels.kernel_constants.cache_clear()
+
+
+def test_metal_shaders_take_the_python_constants_too(monkeypatch):
+    """A Metal shader's header starts with the same ``#define`` block of Python's constants as
+    the CUDA and native sources (one source for every dialect, not the headers' ``#ifndef``
+    defaults): a changed constant reaches the header and the shader's digest."""
+    from gputok.backends import kernels
+    from gputok.backends.metal import iface
+
+    shader = iface.load("encode_merge_short")
+    block = kernels.defines_block(tuple(kernels.kernel_constants().items()))
+    assert shader.header.startswith(block) and "#define ENC_LONG_PIECE " in block
+    kernels.kernel_constants.cache_clear()
+    from gputok.stages import merge
+
+    monkeypatch.setattr(merge, "LONG_PIECE", 512)
+    try:
+        again = iface.load("encode_merge_short")
+        assert "#define ENC_LONG_PIECE 512" in again.header and again.digest != shader.digest
+    finally:
+        kernels.kernel_constants.cache_clear()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import random
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -186,8 +187,9 @@ def cuda_fallbacks(enc, docs, chunk_bytes: int, allowed=frozenset()) -> dict:
     with pre-tokenization on the device for the scanner families the Metal shaders implement,
     and the quick check for the normal forms they check."""
     dev = emu_device("forward")
-    dev.pretok_families = metal.MetalDevice.pretok_families
-    dev.normal_forms = metal.MetalDevice.normal_forms
+    mine = metal_backend().dev.caps
+    dev.caps = replace(dev.caps, pretok_families=mine.pretok_families,
+                       normal_forms=mine.normal_forms)
     be = DeviceBackend(dev, chunk_bytes=chunk_bytes)
     encode_all(be, enc, docs, allowed)
     return dict(be.fallbacks)
@@ -277,7 +279,7 @@ def test_a_family_without_metal_shaders_is_cut_on_the_host_and_counted():
     """A scanner family the CUDA kernels know and the shaders do not (as when a new family's
     CUDA kernels land first) runs its pre-tokenization on the host: counted, ids unchanged."""
     be = metal_backend()
-    be.dev.pretok_families = ("cl3",)  # as if the gpt2 family had no shaders
+    be.dev.caps = replace(be.dev.caps, pretok_families=("cl3",))  # as if gpt2 had no shaders
     enc, tk = gputok.get_encoding("r50k_base"), tiktoken_oracle("r50k_base")
     assert "no pretok kernels for the gpt2 rules" in be.plan(enc.model)["pretok"]
     docs = ["Hello world, it's 12345", "a" * 300, ""]
@@ -289,14 +291,9 @@ def test_a_family_without_metal_shaders_is_cut_on_the_host_and_counted():
     assert "encode_pretok_spans" not in be.dev.launches
 
 
-def test_out_of_memory_from_mlx_splits_the_batch_then_falls_back(monkeypatch):
+def test_out_of_memory_from_mlx_splits_the_batch_then_falls_back():
     """MLX's failed allocations (RuntimeError) reach the driver as MemoryError: the batch is
     split, then a document that still fails goes to the host, counted as on CUDA."""
-    from gputok.backends import driver
-
-    be = metal_backend(chunk_bytes=4 << 20)
-    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
-    monkeypatch.setattr(driver, "MIN_CHUNK", 1 << 20)
     calls = []
 
     def failing(*a, **k):
@@ -304,7 +301,13 @@ def test_out_of_memory_from_mlx_splits_the_batch_then_falls_back(monkeypatch):
         raise RuntimeError("[metal::malloc] Attempting to allocate 4294967296 bytes which is "
                            "greater than the maximum allowed buffer size of 2147483648 bytes.")
 
-    monkeypatch.setattr(be.dev, "_k_encode_merge_short", failing)
+    emulator = metal_kernel_maker(order="forward", seed=0)
+
+    def make(**kernel):  # (mx.fast.metal_kernel's signature: this shader's allocation fails)
+        return failing if kernel["name"].startswith("encode_merge_short") else emulator(**kernel)
+
+    be = metal.emulated(make, block=32, max_blocks=3, chunk_bytes=4 << 20, min_chunk=1 << 20)
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     docs = ["hello world " * 10, "x = 1\n" * 5]
     with pytest.warns(FallbackWarning, match="out of device memory"):
         ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from emulator import compile_metal, kernel_for, syntax_check
-from gputok import metal_iface
+from gputok.backends.metal import iface as metal_iface
 
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
-from gputok.train import metal  # noqa: E402
+from gputok.backends.metal import train as metal  # noqa: E402
 
 _BLOCK = re.compile(r"Generated source code for `([^`]+)`:\n```\n(.*?)```\n", re.S)
 
@@ -61,7 +61,7 @@ def test_shader_source_equals_mlx(name, capfd, tmp_path):
     args = [_example(dt, nd, size) for _, dt, nd in iface.inputs]
 
     def fn(*xs):
-        return kernel(*xs, output_shapes=[(size,)] * len(iface.outputs), grid=4 * metal.BLOCK,
+        return kernel(*xs, output_shapes=[(size,)] * len(iface.outputs), grid=4 * metal.TRAIN_BLOCK,
                       init_value=0 if iface.atomic_outputs else None)
 
     found = mlx_sources(capfd, tmp_path, fn, *args)

@@ -1,6 +1,6 @@
 """What only a Mac can show: the shaders (training and encode) compiled by Apple's Metal compiler
 and run on the GPU, under the Metal validation layers, and the benchmarks. Marked ``mac`` and
-skipped elsewhere with the reason ``gputok.train.metal.available()`` gives (on Linux: MLX has no
+skipped elsewhere with the reason ``gputok.backends.metal.train.available()`` gives (on Linux: MLX has no
 Metal device). Everything that can be proven without a Mac is in test_metal_{shaders,train,
 fidelity,shim,encode,coverage}.py; these are the checks a Mac's first run must pass.
 """
@@ -17,7 +17,7 @@ import pytest
 
 import gputok
 import testdata
-from gputok.train import metal
+from gputok.backends.metal import train as metal
 
 ROOT = Path(__file__).resolve().parent.parent
 _OK, _WHY = metal.available()

@@ -1,10 +1,10 @@
 """Every training shader (shaders/train_*.metal) on the CPU emulator against its numpy reference.
 
-Each shader is built from the interface it declares (``gputok.metal_iface``, as the backend
+Each shader is built from the interface it declares (``gputok.backends.metal.iface``, as the backend
 builds it), wrapped as MLX wraps it (``tests/emulator/metal.py``), and run in forward, reverse
 and shuffled thread orders (the last also switching threads at every atomic, so claims of table
 slots interleave between a thread's two compare-and-swaps) on states built from real text; the
-result must equal ``gputok.train.metal_arrays``. Tables are compared as ``{pair: count}`` (where
+result must equal ``gputok.backends.metal.train_reference``. Tables are compared as ``{pair: count}`` (where
 a pair lands depends on the order) and must keep the probe-chain rule.
 """
 
@@ -18,13 +18,15 @@ import pytest
 import testdata
 from cpu_ref.patterns import resolve_pattern
 from emulator import kernel_for
-from gputok import metal_iface
-from gputok.train import arrays, cpu, metal, words
-from gputok.train import metal_arrays as ma
+from gputok.backends.metal import iface as metal_iface
+from gputok.backends import train_arrays as arrays
+from gputok.backends.metal import train as metal
+from gputok.train import cpu, words
+from gputok.backends.metal import train_reference as ma
 from gputok.train.vocab import Vocab
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle+yield", 2)]
-BLOCK = metal.BLOCK
+BLOCK = metal.TRAIN_BLOCK
 GROUPS = 3  # small grids: every thread walks many elements, and the emulator stays quick
 _MASK = (1 << 32) - 1
 STATES = [("prose", 0), ("prose", 30), ("code", 0), ("code", 60), ("multilingual", 20)]

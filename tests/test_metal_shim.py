@@ -6,7 +6,7 @@ Rules (tests/emulator/metal.py, metal_shim.h): 32-bit atomics (64-bit: atomic<ul
 only), memory_order_relaxed only, no double, at most 31 buffers, at most 32 KiB of threadgroup
 memory, an init_value that float32 and the output dtype hold exactly, no lambdas / goto / new /
 exceptions, no quoted includes, and small inputs in the constant address space. Then the shader
-interface reader (``gputok.metal_iface``) and its errors.
+interface reader (``gputok.backends.metal.iface``) and its errors.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from emulator import CompileError, MetalError, check_metal_file, compile_metal
-from gputok import metal_iface
+from gputok.backends.metal import iface as metal_iface
 
 
 def launch(k, inputs, out_dtype=np.uint32, n_out=4, init_value=0, **kw):
@@ -211,7 +211,7 @@ def test_interface_and_includes(tmp_path: Path):
 
 def test_every_shader_is_listed_and_loads():
     from gputok.backends import metal as metal_encode
-    from gputok.train import metal
+    from gputok.backends.metal import train as metal
 
     assert metal_iface.shader_names() == sorted(metal.SHADERS + metal_encode.SHADERS)
     for name in metal.SHADERS + metal_encode.SHADERS:

@@ -1,7 +1,7 @@
 """The Metal training backend, whole, on Linux: ``gputok.train_bpe(..., backend="metal")`` with
 ``mx.fast.metal_kernel`` replaced by the emulator (``tests/emulator/mlx_bridge.py``) over
 ``mlx[cpu]`` arrays. Everything else is the code a Mac runs: the kernel factory, the interface
-checks, the MLX ops and read-backs of ``gputok.train.metal``. The oracle is HF's BpeTrainer.
+checks, the MLX ops and read-backs of ``gputok.backends.metal.train``. The oracle is HF's BpeTrainer.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import testdata
 from conftest import fuzz_examples
 from cpu_ref.hf import BYTE_TO_UNICODE
 from cpu_ref.patterns import resolve_pattern
-from gputok import metal_iface
+from gputok.backends.metal import iface as metal_iface
 from gputok.train import cpu, words
 from gputok.train.vocab import Vocab
 from test_train import EOT, RULE_CASES, WS, hf_train
@@ -28,7 +28,7 @@ from test_train import EOT, RULE_CASES, WS, hf_train
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]' on "
                                             "Linux runs these tests")
 from emulator.mlx_bridge import metal_kernel_maker  # noqa: E402
-from gputok.train import metal  # noqa: E402
+from gputok.backends.metal import train as metal  # noqa: E402
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_loop_shrinks_grows_and_compacts(monkeypatch):
         return call
 
     compactions = []
-    from gputok.train import arrays
+    from gputok.backends import train_arrays as arrays
 
     real_compact = arrays.compact
     monkeypatch.setattr(arrays, "compact",
@@ -187,7 +187,7 @@ def test_without_metal_says_why():
 
 
 def test_import_does_not_load_mlx():
-    code = ("import sys, gputok, gputok.train, gputok.metal_iface; "
+    code = ("import sys, gputok, gputok.train, gputok.backends.metal.iface; "
             "print(any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"

@@ -80,15 +80,15 @@ def test_batch_methods_reach_the_backend():
     assert spy.calls[0][2] == {"<|endoftext|>"} and spy.calls[1][3] == frozenset()
 
 
-def test_large_single_texts_take_the_default_backend(monkeypatch):
-    from gputok import encoding as encoding_mod
-
+def test_large_single_texts_take_the_batch_pipeline_of_their_backend():
     spy = SpyBackend()
-    monkeypatch.setattr(encoding_mod, "get_backend", lambda name: spy if name == "auto" else None)
     enc = gputok.get_encoding("cl100k_base")
     text = "word " * 20_000
-    assert enc.encode(text) == tiktoken_oracle("cl100k_base").encode(text)
+    assert enc.encode(text, backend=spy) == tiktoken_oracle("cl100k_base").encode(text)
     assert spy.calls and spy.calls[0][:2] == ("cl100k_base", 1)
+    spy.calls.clear()  # a short one: on the host
+    assert enc.encode_ordinary("word " * 20, backend=spy) == \
+        tiktoken_oracle("cl100k_base").encode_ordinary("word " * 20) and not spy.calls
 
 
 def test_pad_defaults_to_the_end_of_text_token():

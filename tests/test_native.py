@@ -20,6 +20,7 @@ import os
 import stat
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +28,10 @@ import pytest
 import gputok
 import testdata
 from conftest import hf_encoding, hf_oracle, tiktoken_oracle
-from gputok.backends import FallbackWarning, native, native_build
+from gputok.backends import FallbackWarning, native
+from gputok.backends.native import build as native_build
+from gputok.backends.hostplan import HostChunk
+from gputok.backends.runners import onetext, streamed as streamed_batch, workers
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.pretok import Pretokenizer, PretokSpec, piece_spans
@@ -41,7 +45,7 @@ _ok, _why = native.available()
 pytestmark = pytest.mark.skipif(not _ok, reason=f"native backend unavailable: {_why}")
 
 # (id, threads, elements per block, max blocks)
-LAYOUTS = [("1-thread", 1, native.BLOCK, native.MAX_BLOCKS),
+LAYOUTS = [("1-thread", 1, native.HOST_BLOCK, native.MAX_BLOCKS),
            ("3-threads-small-blocks", 3, 64, native.MAX_BLOCKS),
            ("2-threads-grid-strides", 2, 32, 3)]
 LAYOUT_IDS = [x[0] for x in LAYOUTS]
@@ -387,7 +391,7 @@ def test_merge_pieces_skips_the_whole_token_lookup_only_past_the_longest_token(i
 
         be.dev.merge_inline = spy_inline
     else:
-        be.dev.merge_inline = None  # the driver's generic form
+        be.dev.caps = replace(be.dev.caps, merge_inline=False)  # the driver's generic form
         real = be.dev.launch
 
         def spy(name, grid, block, args):
@@ -409,16 +413,12 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     """``Encoding.encode``: a text the pre-tokenizer cuts into a few pieces (runs of one
     character class) is cut on the host and only its long pieces go to the device's merge
     stage (an ASCII text; a long one that is not all ASCII is cut on this thread by the
-    device's pre-tokenization instead, ``encode_few``, no chunk either); prose takes the batch
+    device's pre-tokenization instead, ``OneCall.few``, no chunk either); prose takes the batch
     pipeline; a short text merges its long pieces on the device too. The ids are tiktoken's
     every way."""
-    from gputok import backends
     from gputok.stages import counters
 
-    be = native.create(threads=2)
-    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "_SHORT_MAX", 0)  # (else short texts: one call, below)
+    be = native.create(threads=2, one_call_max=0)  # (else short texts: one call)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     few = ["a" * 20_000, " " * 9000 + "end", "\U0001F600" * 4000, "x " + "7" * 30 + "b" * 5000,
            "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
@@ -427,9 +427,9 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
 
     for text in few:
         before, cut = dict(counters), cuts()
-        assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
-        assert enc.encode(text) == tk.encode(text)
-        on_device = not text.isascii() and len(text) >= gputok.encoding._DEVICE_PATH_MIN
+        assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
+        assert enc.encode(text, backend=be) == tk.encode(text)
+        on_device = not text.isascii() and len(text) >= onetext.DEVICE_PATH_MIN
         assert counters["merge.device_pieces"] - before.get("merge.device_pieces", 0) >= \
             (0 if on_device else 2)
         assert counters["device.few_texts"] - before.get("device.few_texts", 0) == \
@@ -438,10 +438,10 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
         assert counters["device.merge_pieces"] - before.get("device.merge_pieces", 0) >= 2
         assert counters["device.chunks"] == before.get("device.chunks", 0)
     prose = " ".join(e2e_docs())[:30_000]
-    assert enc.encode_ordinary(prose) == tk.encode_ordinary(prose)
+    assert enc.encode_ordinary(prose, backend=be) == tk.encode_ordinary(prose)
     assert be.dev.launches.get("encode_pretok_spans", 0) >= 1  # the batch pipeline
     spec = "a" * 3000 + "<|endoftext|>"  # active specials: the batch pipeline too
-    assert enc.encode(spec, allowed_special="all") == tk.encode(spec, allowed_special="all")
+    assert enc.encode(spec, allowed_special="all", backend=be) == tk.encode(spec, allowed_special="all")
 
 
 def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
@@ -449,7 +449,6 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
     ``limit + 1`` matches, never the vectorised scanner (its numpy passes made ~9 bytes of
     temporaries per byte of a run); the pieces are ``split``'s, None past the limit. A 3 MB run
     through ``Encoding.encode_ordinary`` merges on the device with tiktoken's ids."""
-    from gputok import backends
     from gputok.stages import counters
 
     for name in ("cl100k_base", "o200k_base", "r50k_base"):
@@ -476,30 +475,25 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
     assert Pretokenizer(PretokSpec((Split(r"[a-z]*|."),), "tiktoken")).split_few("ab!cd",
                                                                                  16) is None
     be = native.create(threads=2)
-    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     for text in ("a" * (3 << 20), "x " + " " * 100_000 + "y"):  # (tiktoken: a longer space run
         # overflows its regex stack)
         before = counters["merge.device_pieces"]
-        assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+        assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
         assert counters["merge.device_pieces"] > before
 
 
 def test_a_long_ascii_text_merges_from_its_own_characters(monkeypatch):
     """A long ASCII text of a few pieces is not copied: its merge reads the str's own
-    characters (``pack.utf8_data``, ``DeviceBackend.merge_spans``), every piece a span of them,
+    characters (``pack.utf8_data``, ``OneText.merge_spans``), every piece a span of them,
     and the ids are tiktoken's (one run, runs with pieces around them, cl100k / o200k / r50k).
     A str subclass, a text under ``VIEW_MIN`` and a non-ASCII text of a few pieces cut on the
     host give their own bytes and the same ids."""
-    from gputok import backends
     from gputok.stages import pack
 
     be = native.create(threads=2)
     be.dev.poison = True
-    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
-    head = pack.str_layout().ascii_head
+    head = native.library().packer.ascii_head
     seen: list = []
     inline = be.dev.merge_inline
 
@@ -519,13 +513,13 @@ def test_a_long_ascii_text_merges_from_its_own_characters(monkeypatch):
         enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
         for text in texts:
             seen.clear()
-            assert enc.encode_ordinary(text) == tk.encode_ordinary(text), (name, text[:9])
+            assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text), (name, text[:9])
             assert len(seen) == 1 and isinstance(seen[0], np.ndarray), (name, text[:9])
             assert seen[0].__array_interface__["data"][0] == id(text) + head
             assert seen[0].base.text is text
         for text in (Text("a" * (n + 5)), "a" * (n - 1), "\u00e9" * n + " " + "a" * 9):
             seen.clear()
-            assert enc.encode_ordinary(text) == tk.encode_ordinary(str(text))
+            assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(str(text))
             assert all(isinstance(d, bytes) for d in seen)
 
 
@@ -538,11 +532,10 @@ def test_an_ascii_view_is_the_str_characters_and_keeps_the_str():
     import gc
     import sys
 
-    from gputok.backends.numpy import _utf8_starts
+    from gputok.stages.text import _utf8_starts
     from gputok.stages import pack
 
-    native.library()
-    layout = pack.str_layout()
+    layout = native.library().packer
     assert layout is not None
     text = "".join(["ab c", "d\n"] * 20_000)  # (made here: no other reference)
     refs = sys.getrefcount(text)
@@ -561,12 +554,13 @@ def test_an_ascii_view_is_the_str_characters_and_keeps_the_str():
     for other in ("\u00e9" * 100, "", Text("abc" * 100), "a\U0001F600"):
         assert layout.ascii_view(other) is None
     short = "q" * (pack.VIEW_MIN - 1)
-    assert type(pack.utf8_data(short)) is bytes and pack.utf8_data(short) == short.encode()
+    assert type(pack.utf8_data(short, layout)) is bytes and pack.utf8_data(short, layout) == short.encode()
     long = "q" * pack.VIEW_MIN
-    assert isinstance(pack.utf8_data(long), np.ndarray)
-    assert pack.utf8_data(long).tobytes() == long.encode()
+    assert isinstance(pack.utf8_data(long, layout), np.ndarray)
+    assert pack.utf8_data(long, layout).tobytes() == long.encode()
+    assert pack.utf8_data(long) == long.encode()  # (no packer given: its bytes)
     with pytest.raises(UnicodeEncodeError):
-        pack.utf8_data("a\ud800" + "b" * pack.VIEW_MIN)
+        pack.utf8_data("a\ud800" + "b" * pack.VIEW_MIN, layout)
     mixed = ["ab", " \u00e9\u00e9", "\U0001F600" * 3, "\n"]
     t = "".join(mixed)
     assert _utf8_starts(mixed, t, t.encode()).tolist() == [0, 2, 7, 19, 20]
@@ -577,16 +571,13 @@ def test_an_ascii_view_is_the_str_characters_and_keeps_the_str():
 def test_a_short_text_is_one_device_call(monkeypatch):
     """``Encoding.encode`` of a text of ``_SHORT_MIN`` .. ``_SHORT_MAX`` characters (from
     ``_SHORT_MIN_NON_ASCII`` when not all ASCII) with no special token active:
-    ``DeviceBackend.encode_short``, the whole sequence in one call
+    ``OneCall.short``, the whole sequence in one call
     (prose, code, CJK, emoji, runs, lone surrogates, byte-level HF BPE); active specials, a
     normaliser (Qwen2's NFC) or a shorter text take the other paths. Ids as the oracles'."""
-    from gputok import backends
     from gputok.stages import counters
 
     be = native.create(threads=2)
     be.dev.poison = True
-    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
     docs = e2e_docs()
     base = " ".join(docs)
     texts = [base[:600], base[1000:5000], base[-16_000:], "\u65e5\u672c\u8a9e\u306e\u6587" * 150,
@@ -597,16 +588,16 @@ def test_a_short_text_is_one_device_call(monkeypatch):
         enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
         for text in texts:
             before = counters["device.short_texts"]
-            assert enc.encode_ordinary(text) == tk.encode_ordinary(text), (name, text[:30])
+            assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text), (name, text[:30])
             assert counters["device.short_texts"] == before + 1
         special = texts[1] + "<|endoftext|>"
         before = counters["device.short_texts"]
-        assert enc.encode(special, allowed_special="all") == tk.encode(special,
+        assert enc.encode(special, allowed_special="all", backend=be) == tk.encode(special,
                                                                       allowed_special="all")
-        assert enc.encode_ordinary(texts[0][:150]) == tk.encode_ordinary(texts[0][:150])
+        assert enc.encode_ordinary(texts[0][:150], backend=be) == tk.encode_ordinary(texts[0][:150])
         assert counters["device.short_texts"] == before  # specials active; under _SHORT_MIN
         for text in ("\u00e9t\u00e9 " * 20, "\U0001F600 x" * 30):  # not ASCII: from 64 on
-            assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+            assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
         assert counters["device.short_texts"] == before + 2
     # threads side by side (no backend lock around the call)
     import concurrent.futures
@@ -620,7 +611,7 @@ def test_a_short_text_is_one_device_call(monkeypatch):
     for enc, hf in ((llama, hf_oracle("llama3")), (qwen, hf_oracle("qwen2"))):
         before = counters["device.short_texts"]
         for text in [t for t in texts[:6] if "<|" not in t]:  # (HF splits its added tokens)
-            assert enc.encode_ordinary(text) == hf.encode(text, add_special_tokens=False).ids
+            assert enc.encode_ordinary(text, backend=be) == hf.encode(text, add_special_tokens=False).ids
         assert (counters["device.short_texts"] > before) == (enc is llama)
 
 
@@ -628,9 +619,8 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
     """``NativeDevice.text_short`` (kernels/host_chunk.h, ``gputok_native_text_short``: one
     call, the thread's own workspace) gives ``chunk_inline``'s ids and counts the same kernels,
     for texts of every kind and size up to ``TEXT_SHORT_MAX`` in an order that grows and shrinks
-    the workspace, with and without the dedup set, uint16 and uint32 ids; ``encode_short`` takes
+    the workspace, with and without the dedup set, uint16 and uint32 ids; ``OneCall.short`` takes
     it up to ``text_short_max`` bytes and ``chunk_inline`` past that, the same ids either way."""
-    from gputok.backends import driver
     from gputok.stages import counters
 
     docs = e2e_docs()
@@ -643,18 +633,18 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
         for dedup in (True, False):
             be = native.create(threads=2, dedup=dedup)
             be.dev.poison = True
-            plan = be._plan(enc.model)
+            plan = be.model_plan(enc.model)
             spe = be.stages.dedup_slots_per_entry if dedup else 0.0
             for text in texts:
                 data = text.encode()[:native.TEXT_SHORT_MAX]
                 a = be.dev.launches.copy()
-                got = be.dev.text_short(plan.tables, data, driver._SEGMENT_BITS,
+                got = be.dev.text_short(plan.tables, data, onetext.SEGMENT_BITS,
                                         enc.model.id_dtype, spe)
                 ran = {k: v - a.get(k, 0) for k, v in be.dev.launches.items() if v != a.get(k, 0)}
                 ends = np.array([0, len(data)], np.uint32)
-                hc = driver.HostChunk(0, 1, len(data), "device", [
-                    np.frombuffer(data, np.uint8), ends, ends, driver._SEGMENT_BITS,
-                    driver._NONE_U32, driver._NONE_U32], 1, n_marks=2)
+                hc = HostChunk(0, 1, len(data), "device", [
+                    np.frombuffer(data, np.uint8), ends, ends, onetext.SEGMENT_BITS,
+                    np.zeros(0, np.uint32), np.zeros(0, np.uint32)], 1, n_marks=2)
                 a = be.dev.launches.copy()
                 want, doc = be.dev.chunk_inline(plan.tables, hc, enc.model.id_dtype, spe)
                 ran2 = {k: v - a.get(k, 0) for k, v in be.dev.launches.items() if v != a.get(k, 0)}
@@ -667,10 +657,10 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
     short = be.dev.text_short
     monkeypatch.setattr(be.dev, "text_short", lambda *a: calls.append(1) or short(*a))
     before = counters["device.short_texts"]
-    assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
-    monkeypatch.setattr(be.dev, "text_short_max", 1000)
-    assert be.encode_short(enc.model, text) == tk.encode_ordinary(text)
-    assert be.encode_short(enc.model, text[:900]) == tk.encode_ordinary(text[:900])
+    assert be.text.one_call.short(enc.model, text) == tk.encode_ordinary(text)
+    be.dev.caps = replace(be.dev.caps, text_short_max=1000)
+    assert be.text.one_call.short(enc.model, text) == tk.encode_ordinary(text)
+    assert be.text.one_call.short(enc.model, text[:900]) == tk.encode_ordinary(text[:900])
     assert len(calls) == 2 and counters["device.short_texts"] == before + 3
 
 
@@ -678,25 +668,21 @@ def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeyp
     """``Encoding.encode`` of a text under the batch path's threshold: with a cold piece cache
     and ``DEVICE_MISSES`` misses or more, every miss merges in one ``merge_pieces`` call; a few
     misses merge in Python; either way the ids are tiktoken's and the cache is filled."""
-    from gputok import backends
     from gputok.stages import counters, dedup
 
-    be = native.create(threads=2)
-    monkeypatch.setattr(backends, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto", **kw: be)
-    monkeypatch.setattr(gputok.encoding, "_SHORT_MAX", 0)  # (else: one call, test below)
+    be = native.create(threads=2, one_call_max=0)  # (else short texts: one call)
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
     text = " ".join(e2e_docs())[:1500]
     enc.model.piece_cache.clear()
     before = counters["merge.device_pieces"]
-    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
     sent = counters["merge.device_pieces"] - before
     assert sent >= dedup.DEVICE_MISSES and be.dev.launches.get("encode_merge_short", 0) == 1
-    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)  # now from the cache
+    assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)  # now from the cache
     assert counters["merge.device_pieces"] - before == sent
     few = "zqxw vbnm"  # two misses: merged in Python
     enc.model.piece_cache.clear()
-    assert enc.encode_ordinary(few * 10) == tk.encode_ordinary(few * 10)
+    assert enc.encode_ordinary(few * 10, backend=be) == tk.encode_ordinary(few * 10)
     assert counters["merge.device_pieces"] - before == sent
 
 
@@ -729,12 +715,14 @@ def test_a_batch_of_one_big_chunk_runs_on_every_thread():
 class _StreamsOnly(native.NativeDevice):
     """The native device without chunk workers: the driver's two-stream path (as on CUDA)."""
 
-    chunk_workers = 0
+    def __init__(self, *args, **options):
+        super().__init__(*args, **options)
+        self.caps = replace(self.caps, chunk_workers=0)
 
 
 def test_chunk_workers_match_the_streams_and_one_thread():
     """Batches of several chunks run on the chunk workers (each chunk start to end on one
-    worker thread, ``solo`` launches; guided chunk sizes, ``_guided_ends``); ids and offsets
+    worker thread, ``solo`` launches; guided chunk sizes, ``guided_ends``); ids and offsets
     are those of the two-stream path and of one thread, with empty documents between chunks
     and a batch of one chunk (which stays on the calling thread)."""
     import threading
@@ -747,14 +735,14 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     docs += ["", ""] * 50
     ran_on = []
     workers = native.create(threads=2, chunk_bytes=1500)
-    real = workers._whole_chunk
+    real = workers.chunk.whole
 
     def spy(*a):
         ran_on.append(threading.current_thread().name)
         time.sleep(0.002)  # chunks this small end before the other worker wakes up otherwise
         return real(*a)
 
-    workers._whole_chunk = spy
+    workers.chunk.whole = spy
     streams = DeviceBackend(_StreamsOnly(2, poison=True), name="native", chunk_bytes=1500,
                             dedup=True)
     one = native.create(threads=1, chunk_bytes=1500)
@@ -791,14 +779,12 @@ def test_chunk_cap_grows_with_the_chunk_workers():
 
 
 def test_chunk_workers_chunks_are_guided():
-    """The workers' chunks (``_guided_ends``): each about the bytes left over the workers
+    """The workers' chunks (``guided_ends``): each about the bytes left over the workers
     (``GUIDED_SHARE``), at most the budget, at least ``GUIDED_MIN``, cut at the nearest document
     boundary that keeps it within the budget: they shrink toward the end of the batch, and every
     document is in exactly one chunk."""
-    from gputok.backends import driver
-
-    guided = DeviceBackend._guided_ends
-    assert driver.GUIDED_SHARE == 1 and driver.GUIDED_MIN == 128 << 10
+    guided = workers.guided_ends
+    assert workers.GUIDED_SHARE == 1 and workers.GUIDED_MIN == 128 << 10
     off = np.cumsum([0] + [1000] * 4000)  # 4 MB of 1 KB documents, budget 1 MB, two workers
     ends = guided(off, 0, 1 << 20, 2)
     sizes = np.diff(off[np.concatenate([[0], ends])])
@@ -815,25 +801,23 @@ def test_chunk_workers_chunks_are_guided():
     assert guided(big, 0, 1 << 20, 2).tolist() == [1, 2, 3]
 
 
-def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread(monkeypatch):
+def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     """A batch of one chunk launches each kernel over all threads: the heavy ones (SPLIT_MIN)
     in blocks small enough for four per thread, the cheap ones in BLOCK-element blocks; a solo
-    worker keeps BLOCK; the ids stay tiktoken's. (Past INLINE_MAX_BYTES: shorter chunks run as
-    one call, test below.)"""
+    worker keeps BLOCK; the ids stay tiktoken's. (Past ``caps.inline_max_bytes``: shorter chunks
+    run as one call, test below.)"""
     import base64
     import random
 
-    from gputok.backends import driver
-
-    monkeypatch.setattr(driver, "INLINE_MAX_BYTES", 0)
     be = native.create(threads=2)
     dev = be.dev
+    dev.caps = replace(dev.caps, inline_max_bytes=0)  # no lone chunk in one call
     assert dev.launch_shape("encode_merge_short", 2500) == ((8,), (313,))  # 4 a thread
-    assert dev.launch_shape("encode_merge_short", 1000) == ((1,), (native.BLOCK,))  # < 4 blocks
-    assert dev.launch_shape("encode_pretok_classify", 10_000) == ((1,), (native.BLOCK,))
-    assert dev.launch_shape("encode_merge_short", 10 * native.BLOCK) == ((10,), (native.BLOCK,))
+    assert dev.launch_shape("encode_merge_short", 1000) == ((1,), (native.HOST_BLOCK,))  # < 4 blocks
+    assert dev.launch_shape("encode_pretok_classify", 10_000) == ((1,), (native.HOST_BLOCK,))
+    assert dev.launch_shape("encode_merge_short", 10 * native.HOST_BLOCK) == ((10,), (native.HOST_BLOCK,))
     with dev.solo():
-        assert dev.launch_shape("encode_merge_short", 2500) == ((1,), (native.BLOCK,))
+        assert dev.launch_shape("encode_merge_short", 2500) == ((1,), (native.HOST_BLOCK,))
     text = base64.b64encode(random.Random(5).randbytes(7500)).decode()  # ~2,000 entries
     shapes = {}
     real = dev.launch
@@ -847,8 +831,8 @@ def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread(monkeypatch
     ids, _ = be.encode(enc.model, Documents([text]), frozenset(), frozenset())
     assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(text)
     grid, block = shapes["encode_merge_short"]
-    assert grid[0] >= 4 and block[0] < native.BLOCK
-    assert shapes["encode_pretok_classify"][1] == (native.BLOCK,)
+    assert grid[0] >= 4 and block[0] < native.HOST_BLOCK
+    assert shapes["encode_pretok_classify"][1] == (native.HOST_BLOCK,)
 
 
 @pytest.mark.parametrize("layout", ["short-text", "chunk-workers", "one-thread"])
@@ -894,20 +878,16 @@ def test_a_long_single_text_gives_its_idle_workspace_back_before_the_list(monkey
     import base64
     import random
 
-    from gputok.backends import driver
-
     be = native.create(threads=2)
-    monkeypatch.setattr(gputok.backends, "get_backend", lambda name="auto": be)
-    monkeypatch.setattr(gputok.encoding, "get_backend", lambda name="auto": be)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     pool = be.dev.pool
     sizes = []
-    for n in (driver.TRIM_CHARS // 8, driver.TRIM_CHARS):
+    for n in (onetext.TRIM_CHARS // 8, onetext.TRIM_CHARS):
         text = base64.b64encode(random.Random(n).randbytes(n))[:n].decode()
         trimmed = []
         monkeypatch.setattr(be.dev, "trim_idle", lambda: (trimmed.append(pool.idle_bytes),
                                                            native.NativeDevice.trim_idle(be.dev)))
-        assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+        assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
         sizes.append((n, trimmed))
         assert not trimmed or pool.idle_bytes < trimmed[0]
     (short, t_short), (long_, t_long) = sizes
@@ -932,26 +912,24 @@ def test_long_piece_workspace_only_for_chunks_with_long_pieces():
         assert ("encode_merge_long" in be.dev.launches) == launched
 
 
-def test_a_worker_out_of_memory_retries_with_smaller_chunks(monkeypatch):
+def test_a_worker_out_of_memory_retries_with_smaller_chunks():
     """A chunk worker's MemoryError reaches the driver, which waits for the other chunks, keeps
     the finished prefix of the batch and runs the rest with half the budget: ids unchanged."""
-    from gputok.backends import driver
-
-    monkeypatch.setattr(driver, "MIN_CHUNK", 1000)  # half of 6000 is still a device chunk
     enc = gputok.get_encoding("cl100k_base")
     docs = [d.encode() for d in e2e_docs() * 4]  # (bytes: packed as one batch first)
     want = native.create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
                                                              frozenset(), frozenset())
-    be = native.create(threads=2, chunk_bytes=6000)
-    real, calls = be._whole_chunk, []
+    # (half of 6000 is still a device chunk)
+    be = native.create(threads=2, chunk_bytes=6000, min_chunk=1000)
+    real, calls = be.dev.chunk_inline, []
 
-    def fails_once(plan, hc, dtype, *rest):
+    def fails_once(tables, hc, *rest):
         calls.append(hc.n)
         if len(calls) == 4:
             raise MemoryError("injected")
-        return real(plan, hc, dtype, *rest)
+        return real(tables, hc, *rest)
 
-    be._whole_chunk = fails_once
+    be.dev.chunk_inline = fails_once  # (a worker's chunk is one call)
     ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
     np.testing.assert_array_equal(ids, want[0])
     np.testing.assert_array_equal(off, want[1])
@@ -1299,22 +1277,21 @@ def test_short_pieces_ending_at_an_unreadable_page_are_read_within_theirs(name):
 @pytest.mark.parametrize("packer", ["native", "python"])
 def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeypatch):
     """A batch of str documents over several chunks is packed one chunk at a time while the
-    workers run the chunks before (``DeviceBackend._encode_streamed``), with the ids of the
+    workers run the chunks before (``StreamedBatch.encode``), with the ids of the
     whole-batch path: ASCII and non-ASCII documents, empty ones, lone surrogates (repaired the
     tiktoken way), by the native str packer (``pack.StrLayout``) and by Python's encoder where
     there is none. Batches that need the whole batch's bytes take the batch path."""
-    from gputok.backends import driver
     from gputok.stages import counters
     from gputok.stages.pack import utf8_of
 
     native.library()  # (loads the library: the native packer where this CPython's layout fits)
-    if packer == "python":
-        monkeypatch.setattr(driver, "str_layout", lambda: None)
-    else:
-        assert driver.str_layout() is not None
 
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
     be = native.create(threads=2, chunk_bytes=4000)
+    if packer == "python":  # (the native backend as it is where the packer cannot work)
+        monkeypatch.setattr(be, "tools", replace(be.tools, packer=None))
+    else:
+        assert be.tools.packer is not None
     docs = e2e_docs()[:40] + ["", "caf\u00e9 \u4e2d\u6587 \U0001F600", "\ud83d lone", ""] * 3
     docs += ["plain ascii text " * 30] * 5
 
@@ -1351,7 +1328,7 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
     # the chunks as they are encoded: every document once, in order, each chunk within the
     # budget unless it is one document, sizes guided (shrinking toward the end)
     chars = [len(d) for d in wide]
-    pieces = list(DeviceBackend._streamed_pieces(wide, chars, sum(chars), 4000, 2))
+    pieces = list(streamed_batch.streamed_pieces(wide, chars, sum(chars), 4000, 2))
     assert [p[0] for p in pieces] == [0] + [p[1] for p in pieces[:-1]]
     assert pieces[-1][1] == len(wide)
     for d0, d1, data, off in pieces:
@@ -1360,7 +1337,7 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
         assert len(data) <= 4000 or d1 - d0 == 1
     assert any(len(p[2]) > 4000 for p in pieces)  # (the wide one)
     many = ["x" * 999 + "\u00e9"] * 4000  # 4 MB in 1 KB documents, budget 1 MB, two workers
-    sizes = [len(p[2]) for p in DeviceBackend._streamed_pieces(many, [1000] * 4000, 4_000_000,
+    sizes = [len(p[2]) for p in streamed_batch.streamed_pieces(many, [1000] * 4000, 4_000_000,
                                                                1 << 20, 2)]
     assert sum(sizes) == 4_004_000 and max(sizes) <= 1 << 20
     assert sizes[0] > 1_000_000 and sizes[3] < 600_000 and sizes[-2] < 200_000
@@ -1375,7 +1352,6 @@ def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow,
     small for the ids (the chunks from there on joined at the end): the same ids each time."""
     import threading
 
-    from gputok.backends import driver
     from gputok.stages import counters
     from gputok.stages.emit import Placement
 
@@ -1385,7 +1361,7 @@ def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow,
     docs = ["\n".join(docs[i % 77:] + docs[:i % 77])[:3000] for i in range(400)]
     want = tk.encode_ordinary_batch(docs, num_threads=2)
     in_place, copied = [], []
-    real_reserve, real_place, real_whole = Placement.reserve, Placement.place, be._whole_chunk
+    real_reserve, real_place, real_whole = Placement.reserve, Placement.place, be.chunk.whole
     release = threading.Event()
 
     def reserve(self, k, count):
@@ -1405,16 +1381,16 @@ def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow,
         return got
 
     monkeypatch.setattr(Placement, "reserve", reserve)
-    monkeypatch.setattr(be, "_whole_chunk", whole)
+    monkeypatch.setattr(be.chunk, "whole", whole)
     starts = []
-    real_pieces = be._native_pieces
+    real_pieces = be.streamed.native_pieces
 
     def pieces(*a):
         for got in real_pieces(*a):
             starts.append(got[0])
             yield got
 
-    monkeypatch.setattr(be, "_native_pieces", pieces)
+    monkeypatch.setattr(be.streamed, "native_pieces", pieces)
 
     def run():
         before = counters["device.streamed_batches"]
@@ -1427,8 +1403,8 @@ def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow,
     if slow is not None:
         assert copied  # (the slow chunk's followers found no place and were copied in later)
     # an output too small: placed as far as it goes, the rest joined
-    real_placement = be._placement
-    monkeypatch.setattr(be, "_placement", lambda model, nbytes, chars: Placement(
+    real_placement = be.streamed.placement
+    monkeypatch.setattr(be.streamed, "placement", lambda model, nbytes, chars: Placement(
         real_placement(model, nbytes, chars).out[:50_000]))
     in_place.clear()
     release.clear()
@@ -1490,7 +1466,7 @@ def test_str_layout_packs_what_python_encodes():
     from gputok.stages import pack
 
     native.library()
-    layout = pack.str_layout()
+    layout = native.library().packer
     assert layout is not None and layout.usable
     rng = random.Random(11)
     ranges = [(0x20, 0x7F), (0x80, 0xFF), (0x100, 0x7FF), (0x800, 0xD7FF), (0xE000, 0xFFFF),
@@ -1531,8 +1507,8 @@ def test_id_lists_are_tolist_with_shared_ints():
 
     from gputok.stages import lists
 
-    native.library()
-    assert lists.native()
+    builder = native.library().lister
+    assert builder is not None and native.create(threads=1).tools.lister is builder
     rng = np.random.default_rng(5)
     for dtype, top in ((np.uint16, 2**16 - 1), (np.uint32, 2**32 - 1)):
         for n in (0, 1, lists.NATIVE_MIN - 1, lists.NATIVE_MIN, 1000, 300_000):
@@ -1540,20 +1516,20 @@ def test_id_lists_are_tolist_with_shared_ints():
             ids[: n // 3] = rng.integers(0, 50, n // 3)  # recurring within a few ids
             ids[n // 3: n // 3 + 4] = [0, top, top, 1 << 16] if n >= 8 else ids[n // 3:n // 3 + 4]
             ids = ids.astype(dtype)
-            got = lists.id_list(ids)
+            got = lists.id_list(ids, builder)
             assert type(got) is list and got == ids.tolist()
             assert all(type(x) is int for x in got[:5000])
     big = np.full(100_000, 70_000, np.uint32)
     big[::2] = 123_456
-    got = lists.id_list(big)
+    got = lists.id_list(big, builder)
     assert got[0] is got[2] and got[1] is got[3] and len({id(x) for x in got}) == 2
     x = got[0]
     before = sys.getrefcount(x)
     del got
     assert sys.getrefcount(x) == before - 50_000
     # views, other dtypes and strided arrays: tolist's list (int64 ids, every other id)
-    assert lists.id_list(big[::2]) == big[::2].tolist()
-    assert lists.id_list(big.astype(np.int64)) == big.tolist()
+    assert lists.id_list(big[::2], builder) == big[::2].tolist()
+    assert lists.id_list(big.astype(np.int64), builder) == big.tolist()
 
 
 def test_id_lists_keep_only_the_layout_they_write():
@@ -1576,14 +1552,13 @@ def test_id_lists_keep_only_the_layout_they_write():
         raise MemoryError
 
     assert not lists.IdLists(boom).usable
-    saved = lists._builder
-    try:
-        lists.use_id_list(boom)
-        assert not lists.native()
-        ids = np.arange(1000, dtype=np.uint32)
-        assert lists.id_list(ids) == ids.tolist()
-    finally:
-        lists._builder = saved
+    ids = np.arange(1000, dtype=np.uint32)
+    assert lists.id_list(ids) == ids.tolist()  # (no builder given: tolist)
+    # a stage's lists never depend on what some backend loaded: numpy's are tolist's
+    from gputok.backends import get_backend
+
+    got = get_backend("numpy").id_list(np.full(100, 7, np.uint32))
+    assert got == [7] * 100 and get_backend("numpy").tools.lister is None
 
 
 def test_long_runs_come_back_with_shared_ints():
@@ -1591,22 +1566,23 @@ def test_long_runs_come_back_with_shared_ints():
     path; a long base64 text, the batch path) are tiktoken's, their recurring ids one object
     each: the list is 8 bytes an id, not 40."""
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    be = native.create(threads=2)
     for text in ("a" * 200_000, "\U0001F600" * 50_000, "x " + "=" * 100_001):
-        got = enc.encode_ordinary(text)
+        got = enc.encode_ordinary(text, backend=be)
         assert got == tk.encode_ordinary(text)
         assert len({id(x) for x in got}) == len(set(got))
     import base64
     import random
 
     text = base64.b64encode(random.Random(3).randbytes(600_000)).decode()
-    got = enc.encode_ordinary(text)
+    got = enc.encode_ordinary(text, backend=be)
     assert got == tk.encode_ordinary(text)
     assert len({id(x) for x in got}) < len(got) // 4
 
 
 @pytest.mark.parametrize("key", ["cl100k_base", "o200k_base", "r50k_base"])
 def test_few_pieces_cut_on_the_device(key):
-    """``DeviceBackend.encode_few`` (a long non-ASCII text of a few pieces: the device's
+    """``OneCall.few`` (a long non-ASCII text of a few pieces: the device's
     pre-tokenization on this thread, ``NativeDevice.pretok_inline``, then the pieces' merge):
     the pieces start where the host pre-tokenizer's do, the ids are tiktoken's, a text of more
     pieces than the limit is left to the caller (None), and ``encode_ordinary`` takes this
@@ -1631,13 +1607,13 @@ def test_few_pieces_cut_on_the_device(key):
         got = be.dev.pretok_inline(plan.tables, data, np.array([0, len(data)], np.uint32),
                                    seg, 16)
         assert got is not None and got.tolist() == want_starts, text[:10]
-        assert be.encode_few(enc.model, data, 16) == tk.encode_ordinary(text)
+        assert be.text.one_call.few(enc.model, data, 16) == tk.encode_ordinary(text)
         assert be.dev.pretok_inline(plan.tables, data, np.array([0, len(data)], np.uint32),
                                     seg, len(pieces) - 1) is None
     prose = "caf\u00e9 " * 2000
-    assert be.encode_few(enc.model, prose.encode(), 16) is None
+    assert be.text.one_call.few(enc.model, prose.encode(), 16) is None
     before = counters["device.few_texts"]
-    text = "x " + "\U0001F600" * (gputok.encoding._SHORT_MAX + 1000)  # (shorter: one call)
+    text = "x " + "\U0001F600" * (onetext.SHORT_MAX + 1000)  # (shorter: one call)
     assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
     assert counters["device.few_texts"] == before + 1
 

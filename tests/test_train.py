@@ -2,7 +2,7 @@
 
 The chain, as everywhere in gputok: HF ``tokenizers`` (the oracle) = ``cpu_ref.train`` (the spec)
 = the numpy trainer (``gputok.train.cpu``) = the device algorithm on numpy
-(``gputok.train.arrays``); the kernels of that algorithm are checked in test_train_kernels.py.
+(``gputok.backends.train_arrays``); the kernels of that algorithm are checked in test_train_kernels.py.
 Then the trained vocabulary must encode held-back text to the same ids in gputok, in HF (from the
 exported tokenizer.json) and in tiktoken (from the exported .tiktoken file).
 
@@ -27,7 +27,8 @@ from cpu_ref import train as ref_train
 from cpu_ref.hf import BYTE_TO_UNICODE
 from cpu_ref.patterns import resolve_pattern
 from gputok.export import _onig_pattern, save_hf_json, save_tiktoken
-from gputok.train import arrays, cpu, words
+from gputok.backends import train_arrays as arrays
+from gputok.train import cpu, words
 from gputok.train.vocab import Vocab
 
 EOT = "<|endoftext|>"
@@ -341,7 +342,7 @@ def test_bad_input(small_docs, tmp_path):
 
 
 def test_cuda_backend_without_gpu_says_why():
-    from gputok.train import cuda
+    from gputok.backends.cuda import train as cuda
 
     ok, why = cuda.available()
     if ok:

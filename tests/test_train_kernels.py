@@ -3,8 +3,8 @@
 1. Compile checks: ``nvcc -ptx`` for sm_90 (H100) and sm_80 (A100).
 2. Emulation (tests/emulator, one fiber per GPU thread) in forward, reverse and shuffled thread
    orders, on states built from real text: every kernel's output equals its numpy stage in
-   ``gputok.train.arrays``.
-3. The whole device merge loop (``gputok.train.device``, the code the CUDA backend runs) on the
+   ``gputok.backends.train_arrays``.
+3. The whole device merge loop (``gputok.backends.cuda.train``, the code the CUDA backend runs) on the
    emulator equals the CPU trainer's merges, with table rebuilds and compactions forced.
 A real GPU run (CuPy) is at the end, skipped without one.
 """
@@ -27,7 +27,9 @@ import testdata
 from conftest import fuzz_examples
 from cpu_ref.patterns import resolve_pattern
 from emulator import compile_cuda
-from gputok.train import arrays, cpu, device, words
+from gputok.backends import train_arrays as arrays
+from gputok.backends.cuda import train as device
+from gputok.train import cpu, words
 from gputok.train.vocab import Vocab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +39,7 @@ KERNELS = ["train_count_pairs", "train_rehash", "train_best_partial", "train_bes
 # (order, seed); the last one also switches threads at every atomic, so claims of hash table
 # slots interleave between the read of a free slot and the atomicCAS
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle+yield", 2)]
-BLOCK = device.BLOCK
+BLOCK = device.TRAIN_BLOCK
 GRID = (3,)  # small grids: every thread walks many elements, and the emulator stays quick
 _MASK = (1 << 32) - 1
 
@@ -76,12 +78,12 @@ def test_nvrtc_compiles_what_the_driver_loads(arch):
 def test_driver_and_kernel_agree_on_names():
     from emulator import find_kernels
 
-    from gputok.train import cuda
+    from gputok.backends.cuda import train as cuda
 
     source, include_dir = cuda.kernel_source()
     assert sorted(find_kernels(source)) == sorted(KERNELS)
     assert (Path(include_dir) / "train_hash.cuh").is_file()
-    driver = (ROOT / "gputok" / "train" / "device.py").read_text()
+    driver = (ROOT / "gputok" / "backends" / "cuda" / "train.py").read_text()
     assert all(f'"{k}"' in driver for k in KERNELS)
 
 
@@ -345,7 +347,7 @@ def test_device_loop_on_random_corpora(mod, alphabet, data, vocab_extra, seed):
 # ---------------------------------------------------------------- a real GPU, when present
 
 def _gpu_ok() -> tuple[bool, str]:
-    from gputok.train import cuda
+    from gputok.backends.cuda import train as cuda
 
     return cuda.available()
 

@@ -1,13 +1,13 @@
 """Backends: how a batch runs, stage by stage (``numpy``), or on a device (``cuda``, ``metal``,
 ``native``: the CPU's cores).
 
-A backend encodes ``(model, documents, allowed, disallowed) -> (ids, offsets)``. The numpy
-backend composes the numpy stages of ``gputok.stages``; a device backend is the one
-device-neutral driver (``driver.py``) over a device adapter (``cuda.py`` for CuPy; the tests
-use the kernel emulator), running on the device every stage it has kernels for and the numpy
-stage on the host for the rest. Each such host stage, or any part of a batch that goes to the
-CPU (out of device memory), is a *fallback*: counted in ``backend.fallbacks`` and warned about
-once (``FallbackWarning``), so tests can assert that the device path really ran.
+A backend encodes ``(model, documents, allowed, disallowed) -> (ids, offsets)`` and one text
+(``encode_text``). The numpy backend composes the numpy stages of ``gputok.stages``; a device
+backend is the one device-neutral driver (``driver.py``) over a device adapter, running on the
+device every stage it has kernels for and the numpy stage on the host for the rest. Each such
+host stage, or any part of a batch that goes to the CPU (out of device memory), is a
+*fallback*: counted in ``backend.fallbacks`` and warned about once (``FallbackWarning``), so
+tests can assert that the device path really ran.
 
 ``get_backend("auto")`` picks CUDA when CuPy sees a GPU, Metal when MLX runs on a Mac GPU, then
 the native CPU backend (the same kernels compiled for the host, when a C++ compiler is found),
@@ -15,6 +15,30 @@ else numpy; ``auto_report`` says what it took and why it skipped the others (a b
 available but fails to start, e.g. a compiler error, is a counted ``FallbackWarning``). A name
 that is not available raises ``RuntimeError`` saying why and which ``pip install`` fixes it.
 cupy and mlx are imported only here, on demand (``import gputok`` stays light).
+
+DEVICES. A device is one folder here and one registration:
+
+    protocol.py     the device protocol: the members every adapter has, and the
+                    ``Capabilities`` value it states (the driver reads it, never probes)
+    devices.py      DEVICES: one ``Registration`` per device (name, folder, "auto" order, GPU
+                    or not, indexed, its trainer); get_backend, the CLI, the corpus job and
+                    ``train_bpe`` read it
+    cuda/           CuPy on NVIDIA GPUs: the adapter (device.py), NVRTC modules (build.py),
+                    the trainer (train.py)
+    metal/          MLX on Apple GPUs: the adapter, its arrays, the shader interface and kernel
+                    factory, the trainer and its numpy reference
+    native/         the host's cores: the adapter, its one-call forms, the library's build and
+                    loading, its tuned sizes
+    emulated/       numpy arrays and a given launch function (the tests' kernel emulator); not
+                    registered: it brings no kernels of its own
+
+and what every device shares: the driver and its runners (``driver.py``, ``runners/``), the
+stages on a device (``device_stages.py``), a model's tables (``device_tables.py``), the host
+side of a chunk (``hostplan.py``), kernel sources and constants (``kernels.py``), host
+workspace (``host_pool.py``) and the training kernels' numpy reference (``train_arrays.py``).
+Adding a device: a folder with ``available()`` and ``create()`` whose adapter subclasses
+``protocol.Device`` and states its ``Capabilities``, plus one ``Registration`` in
+``devices.py``; nothing else names it.
 """
 
 from __future__ import annotations
@@ -22,63 +46,12 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
-from collections import Counter
 
-import numpy as np
+from .base import Backend, FallbackWarning  # noqa: F401  (the backends' base, re-exported)
+from .devices import DEVICES, device_count, is_gpu, registration  # noqa: F401
 
-BACKENDS = ("numpy", "cuda", "metal", "native")
-AUTO_ORDER = ("cuda", "metal", "native")  # then numpy
-
-
-class FallbackWarning(RuntimeWarning):
-    """Part of a batch ran on the host instead of the backend's device (a stage the device does
-    not implement for this model, out of device memory, an oversized document)."""
-
-
-class Backend:
-    """Base of every backend: a name, and fallback accounting."""
-
-    name = "?"
-
-    def __init__(self):
-        self.fallbacks: Counter = Counter()  # (stage, reason) -> times
-        self._warned: set = set()
-        self._warn_lock = threading.Lock()
-
-    def encode(self, model, docs, allowed: frozenset, disallowed: frozenset
-               ) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
-
-    def plan(self, model) -> dict:
-        """Where each stage runs for ``model``: {stage: description}."""
-        raise NotImplementedError
-
-    def encode_list(self, model, text: str, allowed: frozenset) -> list:
-        """One text's ids as a Python list (the single-text API)."""
-        from ..stages.lists import id_list
-        from ..stages.pack import Documents
-
-        ids, _ = self.encode(model, Documents([text]), allowed, frozenset())
-        return id_list(ids)
-
-    def prepare_ahead(self, model) -> None:
-        """Start getting ``model`` ready (its tables on the device) in the background, for a
-        caller that knows a batch is coming; nothing by default. Optional: the first batch
-        prepares what is not ready."""
-
-    def describe(self, model) -> str:
-        return f"{model.name} on {self.name}: " + "; ".join(f"{k} {v}" for k, v in
-                                                             self.plan(model).items())
-
-    def fallback(self, stage: str, reason: str, message: str, *, once_key=None) -> None:
-        """Count a fallback, and warn about it once per ``once_key`` (default: stage+reason)."""
-        self.fallbacks[(stage, reason)] += 1
-        key = once_key if once_key is not None else (stage, reason)
-        with self._warn_lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        warnings.warn(f"gputok {self.name}: {message}", FallbackWarning, stacklevel=4)
+BACKENDS = ("numpy",) + tuple(r.name for r in DEVICES)
+AUTO_ORDER = tuple(r.name for r in DEVICES if r.auto)  # then numpy
 
 
 _instances: dict = {}
@@ -88,7 +61,8 @@ auto_report: dict = {}
 
 
 def _module(kind: str):
-    return importlib.import_module(f"gputok.backends.{kind}")
+    reg = registration(kind)
+    return reg.module() if reg is not None else importlib.import_module("gputok.backends.numpy")
 
 
 def availability() -> dict[str, tuple[bool, str]]:
@@ -115,16 +89,7 @@ def availability() -> dict[str, tuple[bool, str]]:
 
 # ---- what callers outside the engine ask of the backends (the corpus job, training) ----------
 
-GPU_KINDS = ("cuda", "metal")  # one process drives one of these; a GPU context does not survive fork
-
-
-def is_gpu(name: str) -> bool:
-    """Whether backend ``name`` drives a GPU (a corpus job gives it one worker, spawned).
-
-    >>> is_gpu("cuda:1"), is_gpu("native")
-    (True, False)
-    """
-    return name.partition(":")[0] in GPU_KINDS
+# (``is_gpu`` and ``device_count`` are the registrations' answers: ``devices.py``)
 
 
 def device_available(name: str) -> tuple[bool, str]:
@@ -140,19 +105,6 @@ def device_available(name: str) -> tuple[bool, str]:
         return False, f"{type(e).__name__}: {e}"
 
 
-def device_count(kind: str) -> int:
-    """How many devices of ``kind`` (``"cuda"``) there are; ``RuntimeError`` saying why when
-    there are none."""
-    if kind != "cuda":
-        raise RuntimeError(f"{kind!r} is not a device with an index")
-    ok, why = device_available(kind)
-    if not ok:
-        raise RuntimeError(why)
-    import cupy
-
-    return int(cupy.cuda.runtime.getDeviceCount())
-
-
 def host_routine(symbol: str):
     """A host routine of the native library (``gputok_jsonl_parse``: the JSON-lines reader) as
     a ctypes function, or None when the library is not built yet (this never compiles: reading
@@ -164,7 +116,7 @@ def host_routine(symbol: str):
     return None if lib is None else getattr(lib.lib, symbol)
 
 
-def huge_block(nbytes: int) -> np.ndarray:
+def huge_block(nbytes: int):
     """A new uint8 array of ``nbytes`` in 2 MB pages where the OS has them (first touches
     fault a 2 MB page at a time; ``host_pool.huge_block``)."""
     from .host_pool import huge_block as block
@@ -181,7 +133,7 @@ def build_seconds() -> float:
     """
     import sys
 
-    mod = sys.modules.get("gputok.backends.native_build")
+    mod = sys.modules.get("gputok.backends.native.build")
     return mod.built_seconds if mod is not None else 0.0
 
 
@@ -233,9 +185,12 @@ def _create(name: str) -> Backend:
         auto_report.update(backend="numpy", skipped=skipped)
         return get_backend("numpy")
     kind, _, index = name.partition(":")
-    if kind not in BACKENDS or (index and not index.isdigit()):
+    reg = registration(kind)
+    if kind not in BACKENDS or (index and not (index.isdigit() and reg is not None
+                                               and reg.indexed)):
+        indexed = [r.name for r in DEVICES if r.indexed]
         raise ValueError(f"unknown backend {name!r}; choose one of: auto, "
-                         f"{', '.join(BACKENDS)} (cuda:N picks a GPU)")
+                         f"{', '.join(BACKENDS)} ({', '.join(indexed)}:N picks a GPU)")
     mod = _module(kind)
     ok, why = mod.available()
     if not ok:

@@ -54,19 +54,12 @@ class DeviceStages:
         # waits for the chunk's stream) sizes per-entry arrays, grids, the dedup set and the
         # count scan by the real entry count; a GPU sizes them by the bound (n + 2 entries) so
         # the host never waits mid-chunk.
-        self.host_memory = bool(getattr(dev, "host_memory", False))
-
-    def grid(self, count: int) -> tuple:
-        return (max(1, min(self.dev.max_blocks, -(-int(count) // self.dev.block))),)
+        self.host_memory = dev.caps.host_memory
 
     def go(self, name: str, count: int, args: list) -> None:
         """Launch a grid-stride kernel over ``count`` elements: ``dev.block``-thread blocks, or
         the device's own shape for it (``launch_shape``: the native CPU)."""
-        shape = getattr(self.dev, "launch_shape", None)
-        if shape is not None:
-            grid, block = shape(name, count)
-        else:
-            grid, block = self.grid(count), (self.dev.block,)
+        grid, block = self.dev.launch_shape(name, count)
         self.dev.launch(name, grid, block, args)
 
     def scan(self, arr, n: int, exclusive: bool) -> None:
@@ -74,9 +67,8 @@ class DeviceStages:
         with its own ``scan`` runs that instead (the native CPU device: block scans need
         shared memory and barriers, which a plain loop over a block's threads does not have)."""
         dev = self.dev
-        own = getattr(dev, "scan", None)
-        if own is not None:
-            own(arr, n, exclusive)
+        if dev.caps.own_scan:
+            dev.scan(arr, n, exclusive)
             return
         tile = dev.scan_block * dev.scan_items
         blk = (dev.scan_block,)
@@ -90,6 +82,13 @@ class DeviceStages:
         self.scan(sums, tiles, True)
         dev.launch("encode_scan_apply_add", (tiles,), blk,
                    [arr, arr, i64(n), sums, i32(1), i32(exclusive)])
+
+    def stage(self, name: str):
+        """The segmenting stage a segmenter's device form names (``SegmenterDevice.stage``)."""
+        try:
+            return {"merge": self.merge, "wordpiece": self.wordpiece}[name]
+        except KeyError:
+            raise KeyError(f"no device stage {name!r} (merge, wordpiece)") from None
 
     # The stages below take and return device arrays; the tests drive them one by one.
 

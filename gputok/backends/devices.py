@@ -1,146 +1,83 @@
-"""Device adapters: what the driver needs of a device, and the array-backed one the tests use.
+"""The devices gputok runs on: one registration each.
 
-A device adapter provides (``ArrayDevice`` documents each method):
+Everything that names devices reads ``DEVICES``: ``get_backend`` and ``"auto"``'s order,
+``availability`` (``gputok info``), the corpus job's worker rules (``is_gpu``, ``device_count``),
+and the trainer's backends (``trainers``). A registration names the device's folder under
+``gputok/backends/``, whose package offers:
 
-    launch(name, grid, block, args)   run a kernel on the current stream
-    empty / zeros / full / put        device memory (``put``: a one-off upload of a table)
-    dummy(dtype)                      a 1-element array for unused pointer arguments
-    upload(arrays) / download(key, arr, count) -> pending (``.result()`` -> numpy)
-    stream(slot)                      a context: work and copies of chunk slot 0 .. in_flight-1
-    memory_budget() / begin_chunk(nbytes) / release() / synchronize()
-    mark() / elapsed_ms(a, b)         timing
-    name, block, max_blocks, scan_block, scan_items, oom_errors, xp
-    in_flight (optional, default 2)   chunks the driver keeps queued at once
-    chunk_workers / solo() (optional) a host-memory device whose chunks each run start to end
-                                      on one worker thread (``solo``: launches at once, on the
-                                      calling thread alone); 0 or absent: streams
+    available() -> (bool, why)      without raising; no heavy import when the answer is no
+    create(index=None) -> Backend   the backend (a ``DeviceBackend`` over the device adapter)
+    device_count() -> int           with ``indexed``: how many devices there are
 
-The CuPy adapter is ``cuda.CupyDevice``. ``ArrayDevice`` runs the same driver on numpy arrays
-with any launch function: the tests pass the CPU kernel emulator (``tests/emulator``), so CI
-runs every kernel through the real driver.
+and, where it trains (``trainer``), a module with ``available()`` and ``train_arrays(ids,
+offsets, counts, vocab, *, vocab_size, min_frequency, on_merge)``.
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import time
-from typing import Callable
-
-import numpy as np
+import importlib
+from dataclasses import dataclass
 
 
-class DeviceOutOfMemory(MemoryError):
-    """Raised by ``ArrayDevice`` when a simulated memory limit is exceeded (tests)."""
+@dataclass(frozen=True)
+class Registration:
+    """One device. ``name``: its backend name; ``package``: its folder (module path);
+    ``auto``: ``backend="auto"`` tries it, in ``DEVICES`` order; ``gpu``: one process drives it
+    (a corpus job gives it one worker, spawned rather than forked: a GPU context does not
+    survive fork); ``indexed``: ``"<name>:<i>"`` picks device i; ``trainer``: the module of its
+    training side (None: it does not train); ``train_auto``: ``train_bpe(backend="auto")``
+    tries it."""
+
+    name: str
+    package: str
+    auto: bool = True
+    gpu: bool = False
+    indexed: bool = False
+    trainer: "str | None" = None
+    train_auto: bool = False
+
+    def module(self):
+        return importlib.import_module(self.package)
 
 
-class Pending:
-    """A device-to-host copy in flight; ``result()`` waits and returns a fresh numpy array."""
-
-    def __init__(self, event, host: np.ndarray, dtype, count: int):
-        self.event, self.host, self.dtype, self.count = event, host, np.dtype(dtype), count
-
-    def result(self) -> np.ndarray:
-        if self.event is not None:
-            self.event.synchronize()
-        nbytes = self.count * self.dtype.itemsize
-        return self.host[:nbytes].view(self.dtype).copy()
+DEVICES = (
+    Registration("cuda", "gputok.backends.cuda", gpu=True, indexed=True,
+                 trainer="gputok.backends.cuda.train", train_auto=True),
+    Registration("metal", "gputok.backends.metal", gpu=True,
+                 trainer="gputok.backends.metal.train"),
+    Registration("native", "gputok.backends.native"),
+)
 
 
-class ArrayDevice:
-    """The same launch layer on numpy arrays: every kernel runs through ``launch(name, grid,
-    block, args)`` -- in the tests, the CPU emulator (``tests/test_cuda_kernels.py``).
+def registration(name: str) -> "Registration | None":
+    """The registration of a backend name (``"cuda:1"`` is cuda's), or None (numpy, unknown)."""
+    kind = name.partition(":")[0]
+    return next((r for r in DEVICES if r.name == kind), None)
 
-    Scalars must be numpy scalars of the kernel's parameter type (CuPy needs the exact width;
-    checking here keeps the CuPy path honest). ``memory_limit`` simulates a device of that many
-    bytes: a chunk allocating more raises ``DeviceOutOfMemory``. Fresh arrays are filled with
-    0xCD bytes, so a kernel reading memory nobody wrote shows up as a wrong result.
-    """
 
-    xp = np
-    kind = "array"
+def is_gpu(name: str) -> bool:
+    """Whether backend ``name`` drives a GPU (one process per device)."""
+    reg = registration(name)
+    return reg is not None and reg.gpu
 
-    def __init__(self, launch: Callable, *, block: int = 64, max_blocks: int = 4,
-                 scan_block: int = 256, scan_items: int = 8, memory_limit: "int | None" = None,
-                 name: str = "array device"):
-        self._launch = launch
-        self.block, self.max_blocks = block, max_blocks
-        self.scan_block, self.scan_items = scan_block, scan_items
-        self.memory_limit = memory_limit
-        self.name = name
-        self.oom_errors = (DeviceOutOfMemory,)
-        self._used = 0
-        self.launches: collections.Counter = collections.Counter()
 
-    def defines(self) -> tuple:
-        """The launch-shape defines a module is built with (the emulator builds with these)."""
-        return (("ENC_SCAN_BLOCK", self.scan_block), ("ENC_SCAN_ITEMS", self.scan_items))
+def device_count(kind: str) -> int:
+    """How many devices of an indexed kind there are; ``RuntimeError`` saying why when there
+    are none (or the kind has no index)."""
+    reg = registration(kind)
+    if reg is None or not reg.indexed:
+        raise RuntimeError(f"{kind!r} is not a device with an index")
+    return reg.module().device_count()
 
-    def launch(self, name, grid, block, args) -> None:
-        for k, a in enumerate(args):
-            if not isinstance(a, (np.ndarray, np.generic)):
-                raise TypeError(f"{name}: argument {k} is a {type(a).__name__}; pass numpy "
-                                "arrays and numpy scalars of the parameter's exact type")
-        self.launches[name] += 1
-        self._launch(name, tuple(grid), tuple(block), list(args))
 
-    def _take(self, nbytes: int) -> None:
-        self._used += int(nbytes)
-        if self.memory_limit is not None and self._used > self.memory_limit:
-            raise DeviceOutOfMemory(f"simulated device memory exhausted ({self._used} bytes > "
-                                    f"{self.memory_limit})")
+def trainers(name: str) -> list:
+    """(name, trainer module) of the devices ``train_bpe(backend=name)`` may use, in order:
+    the one named, or for ``"auto"`` those that ``train_auto``."""
+    regs = [r for r in DEVICES if r.trainer is not None
+            and (r.name == name or (name == "auto" and r.train_auto))]
+    return [(r.name, importlib.import_module(r.trainer)) for r in regs]
 
-    def empty(self, n, dtype):
-        a = np.empty(int(n), dtype)
-        self._take(a.nbytes)
-        a.view(np.uint8).fill(0xCD)
-        return a
 
-    def zeros(self, n, dtype):
-        a = np.zeros(int(n), dtype)
-        self._take(a.nbytes)
-        return a
-
-    def full(self, n, value, dtype):
-        a = np.full(int(n), value, dtype)
-        self._take(a.nbytes)
-        return a
-
-    def dummy(self, dtype):
-        return np.zeros(1, dtype)
-
-    def put(self, host):
-        return np.array(host, copy=True)
-
-    def memory_budget(self) -> int:
-        return self.memory_limit if self.memory_limit is not None else 1 << 34
-
-    def begin_chunk(self, nbytes: int = 0) -> None:
-        self._used = 0
-
-    def release(self) -> None:
-        self._used = 0
-
-    def synchronize(self) -> None:
-        pass
-
-    @contextlib.contextmanager
-    def stream(self, slot: int):
-        yield
-
-    def upload(self, arrays: list) -> list:
-        out = []
-        for a in arrays:
-            self._take(a.nbytes)
-            out.append(np.array(a, copy=True))
-        return out
-
-    def download(self, key, arr, count) -> Pending:
-        host = np.ascontiguousarray(arr[:int(count)]).view(np.uint8).reshape(-1)
-        return Pending(None, host, arr.dtype, int(count))
-
-    def mark(self):
-        return time.perf_counter()
-
-    def elapsed_ms(self, a, b) -> float:
-        return (b - a) * 1e3
+def trainer_names() -> tuple:
+    """The backend names the trainer accepts, ``"auto"`` and ``"numpy"`` first."""
+    return ("auto", "numpy") + tuple(r.name for r in DEVICES if r.trainer is not None)

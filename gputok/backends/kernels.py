@@ -3,14 +3,14 @@
 One loader for every device and every kernel file (encode and training):
 
 * ``source(file)``: the text of ``kernels/<file>`` with its local ``#include "..."`` headers
-  expanded in place, so a compiler cache keyed on the source text (CuPy's, ours) sees every
-  change, headers included;
+  expanded in place (``expand_includes``, the Metal headers' expander too), so a compiler cache
+  keyed on the source text (CuPy's, MLX's, ours) sees every change, headers included;
 * ``KERNEL_CONSTANTS``: every constant a kernel shares with Python, taken from the Python module
   that owns it (class codes and rule bits: ``stages/scan_rules.py``; hash constants:
   ``stages/table.py`` and ``device_tables.py``; marks: ``hostplan.py``; ...). ``build_source``
-  prepends them as a ``#define`` block; the headers' ``#ifndef`` defaults only let a file compile
-  alone, and a test asserts the defaults equal these values;
-* ``cupy_module``: one compiled CuPy module per (device, file, source digest, defines).
+  prepends them as a ``#define`` block (the Metal shaders' headers get the same block,
+  ``metal/iface.py``); the headers' ``#ifndef`` defaults only let a file compile alone, and a
+  test asserts the defaults equal these values;
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from pathlib import Path
 
 ENCODE_FILES = ("encode_pretok.cu", "encode_o200k.cu", "encode_nfc.cu", "encode_scan.cu",
                 "encode_merge.cu", "encode_emit.cu", "encode_wordpiece.cu")
 TRAIN_FILE = "train_bpe.cu"
+#: threads per block of the training kernels and shaders (their reductions' shared arrays):
+#: ``TRAIN_BLOCK`` of train_bpe.cu, the ``BLOCK`` template argument of shaders/train_*.metal
+TRAIN_BLOCK = 256
 
 ENC_CONT = 8  # class of a UTF-8 continuation byte (device-only: the host works on code points)
 ENC_O_CONT = 15  # the same for the 4-bit o200k classes
@@ -76,13 +80,44 @@ def kernel_dir():
     return source_dir("kernels")
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.M)
+
+
+def expand_includes(text: str, *, path, search: tuple = (), seen: "set | None" = None) -> str:
+    """``text`` (the file ``path``) with every ``#include "name"`` replaced by that file,
+    recursively, each file once (``#pragma once`` lines dropped; ``<...>`` includes stay):
+    the one expander of every dialect, for a compiler cache keyed on the text to see every
+    header's change (CUDA and the native build: ``source``; Metal headers, whose text MLX
+    compiles with no include path: ``metal/iface.py``). Names are looked up next to the
+    including file, then in ``search``; ``seen`` (resolved paths) is shared by the files of
+    one text, so a header they share is expanded once, where it is first included."""
+    seen = set() if seen is None else seen
+    seen.add(Path(path).resolve())
+
+    def repl(m: re.Match) -> str:
+        name = m.group(1)
+        for d in (Path(path).parent, *search):
+            f = (Path(d) / name).resolve()
+            if f.is_file():
+                break
+        else:
+            dirs = ", ".join(str(d) for d in (Path(path).parent, *search))
+            line = text.count("\n", 0, m.start()) + 1
+            raise FileNotFoundError(f"{path}:{line}: #include \"{name}\" not found (looked in "
+                                    f"{dirs})")
+        if f in seen:
+            return ""
+        body = expand_includes(f.read_text("utf-8"), path=f, search=search, seen=seen)
+        return f"// ---- {name}\n{body.rstrip()}\n// ---- end of {name}"
+
+    return _PRAGMA_ONCE.sub("", _INCLUDE.sub(repl, text))
 
 
 @functools.lru_cache(maxsize=None)
 def source(file: str) -> str:
-    """``kernels/<file>`` with local includes expanded, each header once (as ``#pragma once``).
-    A quoted include is looked up next to the file that includes it, then in ``kernels/``."""
+    """``kernels/<file>`` with local includes expanded (``expand_includes``: next to the file
+    that includes it, then in ``kernels/``)."""
     return sources((file,))
 
 
@@ -93,22 +128,12 @@ def sources(files: tuple) -> str:
     seen: set = set()
     root = kernel_dir()
 
-    def expand(path) -> str:
-        key = str(path.resolve())
-        if key in seen:
-            return ""
-        seen.add(key)
-        text = path.read_text("utf-8")
+    def expand(f: str) -> str:
+        return expand_includes((root / f).read_text("utf-8"), path=root / f, search=(root,),
+                               seen=seen)
 
-        def include(m):
-            name = m.group(1)
-            here = path.parent / name
-            return expand(here if here.is_file() else root / name)
-
-        return _INCLUDE.sub(include, text)
-
-    return "\n".join(f'#line 1 "{f}"\n' + expand(root / f) for f in files) if len(files) > 1 \
-        else expand(root / files[0])
+    return "\n".join(f'#line 1 "{f}"\n' + expand(f) for f in files) if len(files) > 1 \
+        else expand(files[0])
 
 
 def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:
@@ -124,18 +149,3 @@ def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:
 def kernel_names(text: str) -> list[str]:
     """The ``extern "C" __global__`` functions of a source."""
     return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', text)
-
-
-@functools.lru_cache(maxsize=None)
-def _cupy_module(device_id: int, digest: str, text: str):
-    import cupy
-
-    with cupy.cuda.Device(device_id):
-        return cupy.RawModule(code=text, options=("-std=c++17",))
-
-
-def cupy_module(device_id: int, file: str, extra_defines=()):
-    """The compiled CuPy module of ``file`` on one GPU (compiled once per process; CuPy keeps
-    the binary on disk, keyed by the full source text)."""
-    text, digest, _ = build_source(file, extra_defines)
-    return _cupy_module(device_id, digest, text)

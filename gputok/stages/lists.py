@@ -1,8 +1,8 @@
 """Token ids as Python lists of int, what ``encode``, ``encode_ordinary`` and ``encode_batch`` give.
 
-``id_list(ids)`` is ``ids.tolist()``, except that where the native library is loaded
-(``kernels/host_lists.h``, installed by ``use_id_list``) an id seen recently shares its int
-object instead of getting a new one. The values are the same; only ``is`` between equal ids
+``id_list(ids, builder)`` is ``ids.tolist()``, except that given the native builder
+(``kernels/host_lists.h``: ``IdLists``, which the native backend passes) an id seen recently
+shares its int object instead of getting a new one. The values are the same; only ``is`` between equal ids
 tells them apart, as with CPython's own small ints.
 
 Why: ``tolist`` makes a 32-byte int per id besides the list's 8-byte slot. A 10 MB run of
@@ -93,45 +93,27 @@ class IdLists:
         return self._fn_parts(at, ns, k, arrays[0].itemsize, self._api_at, self.ITEMS_AT)
 
 
-_builder: "IdLists | None" = None
-
-
-def use_id_list(fn, fn_parts=None) -> None:
-    """Build id lists with the native library's ``gputok_id_list`` and
-    ``gputok_id_list_parts`` (``ctypes.PyDLL`` functions: they make Python objects, so they run
-    with the interpreter's lock held), kept only where ``IdLists`` finds CPython's list layout
-    as it expects."""
-    global _builder
-    got = IdLists(fn, fn_parts)
-    _builder = got if got.usable else None
-
-
-def native() -> bool:
-    """Whether lists are built natively here (``gputok info``)."""
-    return _builder is not None
-
-
-def id_list(ids: np.ndarray) -> list:
+def id_list(ids: np.ndarray, builder: "IdLists | None" = None) -> list:
     """``ids.tolist()`` (ids: a 1-D integer array), its recurring ids sharing one int object
-    where the native builder is loaded (uint16 and uint32 arrays)."""
-    b = _builder
+    where a native ``builder`` is given (uint16 and uint32 arrays)."""
+    b = builder
     if (b is None or len(ids) < NATIVE_MIN or ids.dtype not in _WIDTHS or ids.ndim != 1
             or not ids.flags.c_contiguous):
         return ids.tolist()
     return b(ids)
 
 
-def id_list_of_parts(arrays: list) -> list:
-    """``id_list(np.concatenate(arrays))`` without the joined copy where the native builder is
-    loaded (1-D uint16 or uint32 arrays of one dtype, contiguous): a long text's ids come from
-    a batch's chunks, and a 10 MB base64 blob's 7 M ids joined were 28 MB of fresh memory
-    written once and read once."""
-    b = _builder
+def id_list_of_parts(arrays: list, builder: "IdLists | None" = None) -> list:
+    """``id_list(np.concatenate(arrays), builder)`` without the joined copy where a native
+    ``builder`` is given (1-D uint16 or uint32 arrays of one dtype, contiguous): a long text's
+    ids come from a batch's chunks, and a 10 MB base64 blob's 7 M ids joined were 28 MB of
+    fresh memory written once and read once."""
+    b = builder
     if (b is None or not b.joins or not arrays
             or len({a.dtype for a in arrays}) != 1 or arrays[0].dtype not in _WIDTHS
             or any(a.ndim != 1 or not a.flags.c_contiguous for a in arrays)
             or sum(map(len, arrays)) < NATIVE_MIN):
-        return id_list(np.concatenate(arrays)) if arrays else []
+        return id_list(np.concatenate(arrays), b) if arrays else []
     return b.parts(arrays)
 
 

@@ -22,47 +22,39 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-# Checking a buffer of bytes input for valid UTF-8: from this size on with the native library's
-# checker once this process has loaded the library (``gputok_utf8_valid``: several GB/s, on
-# several threads from 8 MB; ``backends/native.py`` hands it over), else by decoding (Python's
-# codec: ~1 GB/s on ASCII, a few hundred MB/s on other text, and a str of the whole buffer made
-# and dropped). Only a buffer found invalid is decoded document by document, to name the first
-# bad one.
+# Checking a buffer of bytes input for valid UTF-8: from this size on with the checker the
+# caller gives (the native backend's: ``gputok_utf8_valid``, several GB/s, on several threads
+# from 8 MB), else by decoding (Python's codec: ~1 GB/s on ASCII, a few hundred MB/s on other
+# text, and a str of the whole buffer made and dropped). Only a buffer found invalid is decoded
+# document by document, to name the first bad one.
 UTF8_NATIVE_MIN = 1 << 16
-_utf8_check = None  # fn(buf, n) -> 1 if valid, from the native library
 
 
-def use_utf8_check(fn) -> None:
-    """Check buffers with ``fn(buf, nbytes) -> int`` (the native library's checker)."""
-    global _utf8_check
-    _utf8_check = fn
-
-
-def valid_documents(buf: bytes, offsets: np.ndarray) -> bool:
+def valid_documents(buf: bytes, offsets: np.ndarray, check=None) -> bool:
     """Whether every document ``buf[offsets[i]:offsets[i + 1]]`` is strict UTF-8: the whole
     buffer is, and no document starts inside a character (a valid buffer cut at a
-    continuation byte gives two invalid documents)."""
+    continuation byte gives two invalid documents). ``check``: as ``valid_utf8``'s."""
     inner = offsets[1:-1]
     if len(inner):
         data = np.frombuffer(buf, np.uint8)
         starts = data[inner[inner < len(data)]]
         if ((starts & 0xC0) == 0x80).any():
             return False
-    return valid_utf8(buf)
+    return valid_utf8(buf, check)
 
 
 DECODE_SLICE = 1 << 20  # bytes decoded at a time by the codec's check
 
 
-def valid_utf8(buf: bytes) -> bool:
-    """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts). Without
-    the native checker, Python's incremental decoder over ``DECODE_SLICE`` slices (a character
+def valid_utf8(buf: bytes, check=None) -> bool:
+    """Whether ``buf`` is strict UTF-8 (exactly what ``buf.decode("utf-8")`` accepts), by
+    ``check(buf, nbytes) -> int`` (a native checker) from ``UTF8_NATIVE_MIN`` bytes on where
+    one is given. Without it, Python's incremental decoder over ``DECODE_SLICE`` slices (a character
     cut by a slice's end carries over): decoding a 32 MB buffer at once made a 32 MB str in fresh
     pages, 4.8x slower than decoding its documents one by one (a CUDA batch of bytes ran at half
     the rate of the same text as str)."""
     n = len(buf)
-    check = _utf8_check if n >= UTF8_NATIVE_MIN else None
-    if check is not None:
+    if check is not None and n >= UTF8_NATIVE_MIN:
         return bool(check(buf, n))
     try:
         if n <= DECODE_SLICE:
@@ -194,23 +186,6 @@ class _StrChars:
                                     "typestr": "|u1", "version": 3}
 
 
-_str_layout: "StrLayout | None" = None
-
-
-def use_str_layout(layout_fn, pack_fn) -> None:
-    """Pack str documents with the native library's ``gputok_str_layout`` / ``gputok_pack_utf8``
-    (kept only where ``StrLayout`` finds CPython's layout as it expects)."""
-    global _str_layout
-    got = StrLayout(layout_fn, pack_fn)
-    _str_layout = got if got.usable else None
-
-
-def str_layout() -> "StrLayout | None":
-    """The native str packer, where the native library is loaded and this interpreter's str
-    layout checked out; else None."""
-    return _str_layout
-
-
 class Packed:
     """Documents as one UTF-8 buffer: document ``i`` is ``buf[offsets[i]:offsets[i + 1]]``.
     The maker vouches that ``buf`` is valid UTF-8 (it is not checked again).
@@ -240,11 +215,10 @@ class Packed:
 VIEW_MIN = 1 << 16  # characters: a shorter text is copied (a view costs ~2 us, the copy less)
 
 
-def utf8_data(text: str) -> "bytes | np.ndarray":
+def utf8_data(text: str, layout: "StrLayout | None" = None) -> "bytes | np.ndarray":
     """``text.encode("utf-8")`` (``UnicodeEncodeError`` on a surrogate), or for an ASCII str of
-    ``VIEW_MIN`` characters or more where the native str packer is loaded, its own characters
+    ``VIEW_MIN`` characters or more, given a native str packer (``layout``), its own characters
     in place (``StrLayout.ascii_view``: a read-only uint8 array, no copy)."""
-    layout = _str_layout
     if layout is not None and len(text) >= VIEW_MIN:
         view = layout.ascii_view(text)
         if view is not None:
@@ -342,11 +316,12 @@ class Documents:
             for i in range(len(off) - 1):
                 yield self._decode(buf[off[i]:off[i + 1]], i)
 
-    def packed(self) -> tuple[bytes, np.ndarray]:
-        """(UTF-8 buffer, int64 offsets of len n+1), validated per ``errors``."""
+    def packed(self, utf8_check=None) -> tuple[bytes, np.ndarray]:
+        """(UTF-8 buffer, int64 offsets of len n+1), validated per ``errors`` (``utf8_check``:
+        a native checker, ``valid_utf8``'s ``check``)."""
         if self._buf is not None and (self.errors == "strict" or self._valid):
             if not self._valid:
-                self._validate_buffer()
+                self._validate_buffer(utf8_check)
             return self._buf, self._offsets
         checked = self._bytes_list is not None and self.errors == "strict"
         if checked:
@@ -359,13 +334,13 @@ class Documents:
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         buf = parts[0] if len(parts) == 1 else b"".join(parts)
-        if checked and not valid_documents(buf, offsets):
+        if checked and not valid_documents(buf, offsets, utf8_check):
             for i, b in enumerate(parts):
                 self._decode(b, i)  # raises, naming the first invalid document
         return buf, offsets
 
-    def _validate_buffer(self) -> None:
-        if not valid_documents(self._buf, self._offsets):
+    def _validate_buffer(self, check=None) -> None:
+        if not valid_documents(self._buf, self._offsets, check):
             for _ in self.iter_str():  # raises, naming the first invalid document
                 pass
         self._valid = True

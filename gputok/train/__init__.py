@@ -6,9 +6,10 @@ Two phases:
 1. **Words** (``words.py``): the corpus is streamed through the pre-tokenizer stage and unique
    words are counted; memory holds the words, not the corpus.
 2. **Merges**: on the CPU (``cpu.py``, backend ``"numpy"``) HF's incremental loop with a lazy
-   max-heap; on an NVIDIA GPU (``cuda.py``, backend ``"cuda"``) the words live on the device as
-   linked symbol arrays, pair counts in a device hash table, and every merge step (best pair,
-   find, count updates, rewrite) runs as kernels from ``kernels/train_bpe.cu``.
+   max-heap; on a device (``backends/<device>/train.py``, registered in ``backends/devices.py``:
+   ``"cuda"``, ``"metal"``) the words live on the device as linked symbol arrays, pair counts in
+   a device hash table, and every merge step (best pair, find, count updates, rewrite) runs as
+   kernels (``kernels/train_bpe.cu``, ``shaders/train_*.metal``).
 
 The result is an ``Encoding`` whose merge table is the trained merges in order (HF's rule;
 ``enc.trained_merges`` lists them as ``(left_id, right_id, merged_id)``). ``gputok.export``
@@ -22,13 +23,16 @@ exception is a learned token spelled like a special token, which takes the speci
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import patterns
+from ..backends.devices import trainer_names
 from ..unicode import compile_pinned
 
 from .vocab import Vocab
@@ -36,7 +40,6 @@ from .words import corpus_texts, count_words
 
 __all__ = ["train_bpe", "TrainStats"]
 
-BACKENDS = ("auto", "numpy", "cuda", "metal")
 
 
 @dataclass
@@ -70,7 +73,7 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
     - ``min_frequency``: stop when the best pair occurs fewer times (HF's ``BpeTrainer``
       defaults to 0, which acts as 1; ``ByteLevelBPETokenizer.train`` and gputok to 2).
     - ``backend``: ``"auto"`` (CUDA when CuPy sees a GPU, else numpy), ``"numpy"``, ``"cuda"`` or
-      ``"metal"`` (Apple GPUs through MLX; asked for by name only, see ``train/metal.py``).
+      ``"metal"`` (Apple GPUs through MLX; asked for by name only, see ``backends/metal/train.py``).
 
     >>> enc = gputok.train_bpe(["low lower lowest"] * 10, vocab_size=260, pattern="gpt2")
     >>> [enc.decode_single_token_bytes(i) for i in range(256, 260)]
@@ -82,8 +85,9 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
         raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
     if not isinstance(min_frequency, (int, np.integer)) or min_frequency < 0:
         raise ValueError(f"min_frequency must be an int >= 0, got {min_frequency!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    backends = trainer_names()
+    if backend not in backends:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(backends)}")
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if isinstance(special_tokens, str):
@@ -118,24 +122,38 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
 
 
 def _merge_backend(backend: str):
-    if backend == "metal":
-        from . import metal
+    """(name, merge loop) for ``backend``: a device's training side (``backends.devices``:
+    the one named, or for "auto" the first available of those it tries), else the CPU's."""
+    from ..backends.devices import trainers
 
-        ok, why = metal.kernel_factory().available()
-        if not ok:
-            raise RuntimeError(f"the metal training backend is not available: {why}")
-        return "metal", metal.train_words
-    if backend in ("auto", "cuda"):
-        from . import cuda
-
-        ok, why = cuda.available()
+    for name, mod in trainers(backend):
+        ok, why = mod.available()
         if ok:
-            return "cuda", cuda.train_words
-        if backend == "cuda":
-            raise RuntimeError(f"the cuda training backend is not available: {why}")
+            return name, functools.partial(_on_device, mod.train_arrays)
+        if backend == name:
+            raise RuntimeError(f"the {name} training backend is not available: {why}")
     from . import cpu
 
     return "numpy", cpu.train_words
+
+
+def _on_device(train_arrays, words, vocab: Vocab, *, vocab_size: int, min_frequency: int,
+               on_merge=None) -> list[tuple[int, int, int]]:
+    """A device's merge loop over the words as arrays; out of device memory, the CPU's loop
+    from the vocabulary as it was, with a warning."""
+    from . import cpu
+
+    ids, offsets, counts = cpu.word_arrays(words, vocab)
+    snapshot = vocab.copy()
+    try:
+        return train_arrays(ids, offsets, counts, vocab, vocab_size=vocab_size,
+                            min_frequency=min_frequency, on_merge=on_merge)
+    except MemoryError as e:
+        warnings.warn(f"gputok train: {e}; training on the CPU instead", RuntimeWarning,
+                      stacklevel=2)
+        vocab.restore(snapshot)
+        return cpu.train_words(words, vocab, vocab_size=vocab_size,
+                               min_frequency=min_frequency, on_merge=on_merge)
 
 
 def build_encoding(name: str, pat: str, vocab: Vocab, merges: list[tuple[int, int, int]]):

@@ -344,14 +344,14 @@ def compile_metal(name: str, input_names: Sequence[str], output_names: Sequence[
 # ------------------------------------------------------------------------------ .metal files
 
 def metal_interface(text: str):
-    """The interface comment of a ``.metal`` file (``gputok.metal_iface.parse``), or None."""
-    from gputok.metal_iface import parse
+    """The interface comment of a ``.metal`` file (``gputok.backends.metal.iface.parse``), or None."""
+    from gputok.backends.metal.iface import parse
 
     return parse(text)
 
 
 def kernel_for(shader) -> MetalKernel:
-    """The emulator kernel of a ``gputok.metal_iface.Shader``, built as the backend builds it."""
+    """The emulator kernel of a ``gputok.backends.metal.iface.Shader``, built as the backend builds it."""
     iface = shader.interface
     return MetalKernel(shader.kernel_name, iface.input_names, iface.output_names, shader.source,
                        shader.header, iface.ensure_row_contiguous, iface.atomic_outputs,
@@ -360,9 +360,9 @@ def kernel_for(shader) -> MetalKernel:
 
 def check_metal_file(path: str | Path) -> MetalKernel | None:
     """Compile a ``.metal`` body file through the MLX wrapper (a syntax check), with its header
-    resolved by ``gputok.metal_iface``. Returns the kernel, or None for a file without an
+    resolved by ``gputok.backends.metal.iface``. Returns the kernel, or None for a file without an
     interface comment. A header file is compiled on its own."""
-    from gputok.metal_iface import load_file
+    from gputok.backends.metal.iface import load_file
 
     path = Path(path)
     if metal_interface(path.read_text()) is None:

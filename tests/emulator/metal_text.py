@@ -154,7 +154,7 @@ def check_metal_text(text: str, label: str) -> None:
     m = re.search(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', code, re.M)
     if m:
         raise MetalError(f"{label}: #include \"{m.group(1)}\": MLX compiles the source with no "
-                         "include path (gputok.metal_iface expands includes of shader headers)")
+                         "include path (gputok.backends.metal.iface expands includes of shader headers)")
     for pattern, what in _FORBIDDEN:
         m = pattern.search(code)
         if m:

@@ -3,7 +3,7 @@
 ``metal_kernel_maker(order=...)`` returns a function with ``mx.fast.metal_kernel``'s signature
 whose kernels take and return ``mx.array``s, like MLX's, but run the body on the CPU emulator
 (``metal.MetalKernel``: MLX's exact Metal wrapping, the strict shim). Handed to
-``gputok.train.metal.KernelFactory(make=...)``, it lets the Metal backend's own code run on Linux
+``gputok.backends.metal.kernels.KernelFactory(make=...)``, it lets the Metal backend's own code run on Linux
 unchanged: only the kernel launches differ from a Mac.
 
 Inputs are read with ``np.array(x, copy=False)`` (what the backend does with unified memory on a

@@ -13,10 +13,12 @@ interface comment, and nothing else in gputok or its tests repeats them::
 * ``header``: a file next to the body (``// gpuemu: header`` marks it) pasted before the function,
   as ``metal_kernel(header=...)`` does; its ``#include "..."`` lines are expanded here, searching
   its own directory, then the CUDA kernels' directory (``kernels/common/*.h`` are the rules shared
-  with CUDA), because the text MLX compiles at run time has no include path;
+  with CUDA), because the text MLX compiles at run time has no include path (the expander is
+  ``kernels.expand_includes``, every dialect's), after the ``#define`` block of the constants
+  Python owns (``kernels.kernel_constants``, as CUDA and the native build get them);
 * ``atomic_outputs`` / ``ensure_row_contiguous``: MLX's flags of the same names.
 
-The backend (``gputok.train.metal``) builds kernels from ``load(name)``; the emulator
+The Metal kernels (``kernels.py``) are built from ``load(name)``; the emulator
 (``tests/emulator``) parses the same comment with ``parse`` to compile and run the same body.
 """
 
@@ -30,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Interface", "Shader", "parse", "load", "shader_names", "expand_includes"]
+from ..kernels import defines_block, expand_includes, kernel_constants
+
+__all__ = ["Interface", "Shader", "parse", "load", "shader_names", "expand_includes"]  # noqa
 
 _LINE = re.compile(r"^[ \t]*//[ \t]*gpuemu:(.*)$", re.M)
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
-_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.M)
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -159,34 +162,8 @@ def parse(text: str, *, origin: str = "<shader>") -> Interface | None:
     return iface
 
 
-def expand_includes(text: str, *, path: Path, search: "tuple[Path, ...]" = (),
-                    _seen: "set[Path] | None" = None) -> str:
-    """``text`` (the file ``path``) with every ``#include "name"`` replaced by that file,
-    recursively, each file once (``#pragma once`` lines dropped). ``<...>`` includes stay.
-    Names are looked up next to the including file, then in ``search``."""
-    seen = set() if _seen is None else _seen
-    seen.add(path.resolve())
-
-    def repl(m: re.Match) -> str:
-        name = m.group(1)
-        for d in (path.parent, *search):
-            f = (d / name).resolve()
-            if f.is_file():
-                break
-        else:
-            dirs = ", ".join(str(d) for d in (path.parent, *search))
-            raise FileNotFoundError(f"{_where(str(path), text, m.start())}: #include "
-                                    f"\"{name}\" not found (looked in {dirs})")
-        if f in seen:
-            return ""
-        body = expand_includes(f.read_text("utf-8"), path=f, search=search, _seen=seen)
-        return f"// ---- {name}\n{body.rstrip()}\n// ---- end of {name}"
-
-    return _PRAGMA_ONCE.sub("", _INCLUDE.sub(repl, text))
-
-
 def _dirs() -> tuple[Path, Path]:
-    from ._resources import source_dir
+    from ..._resources import source_dir
 
     return source_dir("shaders"), source_dir("kernels")
 
@@ -220,6 +197,8 @@ def load_file(path: "str | Path", *, search: "tuple[Path, ...] | None" = None) -
         if not h.is_file():
             raise FileNotFoundError(f"{path}: header={iface.header} names a missing file {h}")
         header = expand_includes(h.read_text("utf-8"), path=h, search=search)
+    if header:  # the constants every dialect takes from Python (kernels.kernel_constants)
+        header = defines_block(tuple(kernel_constants().items())) + header
     if _INCLUDE.search(text):
         raise ValueError(f"{path}: a kernel body cannot #include (MLX pastes it inside a "
                          "function); put the include in its header file")

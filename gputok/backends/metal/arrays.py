@@ -72,7 +72,7 @@ class MetalArray:
 
 
 def _mx_dtype(dtype):
-    from ..metal_kernels import mx_dtype
+    from .kernels import mx_dtype
 
     return mx_dtype(dtype)
 

@@ -1,6 +1,7 @@
-"""The device merge loop: every merge step runs as the kernels of ``kernels/train_bpe.cu``.
+"""The CUDA trainer: every merge step runs as the kernels of ``kernels/train_bpe.cu``.
 
-One driver for any launcher of those kernels: CuPy on an NVIDIA GPU (``cuda.py``), or the CPU
+One merge loop (``train_on_device``) for any launcher of those kernels: CuPy on an NVIDIA GPU
+(``train_words``, kernels compiled by NVRTC through the encode kernels' loader), or the CPU
 kernel emulator in the tests (so CI runs this exact loop, kernels included, without a GPU).
 ``xp`` is the array module the launcher works on (cupy, or numpy for the emulator).
 
@@ -20,7 +21,14 @@ Host-side housekeeping between steps:
   half of it is dead, so the per-step kernels scan live symbols only.
 
 Limits: positions are int32 (2**31 symbols of unique words, i.e. ~2 GB of distinct words).
+
+CuPy is imported only when this trainer is asked for; without CuPy or a GPU, ``available()``
+says why and ``train_bpe(backend="cuda")`` raises ``RuntimeError`` with that reason. Word counting
+stays on the CPU (the pre-tokenizer stage); the words' symbols, their counts and the pair table
+then move to the GPU once. If the GPU runs out of memory, training restarts on the CPU backend
+with a warning.
 """
+
 
 from __future__ import annotations
 
@@ -28,9 +36,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import arrays
+from .. import train_arrays as arrays
+from ..kernels import TRAIN_BLOCK
 
-BLOCK = 256
 _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
 _MIN_SHRINK = 1 << 16  # slots; smaller tables are not worth rebuilding
@@ -48,8 +56,9 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
                     ) -> list[tuple[int, int, int]]:
     """Run the merge loop with ``launch(kernel_name, grid, block, args)``.
 
-    ``ids``/``offsets``/``wcounts``: the words (see ``cpu.word_arrays``); ``vocab`` grows with
-    the merged tokens. ``max_blocks`` caps every grid (the kernels are grid-stride loops).
+    ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` (a
+    ``train.vocab.Vocab``) grows with the merged tokens. ``max_blocks`` caps every grid (the
+    kernels are grid-stride loops).
     """
     if to_host is None:
         to_host = (lambda a: a.get()) if xp is not np else np.asarray
@@ -62,7 +71,7 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
     min_count = max(int(min_frequency), 1)
 
     def grid(count: int) -> tuple[int]:
-        return (max(1, min(max_blocks, -(-count // BLOCK))),)
+        return (max(1, min(max_blocks, -(-count // TRAIN_BLOCK))),)
 
     i64, u64, i32 = np.int64, np.uint64, np.int32
     stats = xp.zeros(2, dtype=xp.uint64)  # [table slots claimed, matches found]
@@ -73,7 +82,7 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
     # the first pairs are pairs of single bytes: fewer than n and than len(vocab) ** 2
     cap = _pow2_at_least(initial_capacity or 2 * min(max(n, 1), len(vocab) ** 2))
     keys, counts = new_table(cap)
-    launch("train_count_pairs", grid(n), (BLOCK,),
+    launch("train_count_pairs", grid(n), (TRAIN_BLOCK,),
            [tok, nxt, word_of, wcount, i64(n), keys, counts, u64(cap - 1), stats])
 
     part_count = xp.zeros(max_blocks, dtype=xp.int64)  # one per block of best_partial
@@ -83,9 +92,9 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
     dead_at_compact = 0  # matches counted at the last compaction
     while len(vocab) < vocab_size:
         n_parts = grid(cap)[0]
-        launch("train_best_partial", (n_parts,), (BLOCK,),
+        launch("train_best_partial", (n_parts,), (TRAIN_BLOCK,),
                [keys, counts, i64(cap), part_count, part_key])
-        launch("train_best_final", (1,), (BLOCK,),
+        launch("train_best_final", (1,), (TRAIN_BLOCK,),
                [part_count, part_key, i64(n_parts), keys, counts, u64(cap - 1), stats, best])
         count, key, used, matched = (int(x) for x in to_host(best))
         if count < min_count:
@@ -109,12 +118,13 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
             n = int(tok.shape[0])
             dead_at_compact = matched
         is_start = xp.empty(n, dtype=xp.uint8)
-        launch("train_find_matches", grid(n), (BLOCK,),
+        launch("train_find_matches", grid(n), (TRAIN_BLOCK,),
                [tok, prv, nxt, i64(n), i32(a), i32(b), is_start, stats])
-        launch("train_merge_deltas", grid(n), (BLOCK,),
+        launch("train_merge_deltas", grid(n), (TRAIN_BLOCK,),
                [tok, prv, nxt, word_of, wcount, is_start, i64(n), i32(a), i32(b), i32(c), keys,
                 counts, u64(cap - 1), stats])
-        launch("train_apply_merge", grid(n), (BLOCK,), [tok, prv, nxt, is_start, i64(n), i32(c)])
+        launch("train_apply_merge", grid(n), (TRAIN_BLOCK,),
+               [tok, prv, nxt, is_start, i64(n), i32(c)])
         if on_merge is not None:
             on_merge(len(merges))
     return merges
@@ -125,6 +135,61 @@ def _rehash(xp, launch, grid, keys, counts, cap, new_cap, stats):
     new_keys = xp.full(new_cap, arrays.EMPTY_KEY, dtype=xp.uint64)
     new_counts = xp.zeros(new_cap, dtype=xp.uint64)
     stats[0] = 0
-    launch("train_rehash", grid(cap), (BLOCK,),
+    launch("train_rehash", grid(cap), (TRAIN_BLOCK,),
            [keys, counts, np.int64(cap), new_keys, new_counts, np.uint64(new_cap - 1), stats])
     return new_keys, new_counts, new_cap
+
+def available() -> tuple[bool, str]:
+    """Same requirement as the encode backend: CuPy and a visible CUDA device."""
+    from . import available as cuda_available
+
+    return cuda_available()
+
+
+def kernel_source() -> tuple[str, str]:
+    """(source text, headers expanded; include directory) of the training kernels."""
+    from .. import kernels
+
+    return kernels.source(kernels.TRAIN_FILE), str(kernels.kernel_dir())
+
+
+def _launcher():
+    """A launch function over the training module on the current GPU (one module per device,
+    source digest and defines: the loader the encode kernels use)."""
+    import cupy
+
+    from .. import kernels
+    from .build import cupy_module
+
+    mod = cupy_module(cupy.cuda.Device().id, kernels.TRAIN_FILE, (("TRAIN_BLOCK", TRAIN_BLOCK),))
+    functions: dict = {}
+
+    def launch(name, grid, block, args):
+        fn = functions.get(name)
+        if fn is None:
+            fn = functions[name] = mod.get_function(name)
+        fn(tuple(grid), tuple(block), tuple(args))
+
+    return launch
+
+
+def train_arrays(ids, offsets, counts, vocab, *, vocab_size: int, min_frequency: int,
+                 on_merge=None) -> list[tuple[int, int, int]]:
+    """The merge loop on the GPU, for the words as ``train.cpu.word_arrays`` gives them (the
+    trainer's device contract, ``gputok.train``); ``MemoryError`` when the GPU runs out (the
+    trainer then trains on the CPU)."""
+    ok, why = available()
+    if not ok:
+        raise RuntimeError(f"the cuda training backend is not available: {why}")
+    import cupy
+
+    try:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        max_blocks = 8 * int(props["multiProcessorCount"])
+        merges = train_on_device(ids, offsets, counts, vocab, vocab_size=vocab_size,
+                                 min_frequency=min_frequency, xp=cupy, launch=_launcher(),
+                                 max_blocks=max_blocks, on_merge=on_merge)
+        cupy.cuda.Device().synchronize()
+        return merges
+    except cupy.cuda.memory.OutOfMemoryError as e:
+        raise MemoryError(f"the GPU ran out of memory ({e})") from e

@@ -1,68 +1,40 @@
-"""The cuda backend: the device-neutral driver (``driver.py``) on an NVIDIA GPU through CuPy.
-
-``CupyDevice`` is the whole CUDA-specific part: kernels compiled by NVRTC (``kernels.py``: one
-module per file, source digest and defines), two non-blocking streams, pinned staging buffers
-reused per stream slot, device events for timing. Everything else (chunking, token spans,
-host-cut pieces, out-of-memory splitting, fallbacks) is the driver's.
+"""The CUDA device adapter: the driver's device protocol (``protocol.py``) over CuPy on one GPU:
+kernels compiled by NVRTC (``build.py``), two non-blocking streams, pinned staging buffers
+reused per stream slot, device events for timing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 
 import numpy as np
 
-from . import kernels
-from .devices import Pending as _Pending
-from .driver import DeviceBackend
-
-INSTALL_HINT = ('pip install "gputok[cuda12]" (CUDA 12 driver) or "gputok[cuda13]" (CUDA 13), '
-                "on a machine with an NVIDIA GPU")
+from .. import kernels
+from ..protocol import Capabilities, Device
+from .build import cupy_module
 
 
-def _no_driver() -> bool:
-    """Linux without an NVIDIA driver (no device node, no /proc entry, no WSL GPU): importing
-    CuPy only to hear that costs ~0.4 s per process (``auto`` probes CUDA first)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    return not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version",
-                                                "/dev/dxg"))
+class Pending:
+    """A device-to-host copy in flight; ``result()`` waits and returns a fresh numpy array."""
+
+    def __init__(self, event, host: np.ndarray, dtype, count: int):
+        self.event, self.host, self.dtype, self.count = event, host, np.dtype(dtype), count
+
+    def result(self) -> np.ndarray:
+        if self.event is not None:
+            self.event.synchronize()
+        nbytes = self.count * self.dtype.itemsize
+        return self.host[:nbytes].view(self.dtype).copy()
 
 
-def available() -> tuple[bool, str]:
-    if _no_driver():
-        return False, f"no NVIDIA driver on this machine (/dev/nvidiactl is absent; {INSTALL_HINT})"
-    try:
-        import cupy
-    except ImportError:
-        return False, f"CuPy is not installed ({INSTALL_HINT})"
-    except Exception as e:  # a broken CUDA install must not break `import gputok`
-        return False, f"CuPy failed to import ({type(e).__name__}: {e}); {INSTALL_HINT}"
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:
-        return False, f"CuPy sees no usable CUDA device ({type(e).__name__}: {e})"
-    if n < 1:
-        return False, "CuPy sees no CUDA device"
-    return True, f"CuPy {cupy.__version__}, {n} CUDA device(s)"
-
-
-def create(device_id: "int | None" = None) -> DeviceBackend:
-    """The cuda backend on GPU ``device_id`` (default: CuPy's current device)."""
-    dev = CupyDevice(device_id)
-    name = "cuda" if device_id is None else f"cuda:{device_id}"
-    return DeviceBackend(dev, name=name)
-
-
-class CupyDevice:
+class CupyDevice(Device):
     """CuPy on one GPU: kernels compiled with NVRTC, two non-blocking streams, pinned staging."""
 
     block = 256
     scan_block = 256
     scan_items = 8
     kind = "cupy"
+    caps = Capabilities()  # two streams, every kernel, the block scans, the dedup
 
     def __init__(self, device_id: "int | None" = None):
         import cupy
@@ -93,7 +65,7 @@ class CupyDevice:
     def launch(self, name: str, grid, block, args) -> None:
         fn = self._functions.get(name)
         if fn is None:
-            mod = kernels.cupy_module(self.device_id, self._file_of[name], self.defines())
+            mod = cupy_module(self.device_id, self._file_of[name], self.defines())
             fn = self._functions[name] = mod.get_function(name)
         fn(tuple(grid), tuple(block), tuple(args))  # on the current stream
 
@@ -170,7 +142,7 @@ class CupyDevice:
         self._h2d_done[slot] = ev
         return [dev[o:o + a.nbytes].view(a.dtype) for a, o in zip(arrays, offs)]
 
-    def download(self, key: str, arr, count: int) -> _Pending:
+    def download(self, key: str, arr, count: int) -> Pending:
         """Start copying ``arr[:count]`` to this slot's pinned buffer ``key``."""
         slot = self._slot
         nbytes = int(count) * arr.dtype.itemsize
@@ -182,7 +154,7 @@ class CupyDevice:
                            stream.ptr)
         ev = self.cp.cuda.Event()
         ev.record(stream)
-        return _Pending(ev, host, arr.dtype, int(count))
+        return Pending(ev, host, arr.dtype, int(count))
 
     # -- timing
     def mark(self):

@@ -45,8 +45,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .._cache import cache_dir, write_atomic
-from . import kernels
+from ..._cache import cache_dir, write_atomic
+from .. import kernels
 
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
 #: have a host form in the runtime instead (NativeDevice.scan)

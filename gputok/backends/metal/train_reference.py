@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arrays import unique_sorted
-from . import arrays
+from ..._arrays import unique_sorted
+from .. import train_arrays as arrays
 
 _MASK64 = (1 << 64) - 1
 

@@ -43,15 +43,13 @@ Performance notes (design choices; nothing here is timed yet, for want of Apple 
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Callable
 
 import numpy as np
 
-from ..metal_kernels import (BLOCK, MAX_GROUPS, PAD as _PAD, Kernel,  # noqa: F401
-                            KernelFactory, available, mx_dtype)
-from . import arrays
-from .vocab import Vocab
+from .. import train_arrays as arrays
+from ..kernels import TRAIN_BLOCK
+from .kernels import MAX_GROUPS, PAD as _PAD, Kernel, KernelFactory, mx_dtype  # noqa: F401
 
 _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
@@ -76,19 +74,22 @@ def kernel_factory() -> KernelFactory:
     return _factory
 
 
-def train_words(words: Counter, vocab: Vocab, *, vocab_size: int, min_frequency: int,
-                on_merge=None) -> list[tuple[int, int, int]]:
-    """The merge loop on the Metal device (same contract as ``cpu.train_words``)."""
+def train_arrays(ids, offsets, counts, vocab, *, vocab_size: int, min_frequency: int,
+                 on_merge=None) -> list[tuple[int, int, int]]:
+    """The merge loop on the Metal device, for the words as ``train.cpu.word_arrays`` gives
+    them (the trainer's device contract, ``gputok.train``)."""
     factory = kernel_factory()
     ok, why = factory.available()
     if not ok:
         raise RuntimeError(f"the metal training backend is not available: {why}")
-    from . import cpu
-
-    ids, offsets, counts = cpu.word_arrays(words, vocab)
     return train_on_metal(ids, offsets, counts, vocab, vocab_size=vocab_size,
                           min_frequency=min_frequency, kernels=factory,
                           max_groups=factory.max_groups, on_merge=on_merge)
+
+
+def available() -> tuple[bool, str]:
+    """Whether ``train_bpe(backend="metal")`` can run here (the kernel factory's device)."""
+    return kernel_factory().available()
 
 
 # ---------------------------------------------------------------- the loop
@@ -103,13 +104,13 @@ def _pad(x: np.ndarray, fill: int) -> np.ndarray:
     return np.concatenate([x, np.full(_PAD - len(x), fill, dtype=x.dtype)])
 
 
-def train_on_metal(ids, offsets, wcounts, vocab: Vocab, *, vocab_size: int, min_frequency: int,
+def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
                    kernels: KernelFactory, max_groups: int = MAX_GROUPS,
                    on_merge: "Callable[[int], None] | None" = None, compact_at: float = 0.5,
                    initial_capacity: "int | None" = None) -> list[tuple[int, int, int]]:
     """Run the merge loop with ``kernels``' shaders over MLX arrays; returns the merges.
 
-    ``ids``/``offsets``/``wcounts``: the words (see ``cpu.word_arrays``); ``vocab`` grows with
+    ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` grows with
     the merged tokens. ``max_groups`` caps every grid (the shaders are grid-stride loops).
     """
     import mlx.core as mx
@@ -123,7 +124,7 @@ def train_on_metal(ids, offsets, wcounts, vocab: Vocab, *, vocab_size: int, min_
                      lambda v: mx.array(int(v), dtype=mx.uint32))
 
     def grid(count: int) -> int:
-        return max(1, min(max_groups, -(-count // BLOCK))) * BLOCK
+        return max(1, min(max_groups, -(-count // TRAIN_BLOCK))) * TRAIN_BLOCK
 
     def upload(tok, prv, nxt, word_of):
         pads = (arrays.DEAD, -1, -1, 0)
@@ -140,10 +141,10 @@ def train_on_metal(ids, offsets, wcounts, vocab: Vocab, *, vocab_size: int, min_
         return z, z, mx.zeros((cap,), dtype=mx.int64)
 
     def fold(main, delta, cap: int, merged: tuple[int, int]):
-        groups = grid(cap) // BLOCK
+        groups = grid(cap) // TRAIN_BLOCK
         out = kernels("train_fold_best")(
             *main, *delta, i64(cap), u32(merged[0]), u32(merged[1]),
-            output_shapes=[(cap,)] * 3 + [(max(groups, _PAD),)] * 3, grid=groups * BLOCK)
+            output_shapes=[(cap,)] * 3 + [(max(groups, _PAD),)] * 3, grid=groups * TRAIN_BLOCK)
         return tuple(out[:3]), out[3:], groups
 
     def rehash(main, cap: int, new_cap: int):
@@ -166,7 +167,7 @@ def train_on_metal(ids, offsets, wcounts, vocab: Vocab, *, vocab_size: int, min_
     while len(vocab) < vocab_size:
         main, parts, groups = fold(main, delta, cap, merged)
         (best,) = kernels("train_best_final")(*parts, i64(groups), matches,
-                                              output_shapes=[(_PAD,)], grid=BLOCK)
+                                              output_shapes=[(_PAD,)], grid=TRAIN_BLOCK)
         count, key, used, matched = (int(x) for x in np.array(best, copy=False)[:4])
         if count < min_count:
             break

@@ -1,7 +1,7 @@
 """MLX kernels from the shaders of ``shaders/``: each built once per source through
 ``mx.fast.metal_kernel`` (or an emulator-backed stand-in with its signature, in the tests), its
-inputs checked against the interface the shader declares (``metal_iface``). Shared by the Metal
-encode backend (``backends/metal.py``) and the Metal trainer (``train/metal.py``).
+inputs checked against the interface the shader declares (``iface.py``). Shared by the Metal
+encode device (``device.py``) and the Metal trainer (``train.py``).
 """
 
 from __future__ import annotations
@@ -10,35 +10,13 @@ from typing import Callable
 
 import numpy as np
 
-from . import metal_iface
+from . import iface as metal_iface
+from ..kernels import TRAIN_BLOCK
 
-__all__ = ["BLOCK", "MAX_GROUPS", "PAD", "Kernel", "KernelFactory", "available", "mx_dtype"]
+__all__ = ["MAX_GROUPS", "PAD", "Kernel", "KernelFactory", "mx_dtype"]
 
-BLOCK = 256  # threads per threadgroup; the shaders' BLOCK template argument must match
 MAX_GROUPS = 1024  # threadgroups per grid-stride launch (every shader loops over its range)
 PAD = 8  # MLX passes inputs of fewer elements in the constant address space
-
-
-def available() -> tuple[bool, str]:
-    """(True, "") when MLX imports and sees a Metal device, else (False, why).
-
-    >>> gputok.metal_kernels.available()  # on Linux, with pip install "mlx[cpu]"
-    (False, 'MLX has no Metal device here (mx.metal.is_available() is False) ...')
-    """
-    try:
-        import mlx.core as mx
-    except ImportError as e:
-        return False, (f"MLX is not installed ({e}); on a Mac with Apple silicon: "
-                       "pip install \"gputok[metal]\"")
-    try:
-        ok = bool(mx.metal.is_available())
-    except Exception as e:  # an MLX build without the metal module
-        return False, f"MLX cannot query Metal ({e})"
-    if not ok:
-        return False, ("MLX has no Metal device here (mx.metal.is_available() is False): the "
-                       "Metal backend needs macOS on Apple silicon and pip install "
-                       "\"gputok[metal]\"")
-    return True, ""
 
 
 def mx_dtype(dtype):
@@ -63,8 +41,9 @@ class Kernel:
                           for k, v in iface.template]
 
     def __call__(self, *inputs, output_shapes, grid: int, init_value=None,
-                 threadgroup: int = BLOCK) -> list:
-        """Run over ``grid`` threads (threadgroups of ``threadgroup``); returns the outputs."""
+                 threadgroup: int = TRAIN_BLOCK) -> list:
+        """Run over ``grid`` threads (threadgroups of ``threadgroup``: the trainer's block by
+        default, whose shaders' BLOCK template argument is that size); returns the outputs."""
         if len(inputs) != len(self._inputs):
             raise TypeError(f"{self.shader.path.name}: {len(self._inputs)} inputs declared "
                             f"({', '.join(n for n, _, _ in self._inputs)}), {len(inputs)} given")
@@ -101,7 +80,11 @@ class KernelFactory:
 
     def available(self) -> tuple[bool, str]:
         """Whether these kernels can run here (a custom ``make`` brings its own device)."""
-        return available() if self._make is None else (True, "")
+        if self._make is not None:
+            return True, ""
+        from . import available  # (the metal backend's: macOS, MLX, a Metal device)
+
+        return available()
 
     def __call__(self, name: str) -> Kernel:
         shader = self._shaders.get(name)
