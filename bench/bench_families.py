@@ -22,9 +22,10 @@ fastest exact peer, where it loads the file: ``Tokenizer.from_sentencepiece`` /
 ``Tokenizer(tokenizer.json)``) is checked the same way, and one that differs is reported with
 its mismatches, not timed and in no ratio. Then each is timed (best of --repeat) and the ratios
 printed. gputok is timed as ``bench_encode.py`` does: cold piece cache, 1 MB batches
-sharing the cache, warm cache; WordPiece also on the native CPU device (``encode_wordpiece.cu``
-compiled for the host; words cut on the host), when a C++ compiler exists. SentencePiece models
-run on the host on every backend, so they are timed on numpy only.
+sharing the cache, warm cache; and on the native CPU device where the segmenter has a device
+form (WordPiece: ``encode_wordpiece.cu``, words cut on the host; SentencePiece:
+``encode_spm.cu``), when a C++ compiler exists. ``bench_spm.py`` times SentencePiece models one
+text at a time and decoding too.
 
     python bench/bench_families.py --kinds prose code multilingual --mb 4
     python bench/bench_families.py --record bench/results/families.md

@@ -58,7 +58,8 @@ def test_no_kind_strings_outside_the_loaders():
 
 def test_every_family_a_loader_builds_is_a_composition(tmp_path):
     """One model of each family, as its loader builds it: every part implements its protocol,
-    and only byte-level BPE and WordPiece state a device form."""
+    and byte-level BPE, WordPiece and SentencePiece BPE state a device form (Unigram and
+    WordLevel: none)."""
     import json
 
     import families as F
@@ -77,4 +78,5 @@ def test_every_family_a_loader_builds_is_a_composition(tmp_path):
         assert m.segmenter.name == family
         for proto, part in _parts(m).items():
             assert isinstance(part, proto), (family, proto.__name__, part)
-        assert (m.segmenter.device is not None) == (family in ("WordPiece", "byte-level BPE"))
+        assert (m.segmenter.device is not None) == (family in ("WordPiece", "byte-level BPE",
+                                                               "SentencePiece BPE"))

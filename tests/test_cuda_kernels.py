@@ -48,14 +48,15 @@ from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert
 # ---------------------------------------------------------------- compile-level facts
 
 def test_kernel_names_match_the_driver():
-    from gputok.backends import device_stages
+    from gputok.backends import device_stages, spm_device
 
     src = {f: kernels.source(f) for f in kernels.ENCODE_FILES}
     for f in kernels.ENCODE_FILES:  # the driver's name scan finds what the compiler finds
         found = compile_cuda(kernels.build_source(f)[0]).kernels
         assert set(found) == set(kernels.kernel_names(src[f])), f
     names = {k for s in src.values() for k in kernels.kernel_names(s)}
-    used = set(regex.findall(r'"(encode_\w+)"', open(device_stages.__file__).read()))
+    used = {k for m in (device_stages, spm_device)
+            for k in regex.findall(r'"(encode_\w+)"', open(m.__file__).read())}
     used |= {"encode_scan_reduce_add", "encode_scan_apply_add"}
     assert used == names, (used - names, names - used)
 

@@ -11,7 +11,9 @@
    the host spans and the splice against HF's normaliser; Qwen2 with NFD input against HF,
    counting the host-normalised spans and bytes; clean text never leaves the device.
 4. The fallback count: every named encoding and every supported tokenizer.json, already-NFC and
-   NFC-changing text, encoded by the emulated device with no host stage at all.
+   NFC-changing text, encoded by the emulated device with no host stage at all; SentencePiece
+   ``.model`` files and SPM-style tokenizer.json the same (``kernels/encode_spm.cu``, a
+   charsmap normaliser too; more in ``test_spm_device.py``).
 The native CPU device runs the same sources (``test_native.py``).
 """
 
@@ -320,3 +322,41 @@ def test_common_headers_run_in_the_metal_dialect(tmp_path):
     starts = encode_o200k_spans(k, cps.tolist() + [0] * 3, sc._letters)  # enc_spans_at
     np.testing.assert_array_equal(np.flatnonzero(ent), first[starts])
     np.testing.assert_array_equal(np.flatnonzero(unsafe), first[nfc_unsafe(cps)])
+
+
+# ---------------------------------------------------------------- 6. SentencePiece BPE
+
+SPM_DOCS = ["Hello [INST] world </s>", "  two  spaces ", "日本語 😀", "", "\u2581x", "a" * 300]
+
+
+@pytest.mark.parametrize("name", ["mistral_v1", "mistral_v7", "mistral_v3:legacy",
+                                  "mistral_v3:metaspace_split", "botchan_bpe"])
+def test_sentencepiece_runs_on_the_device_with_no_host_stage(name, tmp_path):
+    """SentencePiece ``.model`` files and SPM-style tokenizer.json on the emulated device: the
+    merge, the cuts and the normaliser on the device (encode_spm.cu: the identity normaliser
+    read as the kernels go, botchan's charsmap rewriting the chunk), no fallback at all. The
+    ids are the host stages' (sentencepiece's and HF's: test_families.py)."""
+    import json
+
+    import families as F
+
+    base, _, shape = name.partition(":")
+    if shape:
+        (tmp_path / "t.json").write_text(json.dumps(F.spm_tokenizer_json(F.model_source(base),
+                                                                         shape=shape)))
+        enc = gputok.load(tmp_path / "t.json")
+    else:
+        (tmp_path / "m.model").write_bytes(F.model_source(base))
+        enc = gputok.load(tmp_path / "m.model")
+    be = DeviceBackend(emu_device("shuffle", 3), chunk_bytes=4000)
+    docs = SPM_DOCS + list(corpus_snippets()[::5])
+    allowed = frozenset(enc.special_tokens_set)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        ids, off = be.encode(enc.model, Documents(docs), allowed, frozenset())
+    assert dict(be.fallbacks) == {}
+    plan = be.plan(enc.model)
+    assert all(plan[k].startswith("device") for k in ("normalize", "pretok", "merge", "emit"))
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == [
+        enc.encode(d, allowed_special="all") for d in docs]
+    assert be.dev.launches["encode_spm_merge"] >= 2

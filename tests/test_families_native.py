@@ -109,13 +109,13 @@ def test_auto_backend_runs_wordpiece_on_native(tmp_path):
     assert ids[off[0]:off[1]].tolist() == want == enc.encode(text, allowed_special="all")
 
 
-# ---- SentencePiece models on the device: the counted host fallback ----------------------------
+# ---- SentencePiece models on the device ------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["botchan_bpe", "mistral_v7"])
-def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path):
-    """The char-level merge has no kernel: the whole model runs on the host, warned once and
-    counted as ``("merge", "SentencePiece BPE")``; no kernel is launched and the ids are
-    sentencepiece's."""
+def test_native_sentencepiece_runs_on_the_device(name, corpora, tmp_path):
+    """The char-level merge runs on the device (kernels/encode_spm.cu, one call per chunk), the
+    normaliser too (Mistral's identity read by the kernels, botchan's nmt_nfkc charsmap
+    rewriting each chunk first): no fallback, no warning. The ids are sentencepiece's."""
     import families as F
 
     data = F.model_source(name)
@@ -128,10 +128,12 @@ def test_native_sentencepiece_is_a_counted_host_fallback(name, corpora, tmp_path
         for _ in range(2):
             ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
     assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [sp.encode(d) for d in docs]
-    assert be.fallbacks == {("merge", "SentencePiece BPE"): 2}
-    assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
-    assert not be.dev.launches
-    assert be.plan(enc.model)["merge"].startswith("host")
+    assert be.fallbacks == {}
+    assert not any(issubclass(w.category, FallbackWarning) for w in caught)
+    assert be.dev.launches["encode_spm_merge"] >= 2
+    assert ("encode_spm_norm_len" in be.dev.launches) == (name == "botchan_bpe")
+    plan = be.plan(enc.model)
+    assert plan["merge"].startswith("device") and plan["normalize"].startswith("device")
 
 
 def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp_path):

@@ -1,5 +1,6 @@
 """The Metal backend runs every encode stage the CUDA kernels run: o200k pre-tokenization, the
-normaliser's quick check and the WordPiece match as shaders, with no host fallback.
+normaliser's quick check, the WordPiece match and SentencePiece BPE as shaders, with no host
+fallback.
 
 Mirrors ``test_device_coverage.py`` (the CUDA kernels on the emulator, whose inputs and
 references these reuse) for ``gputok.backends.metal.MetalDevice`` on the emulator over
@@ -14,6 +15,8 @@ else the backend's own code):
    ``nfc_unsafe`` gives them; Qwen2 on NFD text against HF ``tokenizers`` with the same
    host-normalised spans and bytes counted as the CUDA kernels count them.
 3. ``shaders/encode_wordpiece.metal``: MiniLM (BERT WordPiece) against HF, no merge fallback.
+4. ``shaders/encode_spm_*.metal``: Mistral v7 and botchan against sentencepiece, no fallback
+   (botchan's charsmap normaliser rewrites the chunk on the GPU).
 """
 from __future__ import annotations
 
@@ -189,4 +192,28 @@ def test_metal_minilm_wordpiece_matches_hf_without_a_merge_fallback(order, seed,
     # runs on the device: no ("merge", "WordPiece")
     assert dict(be.fallbacks) == {("pretok", "split"): 1}
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
+    assert be.plan(enc.model)["merge"].startswith("device")
+
+
+# ---------------------------------------------------------------- 4. SentencePiece BPE
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+@pytest.mark.parametrize("name", ["mistral_v7", "botchan_bpe"])
+def test_metal_sentencepiece_matches_sentencepiece_without_a_merge_fallback(name, order, seed,
+                                                                            tmp_path):
+    """``shaders/encode_spm_*.metal``: the cuts, the merge, THE UNK RUN and the normaliser
+    (Mistral's identity read as they go, botchan's charsmap rewriting the chunk) on the GPU, as
+    on CUDA: no fallback."""
+    import families as F
+
+    (tmp_path / "m.model").write_bytes(F.model_source(name))
+    enc, sp = gputok.load(tmp_path / "m.model"), F.spm_oracle(F.model_source(name))
+    docs = ["Hello  world", "", "日本語 😀 \u2581", "x" * 300] + list(corpus_snippets()[::6])
+    be = metal_backend(order, seed, chunk_bytes=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=be)
+    assert [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])] == [sp.encode(d) for d in docs]
+    assert dict(be.fallbacks) == {}
+    assert be.dev.launches["encode_spm_merge"] >= 2
     assert be.plan(enc.model)["merge"].startswith("device")

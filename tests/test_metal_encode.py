@@ -87,9 +87,11 @@ def test_every_encode_shader_is_launched_by_the_pipeline():
     assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
         [tk.encode_ordinary(d) for d in docs]
     shaders = {name for name, _ in be.dev.factory._built}
-    # the o200k, quick-check and WordPiece shaders serve other models (test_metal_coverage.py)
+    # the o200k, quick-check, WordPiece and SentencePiece shaders serve other models
+    # (test_metal_coverage.py, test_spm_device.py)
     others = {"encode_emit_u16", "encode_o200k_classify", "encode_o200k_spans",
-              "encode_nfc_flags", "encode_nfc_compact", "encode_wordpiece"}
+              "encode_nfc_flags", "encode_nfc_compact", "encode_wordpiece",
+              *metal.SPM_SHADERS}
     assert shaders == set(ENCODE_SHADERS) - others
     assert be.dev.launches["encode_merge_long"] == 1 and be.fallbacks == {}
 

@@ -9,8 +9,8 @@
 Each kind of corpus is capped at ``$GPUTOK_FAMILY_GPUTOK_MB`` MB (default 0.4; 0 means the whole
 ``$GPUTOK_CORPUS_MB`` corpus, 2 MB per kind by default). Every test prints its document and
 byte counts; the mismatch count must be 0, on the numpy backend and on the native CPU device
-(when a C++ compiler exists: WordPiece runs its kernel there, SentencePiece models are a counted
-host fallback). (The cpu_ref specs meet the same corpora in
+(when a C++ compiler exists: WordPiece and SentencePiece run their kernels there). (The cpu_ref
+specs meet the same corpora in
 ``test_parity_families.py``.)
 """
 

@@ -31,7 +31,9 @@ The device adapter (``protocol.py``) is small on purpose: memory, copies, stream
 nothing of CUDA. The runners (``runners/``) are its parts: planning (``plan.py``), one chunk
 (``chunk.py``), the GPU's streams (``streams.py``), the CPU's chunk workers (``workers.py``),
 streamed str batches (``streamed.py``) and one text (``onetext.py``); the native device's
-one-call forms are runners picked by its capabilities, not branches here.
+one-call forms are runners picked by its capabilities, not branches here. A segmenter whose
+device form is a whole chunk (``SegmenterDevice.stage`` "chunk": SentencePiece BPE, its own
+cuts and normaliser) has its runner (``spm.py``), batches and single texts alike.
 
 Performance notes (``bench/bench_cuda.py`` reports end-to-end and per-stage times; the H200
 runs: bench/results/cuda.md):
@@ -59,6 +61,7 @@ from .hostplan import cut_long_documents, prepare
 from .runners.chunk import CHUNK_LIMIT, ChunkRunner, chunk_end
 from .runners.onetext import SHORT_MAX, OneText
 from .runners.plan import ModelPlan, Planner
+from .runners.spm import SpmRunner
 from .runners.streamed import StreamedBatch
 from .runners.streams import StreamLoop
 from .runners.workers import WorkerPool, guided_ends
@@ -109,6 +112,7 @@ class DeviceBackend(Backend):
         self.workers = WorkerPool(self) if caps.chunk_workers > 1 else None
         self.streamed = StreamedBatch(self) if self.workers and caps.chunk_inline else None
         self.text = OneText(self, one_call_max)
+        self.spm = SpmRunner(self)  # segmenters whose device form is a whole chunk
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on {self.dev.name}>"
@@ -125,9 +129,13 @@ class DeviceBackend(Backend):
     # ---- public --------------------------------------------------------------------------------
 
     def plan(self, model) -> dict:
-        return self.planner.describe(model)
+        spm = self.spm.for_model(model)
+        return spm.plan(model) if spm is not None else self.planner.describe(model)
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
+        spm = self.spm.for_model(model)
+        if spm is not None:
+            return spm.encode(model, docs, allowed, disallowed)
         if self.streamed is not None:
             got = self.streamed.encode(model, docs, allowed, disallowed)
             if got is not None:
@@ -142,9 +150,17 @@ class DeviceBackend(Backend):
         return (ids, off) if keep is None else (ids, off[keep])
 
     def encode_text(self, model, text: str, allowed: frozenset) -> list:
+        spm = self.spm.for_model(model)
+        if spm is not None:  # (a text of any length, tokens and all: one call where it can)
+            got = spm.encode_text(model, text, allowed)
+            return got if got is not None else self.encode_list(model, text, allowed)
         return self.text.encode_text(model, text, allowed)
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
+        spm = self.spm.for_model(model)
+        if spm is not None:
+            ids, _ = spm.encode(model, Documents([text]), allowed, frozenset())
+            return self.id_list(ids)
         return self.text.encode_list(model, text, allowed)
 
     def merge_pieces(self, model, pieces: list, flat: bool = False) -> "list | None":

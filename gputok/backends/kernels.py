@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 ENCODE_FILES = ("encode_pretok.cu", "encode_o200k.cu", "encode_nfc.cu", "encode_scan.cu",
-                "encode_merge.cu", "encode_emit.cu", "encode_wordpiece.cu")
+                "encode_merge.cu", "encode_emit.cu", "encode_wordpiece.cu", "encode_spm.cu")
 TRAIN_FILE = "train_bpe.cu"
 #: threads per block of the training kernels and shaders (their reductions' shared arrays):
 #: ``TRAIN_BLOCK`` of train_bpe.cu, the ``BLOCK`` template argument of shaders/train_*.metal
@@ -36,10 +36,10 @@ ENC_DONE = 0xFFFFFFFF  # owner[e]: the entry's ids are final
 def kernel_constants() -> dict:
     """{define name: int} of everything the encode kernels share with Python."""
     from ..components.segmenters import wordpiece as wp
-    from ..stages import merge, scan_rules as r, split, table
+    from ..stages import merge, scan_rules as r, split, spm_tables, table
     from . import device_tables as dt, hostplan as hp
 
-    return {
+    return spm_tables.KERNEL_CONSTANTS | {
         "ENC_X": r.X, "ENC_L": r.L, "ENC_N": r.N, "ENC_P": r.P, "ENC_A": r.A, "ENC_SP": r.SP,
         "ENC_S": r.S, "ENC_E": r.E, "ENC_CONT": ENC_CONT,
         "ENC_O_U": r.OU, "ENC_O_D": r.OD, "ENC_O_B": r.OB, "ENC_O_M": r.OM, "ENC_O_N": r.ON,

@@ -47,6 +47,7 @@ Members that come with a capability (the base class raises for a device that lac
     text_short(...)                   with ``text_short_max``: one short text, one call
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
+    spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
 
 ``NativeDevice`` (``native/``) documents the one-call members' arguments.
 """
@@ -84,6 +85,8 @@ class Capabilities:
     ``merge_inline``: ``merge_inline`` runs the merge stage of host-cut pieces as one call.
     ``pretok_families`` / ``normal_forms``: the scanner families and normal forms its kernels
     cover (a model outside them cuts or normalises on the host, counted).
+    ``spm_inline``: ``spm_chunk`` runs a SentencePiece chunk's whole kernel sequence as one
+    call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
     ``kernels``: the encode kernels it has a form of (None: every one).
     ``dedup``: whether it can run the piece dedup (a 64-bit compare-and-swap per piece).
     """
@@ -97,6 +100,7 @@ class Capabilities:
     text_short_max: int = 0
     pretok_inline: bool = False
     merge_inline: bool = False
+    spm_inline: bool = False
     pretok_families: tuple = DEVICE_FAMILIES
     normal_forms: tuple = FORMS
     kernels: "frozenset | None" = None
@@ -188,6 +192,12 @@ class Device:
 
     def merge_inline(self, tables, data, starts, spec, has_long: bool, whole: bool) -> tuple:
         raise self._lacks("merge_inline", "merge_inline")
+
+    def spm_chunk(self, t, up: dict, chunk, out_dtype) -> tuple:
+        raise self._lacks("spm_chunk", "spm_inline")
+
+    def spm_text_call(self, t, up: dict, out_dtype):
+        raise self._lacks("spm_text_call", "spm_inline")
 
 
 #: the members every device implements itself (the tests check each device against this)

@@ -26,10 +26,12 @@ never which family a model is.
 **Numpy form and device form.** Every component has its numpy form (the methods below). A
 segmenter may also have a device form (``Segmenter.device``, a ``SegmenterDevice``): the device
 stage that runs it, the kernel a device needs for it and the tables it uploads. Today byte-level
-BPE (the merge kernels) and WordPiece (``encode_wordpiece``) have one; a segmenter without one
-runs on the host on every backend, a counted fallback. A pre-tokenizer runs on the device when it
-is one regex of a scanner family the pretok kernels implement (``pattern``, ``scanner``); a
-normaliser of one Unicode normal form has the device's quick check (``device_form``).
+BPE (the merge kernels), WordPiece (``encode_wordpiece``) and SentencePiece BPE, ``.model`` and
+SPM-style tokenizer.json (``encode_spm.cu``: a whole chunk, its cuts and normaliser too) have
+one; a segmenter without one runs on the host on every backend, a counted fallback. A
+pre-tokenizer runs on the device when it is one regex of a scanner family the pretok kernels
+implement (``pattern``, ``scanner``); a normaliser of one Unicode normal form has the device's
+quick check (``device_form``).
 
 **Adding a family** = its components + its loader:
 
@@ -97,11 +99,13 @@ class PreTokenizer(Protocol):
 @dataclass(frozen=True)
 class SegmenterDevice:
     """A segmenter's device form: ``stage`` is the ``DeviceStages`` method that runs it on a
-    chunk's pieces; ``kernel`` the kernel a device must have (``has_kernel``); ``one_call``:
-    the device's one-call forms (a short text, an inline chunk, the merge of given pieces) run it
-    too; ``tables()``: (host arrays, kernel scalars) to upload (an array given as a
-    ``stages.table.MergeTable`` is uploaded in the merge table's hash layout), or None for the
-    merge tables of ``backends/device_tables.py`` (byte-level BPE, cached on disk)."""
+    chunk's pieces, or ``"chunk"``: it runs a whole chunk itself (its own cuts and normaliser:
+    SentencePiece BPE, ``backends/runners/spm.py``); ``kernel`` the kernel a device must have
+    (``has_kernel``); ``one_call``: the device's one-call forms (a short text, an inline chunk,
+    the merge of given pieces) run it too; ``tables()``: (host arrays, kernel scalars) to upload
+    (an array given as a ``stages.table.MergeTable`` is uploaded in the merge table's hash
+    layout), or None for the merge tables of ``backends/device_tables.py`` (byte-level BPE,
+    cached on disk)."""
 
     stage: str
     kernel: str

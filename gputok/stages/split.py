@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from . import counters
-from ..specials import WHITE_SPACE, check_disallowed, disallowed_error, split_text
+from ..specials import WHITE_SPACE, check_disallowed, disallowed_error, split_text, trie_pattern
 
 #: the id of a span that emits no ids (the kernels' ENC_GAP)
 NO_IDS = 0xFFFFFFFE
@@ -84,8 +84,8 @@ _bytes_regexes: dict = {}
 def _bytes_regex(tokens: frozenset) -> "re.Pattern[bytes]":
     pat = _bytes_regexes.get(tokens)
     if pat is None:
-        alts = sorted(tokens, key=lambda t: (-len(t), t))  # as specials.token_regex
-        pat = re.compile(b"|".join(re.escape(t.encode("utf-8")) for t in alts))
+        # the leftmost-longest match, as specials.token_regex (a trie of the UTF-8 tokens)
+        pat = re.compile(trie_pattern([t.encode("utf-8") for t in tokens]))
         if len(_bytes_regexes) > 64:
             _bytes_regexes.clear()
         _bytes_regexes[tokens] = pat

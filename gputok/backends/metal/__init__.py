@@ -41,13 +41,14 @@ from typing import Callable
 from ..driver import MIN_CHUNK, DeviceBackend
 from .arrays import PAD, MetalArray, MetalOutOfMemory, _oom_as_memory_error  # noqa: F401
 from .device import MetalDevice, _check_dedup, _device_info, gpu_name  # noqa: F401
+from .spm import SPM_SHADERS
 
 INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_spans", "encode_o200k_classify",
            "encode_o200k_spans", "encode_nfc_flags",
            "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
            "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
-           "encode_emit_u32")  # shaders/<name>.metal
+           "encode_emit_u32") + SPM_SHADERS  # shaders/<name>.metal
 
 
 def available() -> tuple[bool, str]:

@@ -13,6 +13,7 @@ import numpy as np
 from ...unicode import FORMS
 from ..protocol import DEVICE_FAMILIES, Capabilities, Device
 from .arrays import PAD, MetalArray, _mx_dtype, _oom_as_memory_error, _Pending
+from .spm import SpmMetalSteps
 
 
 def gpu_name() -> str:
@@ -46,7 +47,7 @@ def _check_dedup(dedup: bool) -> bool:
     return False
 
 
-class MetalDevice(Device):
+class MetalDevice(SpmMetalSteps, Device):
     """The device adapter on MLX (``protocol.py`` documents the protocol).
 
     ``factory``: a ``kernels.KernelFactory`` (MLX's by default; the tests pass one
@@ -308,4 +309,6 @@ class MetalDevice(Device):
 
 
 #: the Metal form of each CUDA kernel: ``MetalDevice._k_<kernel>``
-_STEPS = {k[3:]: f for k, f in vars(MetalDevice).items() if k.startswith("_k_")}
+# (the SentencePiece steps come from the SpmMetalSteps base: spm.py)
+_STEPS = {k[3:]: f for cls in reversed(MetalDevice.__mro__) for k, f in vars(cls).items()
+          if k.startswith("_k_")}

@@ -52,7 +52,7 @@ from .. import kernels
 #: have a host form in the runtime instead (NativeDevice.scan)
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
-HOST_EXTRAS = ("host_merge.h", "host_chunk.h")
+HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"

@@ -17,6 +17,7 @@ from ..host_pool import SLACK, HostPool
 from ..protocol import Capabilities, Device, HostTools, Ready
 from . import build as native_build
 from .calls import OneCalls
+from .spm import SpmCalls
 from .library import _address, _shared_stream, library
 from .settings import (HOST_BLOCK, INLINE_ANY, INLINE_MAX_BYTES, MAX_BLOCKS, SLAB_PER_THREAD,
                        SPLIT_MIN, STREAM_MIN, TEXT_SHORT_MAX, threads_default)
@@ -55,7 +56,7 @@ class _ThreadState(threading.local):
 #   lowest pair: no gain, or slower (the short merges are bound by the merge step's own work);
 # * dedup off: a hash insert per piece that is not a token costs less than the merges it saves;
 # * 4 MB chunks: the same warm speed, 1.5x tiktoken's peak memory; 128 KB: no faster than 256 KB.
-class NativeDevice(OneCalls, Device):
+class NativeDevice(OneCalls, SpmCalls, Device):
     """The kernels on this machine's cores (see the module docstring).
 
     Inside ``stream(slot)`` (the driver's chunks) launches, scans and marks are queued on that
@@ -86,7 +87,8 @@ class NativeDevice(OneCalls, Device):
             host_memory=True, own_scan=True, in_flight=2,
             chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
             inline_max_bytes=INLINE_ANY if self.threads == 1 else INLINE_MAX_BYTES,
-            text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True)
+            text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True,
+            spm_inline=True)
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
         self._count_lock = threading.Lock()

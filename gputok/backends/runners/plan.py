@@ -106,8 +106,17 @@ class Planner:
 
     def host_family(self, model) -> "str | None":
         """Why every stage of ``model`` runs on the host here (None: the device runs some): a
-        segmenter without a device form (SentencePiece, Unigram, WordLevel) everywhere; one
-        whose kernel this device lacks (``caps.kernels``, e.g. Metal's)."""
+        segmenter without a device form (Unigram, WordLevel) everywhere; one whose kernel this
+        device lacks (``caps.kernels``, e.g. Metal's). A segmenter whose device form is a whole
+        chunk (SentencePiece BPE: ``runners/spm.py``, which the backend asks first) never runs
+        through this planner's stages: the reason says so, with the device's own reason for a
+        model it cannot run (its host stages then run it)."""
+        form = model.segmenter.device
+        if form is not None and form.stage == "chunk":
+            from ..spm_device import why_not
+
+            why = why_not(model)
+            return f"{model.segmenter.name}: {why or 'its device form is a whole chunk'}"
         mode, why = pretok_mode(model)
         if mode == "host":
             return why

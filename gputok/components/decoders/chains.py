@@ -21,6 +21,7 @@ valid; ``decode(ids, errors="strict")`` raises where they are not.
 from __future__ import annotations
 
 import codecs
+import operator
 
 from ...decode import as_int_list
 
@@ -69,12 +70,22 @@ class SpmDecoder:
             self.lead.append(t not in (BYTE, CONTROL, UNKNOWN_T) and p.startswith(SPACE))
         self.strip, self.all_ws = fam.decode_strip, fam.decode_all_ws
         self.surface = bool(surface)
+        # decode's tables: each piece's bytes with a control piece as NUL (it ends a run of
+        # byte pieces, as "\x00" does, and goes after decoding); the byte piece <0x00> (its
+        # NUL must stay) and the pieces whose bytes have a NUL or are not UTF-8 alone (none in
+        # real models) take the per-run path
+        self.marked = tuple(b"\x00" if t == CONTROL else p for p, t in zip(self.parts, fam.types))
+        self.nul = next((i for i, (p, t) in enumerate(zip(self.parts, fam.types))
+                         if t == BYTE and p == b"\x00"), None)
+        self.odd = frozenset(i for i, (p, t) in enumerate(zip(self.parts, fam.types))
+                             if t != BYTE and (b"\x00" in p or
+                                               p.decode("utf-8", "replace").encode() != p))
 
     def is_byte(self, i: int) -> bool:
         return self.types[i] == self.byte
 
-    def stream(self, errors: str = "replace") -> "FamilyStreamDecoder":
-        return FamilyStreamDecoder(self, self.is_byte, errors)
+    def stream(self, errors: str = "replace") -> "SpmStreamDecoder":
+        return SpmStreamDecoder(self, errors)
 
     def _stripped(self, ids: list) -> list:
         """Indexes of the ids whose leading space sentencepiece drops (``cpu_ref.spm.decode``'s
@@ -115,8 +126,35 @@ class SpmDecoder:
     def decode_bytes(self, tokens) -> bytes:
         return b"".join(self._parts(_ids(tokens, self.n_vocab)))
 
+    def _joined_decode(self, ids: list) -> "str | None":
+        """``decode`` as C calls: the pieces' bytes looked up and joined, decoded once with one
+        U+FFFD per byte that starts no character (a Python loop per id, as ``_parts`` does, was
+        1.5x sentencepiece's decode). Text pieces are whole characters, so a run of byte pieces
+        ends where text starts, as in the per-run path; a control piece is a NUL that ends a run
+        too, removed after. The leading spaces sentencepiece drops are the text's first
+        characters. None where a NUL in the text may be a byte piece's (the caller's per-run
+        path)."""
+        if min(ids) < 0:
+            _ids(ids, self.n_vocab)  # (raises, naming the id)
+        try:
+            parts = operator.itemgetter(*ids)(self.marked)
+        except IndexError:
+            _ids(ids, self.n_vocab)
+            raise
+        text = (parts if len(ids) == 1 else b"".join(parts)).decode("utf-8", _PER_BYTE)
+        if "\x00" in text:
+            if self.nul is not None and self.nul in ids:
+                return None
+            text = text.replace("\x00", "")
+        return text[len(self._stripped(ids)):] if self.strip else text
+
     def decode(self, tokens, errors: str = "replace") -> str:
-        ids = _ids(tokens, self.n_vocab)
+        ids = as_int_list(tokens)
+        if errors == "replace" and ids and (not self.odd or self.odd.isdisjoint(ids)):
+            got = self._joined_decode(ids)
+            if got is not None:
+                return got
+        ids = _ids(ids, self.n_vocab)
         parts = self._parts(ids)
         if errors != "replace":
             return b"".join(parts).decode("utf-8", errors)
@@ -295,6 +333,91 @@ def wordpiece_join(toks: list, prefix: str = "##", cleanup: bool = True) -> str:
                 t = t.replace(a, b)
         out.append(t)
     return "".join(out)
+
+
+class SpmStreamDecoder:
+    """``Encoding.stream_decoder`` of a SentencePiece ``.model``: the concatenation of every
+    ``feed`` and the last ``flush`` is ``decode(all ids)``, and each call costs its own ids
+    only. A character is returned as soon as its bytes are complete (a byte piece that cannot
+    start or continue one becomes its U+FFFD as soon as that is known): the pieces' bytes go
+    through Python's incremental UTF-8 decoder, with ``decode``'s one U+FFFD per byte that
+    starts no character, a control piece ending a run of byte pieces as in ``decode``; the
+    leading spaces sentencepiece drops are decided as the ids come (``_stripped``'s walk,
+    one step per id).
+
+    >>> from gputok.components.segmenters.spm_bpe import BYTE, NORMAL, UNKNOWN_T, SpmFamily
+    >>> pieces = ["<unk>", "▁a"] + [f"<0x{b:02X}>" for b in range(256)]  # "é": 2 + 0xC3, 2 + 0xA9
+    >>> fam = SpmFamily(pieces, [0.0] * 258, [UNKNOWN_T, NORMAL] + [BYTE] * 256,
+    ...                 byte_fallback=True, unk_surface=" ⁇ ", where="doc", decode_strip=True,
+    ...                 decode_all_ws=False)
+    >>> dec = SpmStreamDecoder(SpmDecoder(fam))
+    >>> dec.feed([1, 2 + 0xC3]), dec.feed([2 + 0xA9]), dec.flush()
+    ('a', 'é', '')
+    """
+
+    def __init__(self, detok: SpmDecoder, errors: str = "replace"):
+        self.d, self.errors = detok, errors
+        self._codec = codecs.getincrementaldecoder("utf-8")(
+            _PER_BYTE if errors == "replace" else errors)
+        self._reset_walk()
+
+    def _reset_walk(self) -> None:
+        self._walking = self.d.strip
+        self._pending = self._seen_ws = self._nonempty = False
+
+    def _strip(self, i: int) -> bool:
+        """One step of ``SpmDecoder._stripped``'s walk: does id ``i`` lose its leading space."""
+        d = self.d
+        t = d.types[i]
+        if t == d.byte:
+            self._pending = True
+            return False
+        if self._pending:
+            self._nonempty, self._pending = True, False
+        if self._seen_ws or self._nonempty:
+            self._walking = False
+            return False
+        if t == d.control:
+            return False
+        if t == d.unknown or i == d.unk_id:
+            self._nonempty = d.surface
+            return False
+        if d.lead[i]:
+            self._seen_ws = not d.all_ws
+            self._nonempty = len(d.parts[i]) > 1
+            return True
+        self._nonempty = bool(d.parts[i])
+        return False
+
+    def feed(self, tokens) -> str:
+        d, codec = self.d, self._codec
+        ids = _ids(tokens, d.n_vocab)
+        out = []
+        parts, control = d.parts, d.control
+        per_run = self.errors == "replace"
+        for i in ids:
+            p = parts[i]
+            if self._walking and self._strip(i):
+                p = p[1:]
+            if per_run and d.types[i] == control:  # a control piece ends a run of bytes
+                out.append(codec.decode(b"", final=True))
+                codec.reset()
+            elif p:
+                out.append(codec.decode(p))
+        return "".join(out)
+
+    def flush(self) -> str:
+        """The bytes held back (a character not complete yet: one U+FFFD per byte), and a
+        reset for a new stream."""
+        text = self._codec.decode(b"", final=True)
+        self._codec.reset()
+        self._reset_walk()
+        return text
+
+    @property
+    def pending(self) -> bytes:
+        """The held-back bytes of an incomplete character (0 to 3)."""
+        return self._codec.getstate()[0]
 
 
 class FamilyStreamDecoder:

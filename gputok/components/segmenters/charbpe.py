@@ -19,7 +19,13 @@ This module turns them into the shape the byte-level stages already have:
   short spans, ``merge_long_ids`` in O(n log n) for long ones, ``merge_small_ids`` for few).
 
 What happens to symbols no token covers (byte fallback, unk) is the family's business
-(``spm.py``, ``hf_spm.py``): ``CharBpe.merge`` returns final symbols, the family maps them to ids.
+(``spm_bpe.py``, ``hf_charbpe.py``): ``CharBpe.merge`` returns final symbols, the family maps
+them to ids.
+
+Both families' device form is ``CHUNK_DEVICE``: a whole chunk on the device, its cuts, merge and
+normaliser (``kernels/encode_spm.cu``; the tables ``stages/spm_tables.py``, the runner
+``backends/runners/spm.py``), one text of any length in one call where the device has that
+form.
 
 Performance notes: cut detection is two gathers and a ``searchsorted`` over the packed code
 points of a whole batch (~30 ns per character); cutting the string into spans is one Python
@@ -32,11 +38,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import SegmenterDevice
 from ..._arrays import code_points  # noqa: F401  (re-exported)
 from ...stages import counters
 from ...stages.merge import LONG_PIECE, VECTOR_MIN, merge_long_ids, merge_rounds, merge_small_ids
 from ...stages.table import MergeTable
 
+#: the device form of character-level BPE: the device runs a whole chunk (its own cuts and
+#: normaliser; backends/runners/spm.py), a text of any length in one call where it can
+CHUNK_DEVICE = SegmenterDevice(stage="chunk", kernel="encode_spm_merge", one_call=True)
 UNKNOWN = 0x80000000  # symbol of a character no merge involves: UNKNOWN | code point
 CP_MASK = 0x1FFFFF
 N_CP = 0x110000

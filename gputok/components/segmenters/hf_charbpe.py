@@ -31,7 +31,7 @@ import numpy as np
 from ..._arrays import unique_sorted
 from ...stages import counters
 from . import Base
-from .charbpe import UNKNOWN, CharBpe, code_points
+from .charbpe import CHUNK_DEVICE, UNKNOWN, CharBpe, code_points
 
 SPACE = "\u2581"
 
@@ -41,6 +41,7 @@ class HFSpmFamily(Base):
 
     name = "BPE (characters)"
     cuts = True
+    device = CHUNK_DEVICE  # (kernels/encode_spm.cu: the HF rule's initial symbols, no expansion)
 
     def __init__(self, *, vocab: dict, merges: list, byte_fallback: bool, fuse_unk: bool,
                  unk_token: "str | None", ignore_merges: bool, where: str):

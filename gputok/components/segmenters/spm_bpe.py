@@ -12,9 +12,9 @@
     finish      symbols no piece covers become byte pieces (byte fallback) or the unk id, and a
                 run of unk ids is one (runs fuse across span cuts)
 
-Device form: none yet (a counted host stage on every backend). The hook: set ``device`` to a
-``components.SegmenterDevice`` naming the device stage (``backends/device_stages.py``) that
-merges a chunk's spans with the ``CharBpe`` table, and the ``tables()`` it uploads.
+Device form: ``charbpe.CHUNK_DEVICE``, a whole chunk on the device (kernels/encode_spm.cu:
+the cuts, the merge over these symbols and tables, byte fallback / unk runs, and the normaliser;
+``stages/spm_tables.py`` says what the device takes and why not, e.g. a sentence-wide model).
 
 Two rules make the cuts exact. A user-defined match is frozen (never merged), and nothing
 unfrozen ever spells a user-defined piece (the symbol scan would have matched it), so pairs
@@ -37,7 +37,7 @@ import re
 import numpy as np
 
 from ...stages import counters
-from .charbpe import CP_MASK, UNKNOWN, CharBpe, code_points
+from .charbpe import CHUNK_DEVICE, CP_MASK, UNKNOWN, CharBpe, code_points
 from ..normalizers.spm import SPACE
 from . import Base
 
@@ -70,7 +70,7 @@ class SpmFamily(Base):
 
     name = "SentencePiece BPE"
     cuts = True
-    device = None  # the device form's hook (see the module docstring)
+    device = CHUNK_DEVICE  # (see the module docstring)
 
     def __init__(self, pieces, scores, types, *, byte_fallback: bool, unk_surface: str,
                  where: str, decode_strip: bool, decode_all_ws: bool):
