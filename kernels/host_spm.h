@@ -1,5 +1,5 @@
 // host_spm.h: host only. A SentencePiece chunk's whole kernel sequence in one call on the
-// calling thread (NativeDevice.spm_chunk, gputok/backends/native_spm.py): what
+// calling thread (NativeDevice.spm_chunk, gputok/backends/native/spm.py): what
 // gputok/backends/spm_device.py launches one by one (marks, THE SPM CUT, entries, the merge,
 // THE UNK RUN, emit), so a chunk of a chunk workers' batch, or one text, holds the Python
 // interpreter's lock for one call. Like host_chunk.h it has no rule of its own: the cut walks
@@ -188,7 +188,7 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_ch
 // One text of one segment (no token span, no user-defined piece in it: the caller checked), the
 // chunk call with its one mark (seg_bits at byte 0) and its id count written to out, which has
 // room for out_cap ids: Encoding.encode's text in one call with no array made on the way
-// (NativeDevice: native_spm.spm_text). A model whose normaliser rewrites the text
+// (NativeDevice.spm_text_call). A model whose normaliser rewrites the text
 // (ENC_SPM_TAB_REWRITE) has it rewritten first, THE SPM NORMALISER into this thread's buffer
 // (measured, then written). Returns the id count; -1 without memory; -(2 + k) when out has room
 // for fewer than the k ids the text may make (the caller grows it and calls again).

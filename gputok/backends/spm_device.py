@@ -1,17 +1,19 @@
 """SentencePiece BPE on a device: a chunk's kernels (``kernels/encode_spm.cu``), in order.
 
 The device form of the SentencePiece-BPE segmenter (``.model`` files, SPM-style tokenizer.json):
-the host plans a chunk (``stages/spm_plan.py``: its token spans, user-defined pieces, marks, and
-the normaliser where the kernels do not read it), then on the device
+the host plans a chunk (``stages/spm_plan.py``: its token spans, user-defined pieces, marks),
+the device rewrites it where THE SPM NORMALISER must (``rewrite``: encode_spm_norm_len, then
+_write), then on the device
 
     marks -> encode_spm_spans (THE SPM CUT) -> entries (encode_scan.cu + encode_entries_*)
           -> encode_spm_merge (symbols, THE COMPARATOR, THE SPM EXPAND) -> [encode_spm_fuse]
           -> emit (encode_scan.cu + encode_emit.cu, the entries' ids at src[e])
 
-``SpmStages`` knows buffers and kernels only, as ``DeviceStages`` does; a device whose whole
-chunk is one call (the native CPU device: ``spm_chunk``, kernels/host_spm.h) takes that instead.
-A model whose every stage must stay on the host (``spm_tables`` gives the reason) never gets
-here: the caller counts that fallback.
+``SpmStages`` knows buffers and kernels only, as ``DeviceStages`` does; the runner
+(``runners/spm.py``) drives it, or, on a device whose whole chunk is one call
+(``caps.spm_inline``: the native CPU, kernels/host_spm.h), that call. A model whose every stage
+must stay on the host (``why_not`` gives the reason) never gets here: the caller counts that
+fallback.
 """
 
 from __future__ import annotations
