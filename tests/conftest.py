@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import testdata  # noqa: E402
+import tiers  # noqa: E402
 
 NAMED = ["r50k_base", "p50k_base", "cl100k_base", "o200k_base"]
 EXTRA_NAMED = ["gpt2", "p50k_edit", "o200k_harmony"]
@@ -31,9 +32,10 @@ CORPUS_KINDS = list(testdata.KINDS)
 # backend, every format, every kernel on the emulator in one thread order, parity on sampled
 # corpora; minutes on two cores. The full tier (``--full`` or ``GPUTOK_FULL=1``; ``.ci/run``
 # turns it on) adds what only scale or repetition finds: the full corpora, the other thread
-# orders, SIGKILL rounds, Ray, megatron-core. A test joins the full tier with
-# ``@pytest.mark.full``; a test parametrised over a thread order of the emulator runs
-# one order, ``DEFAULT_ORDER``, in the default tier and every order in the full tier.
+# orders, SIGKILL rounds, every vocabulary and variant, Ray, megatron-core. A test is in the
+# full tier only when it is marked ``@pytest.mark.full``, when ``tests/tiers.py`` lists it
+# (with the reason and what the default tier keeps of it), or when it is parametrised over a
+# thread order of the emulator other than ``DEFAULT_ORDER``.
 
 FULL_ENV = "GPUTOK_FULL"
 DEFAULT_ORDER = "forward"
@@ -49,16 +51,27 @@ def pytest_addoption(parser):
                      help=f"run the full tier too (the same as {FULL_ENV}=1; see tests/conftest.py)")
 
 
+# the default tier's sizes (the full tier and CI keep each knob's own default or CI's value);
+# a value set in the environment always wins
+DEFAULT_TIER_KNOBS = {
+    "GPUTOK_CORPUS_MB": "0.5",  # MB of each corpus kind the parity suites sample (full: 2)
+    "GPUTOK_FUZZ_EXAMPLES": "60",  # hypothesis examples per fuzz test (full: 200-300)
+}
+
+
 def pytest_configure(config):
     if config.getoption("--full"):
         os.environ[FULL_ENV] = "1"  # seen by knobs read at import and by child processes
+    if not full_tier():
+        for name, value in DEFAULT_TIER_KNOBS.items():
+            os.environ.setdefault(name, value)
 
 
 ORDER_PARAMS = ("order", "emulated")  # parameters that name a thread order (or start with one)
 
 
 def _in_default_tier(item) -> bool:
-    if item.get_closest_marker("full") is not None:
+    if item.get_closest_marker("full") is not None or tiers.full_only(item.nodeid):
         return False
     params = getattr(getattr(item, "callspec", None), "params", {})
     for name in ORDER_PARAMS:
@@ -68,13 +81,35 @@ def _in_default_tier(item) -> bool:
     return True
 
 
+def _named_files(config) -> set:
+    """Test files named with a ``::`` selector on the command line: their tests were asked for
+    one by one, so they run whatever their tier (and are not checked against tiers.py)."""
+    out = set()
+    for arg in config.args:
+        if "::" in arg:
+            path = Path(arg.split("::", 1)[0]).resolve()
+            try:
+                out.add(path.relative_to(config.rootpath).as_posix())
+            except ValueError:
+                pass
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
+    named = _named_files(config)
+    stale = tiers.stale_entries([it.nodeid for it in items
+                                 if it.nodeid.split("::", 1)[0] not in named])
+    if stale:  # a renamed test would leave the tier lists silently; say so at once
+        raise pytest.UsageError("tests/tiers.py lists tests that do not exist (renamed or "
+                                "removed?): " + "; ".join(stale))
     if full_tier():
         return
-    keep = [it for it in items if _in_default_tier(it)]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[it for it in items if not _in_default_tier(it)])
-        items[:] = keep
+    out = [it for it in items if not _in_default_tier(it)
+           and it.nodeid.split("::", 1)[0] not in named]
+    if out:
+        config.hook.pytest_deselected(items=out)
+        gone = set(map(id, out))
+        items[:] = [it for it in items if id(it) not in gone]
 
 
 def pytest_report_header(config):

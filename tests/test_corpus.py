@@ -235,6 +235,7 @@ def test_datasets_save_to_disk_and_cache_layouts_read_as_is(tmp_path):
     assert "cache-5e6f.arrow" in notes[0] and "dataset_info.json" in notes[0]
 
 
+@pytest.mark.full  # HF datasets: the test-full extra (the layouts by name are checked above)
 def test_real_datasets_layouts(tmp_path):
     """The same, written by the installed ``datasets`` itself."""
     datasets = pytest.importorskip("datasets", reason="datasets not installed")

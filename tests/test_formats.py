@@ -109,6 +109,7 @@ def test_megatron_byte_identical_to_datatrove_megatron_writer(corpus, tmp_path, 
         assert (tmp_path / "g" / ours).read_bytes() == (tmp_path / "d" / ref).read_bytes()
 
 
+@pytest.mark.full  # megatron-core needs torch: .ci/run installs both where a CPU wheel exists
 def test_megatron_core_indexed_dataset_reads_it(corpus, tmp_path):
     idx_mod = pytest.importorskip(
         "megatron.core.datasets.indexed_dataset",
@@ -125,6 +126,7 @@ def test_megatron_core_indexed_dataset_reads_it(corpus, tmp_path):
     assert docs == [enc.encode(t) for t in TEXTS]
 
 
+@pytest.mark.full  # megatron-core, as above
 @pytest.mark.parametrize("encoding", ["r50k_base", "cl100k_base"])
 def test_megatron_byte_identical_to_megatron_core_builder(corpus, tmp_path, encoding):
     idx_mod = pytest.importorskip(
@@ -164,7 +166,7 @@ def test_datatrove_byte_identical_to_datatroves_writer(corpus, tmp_path, encodin
             assert (tmp_path / "g" / ours).read_bytes() == (tmp_path / "d" / ref).read_bytes()
 
 
-def test_parquet_and_arrow_read_by_pyarrow_and_datasets(corpus, tmp_path):
+def test_parquet_and_arrow_read_by_pyarrow(corpus, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -179,7 +181,15 @@ def test_parquet_and_arrow_read_by_pyarrow_and_datasets(corpus, tmp_path):
             assert t.schema.field("input_ids").type == pa.large_list(pa.int32())
             got += t.column("input_ids").to_pylist()
         assert got == want
+
+
+@pytest.mark.full  # HF datasets: the test-full extra
+def test_parquet_and_arrow_read_by_datasets(corpus, tmp_path):
     datasets = pytest.importorskip("datasets", reason="datasets not installed")
+    enc = gputok.get_encoding("cl100k_base")
+    want = [enc.encode(t) for t in TEXTS]
+    for fmt in ("parquet", "arrow"):
+        _encode(corpus, tmp_path / fmt, fmt, encoding="cl100k_base")
     files = [str(tmp_path / "parquet" / s["files"][0]) for s in read_manifest(tmp_path / "parquet")["shards"]]
     ds = datasets.Dataset.from_parquet(files)
     assert ds["input_ids"] == want
@@ -199,6 +209,7 @@ def test_to_arrow_wraps_uint32_ids_without_copying():
     assert back_ids.tolist() == [7, 70000] and back_off.tolist() == [0, 0, 2]
 
 
+@pytest.mark.full  # HF datasets: the test-full extra
 def test_hf_datasets_map_batched_returns_arrow():
     datasets = pytest.importorskip("datasets", reason="datasets not installed")
     import pyarrow as pa

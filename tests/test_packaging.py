@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.full  # build + hatchling: the test-full extra
 def test_wheel_installs_and_encodes(tmp_path):
     pytest.importorskip("build")
     dist = tmp_path / "dist"

@@ -86,16 +86,25 @@ def test_bad_side_spec():
         make_side("cl100k_base")
 
 
+@pytest.mark.full  # matplotlib: the test-full extra
 def test_plot(corpus, tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib not installed: pip install 'gputok[plot]'")
     png = tmp_path / "chart.png"
     assert main(["parity", "--a", "tiktoken:cl100k_base", str(corpus), str(corpus),
                  "--plot", str(png), "--report", str(tmp_path / "r.md")]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    _sizes(tmp_path, "--plot", str(png))
+
+
+def test_sizes(tmp_path):
+    _sizes(tmp_path)
+
+
+def _sizes(tmp_path, *plot):
     big = tmp_path / "big.jsonl"
     big.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(300)))
     assert main(["parity", "--a", "tiktoken:r50k_base", "--b", "gputok:r50k_base", str(big),
-                 "--sizes", "0.01,0.05,10", "--plot", str(png), "--json", str(tmp_path / "r.json"),
+                 "--sizes", "0.01,0.05,10", *plot, "--json", str(tmp_path / "r.json"),
                  "--report", str(tmp_path / "r.md")]) == 0
     sizes = json.loads((tmp_path / "r.json").read_text())["corpora"][0]["sizes"]
     lens = [len((f"document {i} " * 40).encode()) for i in range(300)]

@@ -55,14 +55,28 @@ def _cmd(inputs, out, fmt, *extra, workers=1):
             "4000", "--workers", str(workers), "--backend", "numpy", *extra]
 
 
+class _Lazy(dict):
+    """An uninterrupted run's result per key, made on first use (a test run that needs only
+    one format pays for one run)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make, self.dirs = make, {}
+
+    def __missing__(self, key):
+        self[key], self.dirs[key] = self.make(key)
+        return self[key]
+
+
 @pytest.fixture(scope="module")
 def reference(corpus, tmp_path_factory):
-    outs = {}
-    for fmt in ("npy", "nanogpt"):
+    """Each format's documents from one uninterrupted run (its output directory in ``.dirs``,
+    not to be changed: copy it)."""
+    def run(fmt):
         out = tmp_path_factory.mktemp("ref") / fmt
         subprocess.run(_cmd(corpus, out, fmt), check=True, cwd=ROOT, capture_output=True)
-        outs[fmt] = _docs(out)
-    return outs
+        return _docs(out), out
+    return _Lazy(run)
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +139,11 @@ def test_sigkill_at_random_moments_then_resume(corpus, reference, tmp_path, job_
 
 
 def test_stray_files_and_corrupt_shard_are_handled_on_resume(corpus, reference, tmp_path):
+    import shutil
+
     out = tmp_path / "out"
-    subprocess.run(_cmd(corpus, out, "npy"), check=True, cwd=ROOT, capture_output=True)
+    reference["npy"]  # noqa: B018  (one uninterrupted run, copied: the job's finished output)
+    shutil.copytree(reference.dirs["npy"], out)
     m = read_manifest(out)
     n = len(m["shards"])
     # a kill between rename and manifest: shards on disk the manifest does not list yet
@@ -217,21 +234,31 @@ def _job_processes(out) -> list:
     return r.stdout.split()
 
 
+KILL_INPUTS = 2  # copies of the corpus: 8002 documents
+KILL_EXTRA = ("--batch-bytes", "128k")  # larger than a pipe holds: sends are in flight
+
+
+@pytest.fixture(scope="module")
+def kill_reference(corpus, tmp_path_factory):
+    """The manifest of one uninterrupted run of the kill test's job."""
+    out = tmp_path_factory.mktemp("kill-ref") / "out"
+    subprocess.run(_cmd(corpus * KILL_INPUTS, out, "npy", *KILL_EXTRA, workers=2), check=True,
+                   cwd=ROOT, capture_output=True)
+    return read_manifest(out)
+
+
 @pytest.mark.parametrize("kill_at", ["start", "first shard", "half"])
 def test_sigkill_of_the_main_process_alone_ends_its_workers_and_frees_the_lock(
-        corpus, reference, tmp_path, kill_at):
+        corpus, reference, kill_reference, tmp_path, kill_at):
     """What an out-of-memory kill does: SIGKILL of the job's main process only, never of its
     workers. The workers exit on their own at once (``lifetime.die_with_parent``: they may be
     blocked in a pipe read of a half-sent batch), the output's lock is not theirs to keep, and
     ``--resume`` right after finishes byte for byte as one uninterrupted run."""
-    inputs = corpus * 4  # batches of 256 KB: larger than a pipe holds, so sends are in flight
-    out, ref = tmp_path / "out", tmp_path / "ref"
-    extra = ("--batch-bytes", "256k")
-    subprocess.run(_cmd(inputs, ref, "npy", *extra, workers=2), check=True, cwd=ROOT,
-                   capture_output=True)
+    inputs = corpus * KILL_INPUTS
+    out, extra = tmp_path / "out", KILL_EXTRA
     p = subprocess.Popen(_cmd(inputs, out, "npy", *extra, workers=2), cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    want = {"start": 0, "first shard": 1, "half": 8002}[kill_at]
+    want = {"start": 0, "first shard": 1, "half": 4001}[kill_at]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
         try:
@@ -257,7 +284,7 @@ def test_sigkill_of_the_main_process_alone_ends_its_workers_and_frees_the_lock(
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "another gputok job" not in r.stderr
-    got, want_m = read_manifest(out), read_manifest(ref)
-    assert got["complete"] and got["docs"] == want_m["docs"] == 4001 * 4
+    got, want_m = read_manifest(out), kill_reference
+    assert got["complete"] and got["docs"] == want_m["docs"] == 4001 * KILL_INPUTS
     assert [s["sha256"] for s in got["shards"]] == [s["sha256"] for s in want_m["shards"]]
-    assert _docs(out) == reference["npy"] * 4
+    assert _docs(out) == reference["npy"] * KILL_INPUTS
