@@ -54,7 +54,7 @@ def pytest_addoption(parser):
 # the default tier's sizes (the full tier and CI keep each knob's own default or CI's value);
 # a value set in the environment always wins
 DEFAULT_TIER_KNOBS = {
-    "GPUTOK_CORPUS_MB": "0.5",  # MB of each corpus kind the parity suites sample (full: 2)
+    "GPUTOK_CORPUS_MB": "0.25",  # MB of each corpus kind the parity suites sample (full: 2)
     "GPUTOK_FUZZ_EXAMPLES": "60",  # hypothesis examples per fuzz test (full: 200-300)
 }
 

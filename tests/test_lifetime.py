@@ -122,10 +122,13 @@ def test_a_forked_child_does_not_keep_the_lock_of_a_dead_parent(tmp_path):
         import os, time
         from gputok.corpus.lifetime import JobLock
         JobLock({str(lock)!r}).acquire()
+        r, w = os.pipe()
         child = os.fork()
         if child == 0:
+            os.write(w, b"x")  # after the fork handlers ran (a killed parent must not race them)
             time.sleep(120)
             os._exit(0)
+        os.read(r, 1)
         print(child, flush=True)
         os.kill(os.getpid(), 9)
     """)
