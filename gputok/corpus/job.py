@@ -23,9 +23,10 @@ from ..specials import shell_quote as _shell_quote
 from .batches import read_batches
 from .formats import get_format
 from .inputs import resolve_inputs
-from .pool import Pool, _SpecialInBatch, check_backends, plan_workers
+from .pool import Pool, SpecialInBatch, check_backends, plan_workers
 from .shards import ShardWriter
 from .sources import CorpusError, location
+
 
 class Interrupted(Exception):
     """Ctrl-C / SIGTERM during a job; the message says what was kept."""
@@ -161,7 +162,7 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
             if progress is not None:
                 progress(batch.progress, summary.docs, summary.tokens)
             batch = ids = offsets = None  # freed before the next batch is encoded
-    except _SpecialInBatch as e:
+    except SpecialInBatch as e:
         _flush_quietly(writer)
         writer.release()
         raise ValueError(f"{location(sources, e.batch.ends[e.doc])}: the text contains the special "

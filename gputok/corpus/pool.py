@@ -235,7 +235,7 @@ class Pool:
             for b in read_ahead(batches):
                 try:
                     ids, offsets = self._run_local(b)
-                except _SpecialInBatch as e:
+                except SpecialInBatch as e:
                     e.batch = b
                     raise
                 yield b, ids, offsets
@@ -267,7 +267,7 @@ class Pool:
                 continue
             try:
                 ids, offsets = self._result(k, b)
-            except _SpecialInBatch as e:
+            except SpecialInBatch as e:
                 e.batch = b
                 raise
             yield b, ids, offsets
@@ -278,7 +278,7 @@ class Pool:
         try:
             return _encode(self.enc, b.texts, self.backends[0], self.opts)
         except DisallowedSpecialError as e:
-            raise _SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
+            raise SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
 
     def _result(self, k, b):
         import queue
@@ -295,7 +295,7 @@ class Pool:
         if msg[0] == "ok":
             return msg[1]
         if msg[0] == "special":
-            raise _SpecialInBatch(msg[2], msg[1])
+            raise SpecialInBatch(msg[2], msg[1])
         raise RuntimeError(f"encoder worker {k} ({self.backends[k]}): {msg[1]}: {msg[2]}")
 
     def close(self, *, now: bool = False):
@@ -322,7 +322,7 @@ class Pool:
         self.procs = []
 
 
-class _SpecialInBatch(ValueError):
+class SpecialInBatch(ValueError):
     """A disallowed special token in document ``doc`` of a batch (``batch`` is set on the way
     out of ``Pool.map``, so the message can name the file and line)."""
 
