@@ -54,7 +54,7 @@ def pytest_addoption(parser):
 # the default tier's sizes (the full tier and CI keep each knob's own default or CI's value);
 # a value set in the environment always wins
 DEFAULT_TIER_KNOBS = {
-    "GPUTOK_CORPUS_MB": "0.25",  # MB of each corpus kind the parity suites sample (full: 2)
+    "GPUTOK_CORPUS_MB": "0.5",  # MB of each corpus kind the parity suites sample (full: 2)
     "GPUTOK_FUZZ_EXAMPLES": "60",  # hypothesis examples per fuzz test (full: 200-300)
 }
 
@@ -117,6 +117,23 @@ def pytest_report_header(config):
         return "gputok tests: full tier"
     return (f"gputok tests: default tier (the full tier: --full or {FULL_ENV}=1; its extra tests "
             "show as deselected)")
+
+
+class LazyMap(dict):
+    """A module fixture's files made on first use, key by key: a test run that needs one (the
+    default tier, a single test) does not pay for writing them all.
+
+    >>> m = LazyMap({"a": lambda: 1}); m["a"]
+    1
+    """
+
+    def __init__(self, builders: dict):
+        super().__init__()
+        self.builders = builders
+
+    def __missing__(self, key):
+        self[key] = self.builders[key]()
+        return self[key]
 
 
 def fuzz_examples(default: int = 200) -> int:

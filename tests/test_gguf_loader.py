@@ -11,7 +11,7 @@ import pytest
 import families as F
 import gputok
 import testdata
-from conftest import tiktoken_oracle
+from conftest import LazyMap, tiktoken_oracle
 from cpu_ref import gguf as G, gguf_pre as ref_pre
 from gputok.loaders import gguf as L, gguf_pre
 
@@ -30,32 +30,42 @@ def _hf(path):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """name -> (GGUF path, the source tokenizer's ids, encode kwargs)."""
+    """name -> (GGUF path, the source tokenizer's ids, encode kwargs), each written on first
+    use (a byte-level GGUF of a 150k vocabulary takes seconds to write)."""
     d = tmp_path_factory.mktemp("gguf")
-    out = {}
-    for key, src, pre, flag in (("qwen2", "qwen2_tokenizer_json", "qwen2", None),
-                                ("llama3", "llama3_tokenizer_json", "llama-bpe", True)):
+
+    def from_json(key, src, pre, flag):
         cfg = json.loads(testdata.vocab_path(src).read_text("utf-8"))
         path = F.gguf_from_tokenizer_json(cfg, d / f"{key}.gguf", pre=pre)
         if flag is not None:  # "llama-bpe" means ignore_merges (see test_cpu_ref_gguf.py)
             cfg["model"]["ignore_merges"] = flag
         hf = F.hf_oracle_for(cfg)
-        out[key] = (path, lambda t, hf=hf: hf.encode(t, add_special_tokens=False).ids,
-                    {"allowed_special": "all"})
-    tk = tiktoken_oracle("r50k_base")
-    out["r50k_base"] = (F.gguf_from_tiktoken(tk._mergeable_ranks, tk._special_tokens,
-                                             d / "r50k.gguf", pre="gpt-2"),
-                        lambda t: tk.encode(t, allowed_special="all"), {"allowed_special": "all"})
-    for name in ("mistral_v1", "mistral_v3", "mistral_v7", "identity_keep_ws"):
+        return (path, lambda t, hf=hf: hf.encode(t, add_special_tokens=False).ids,
+                {"allowed_special": "all"})
+
+    def r50k():
+        tk = tiktoken_oracle("r50k_base")
+        return (F.gguf_from_tiktoken(tk._mergeable_ranks, tk._special_tokens, d / "r50k.gguf",
+                                     pre="gpt-2"),
+                lambda t: tk.encode(t, allowed_special="all"), {"allowed_special": "all"})
+
+    def spm(name):
         sp = F.spm_oracle(F.model_source(name))
-        out[name] = (F.gguf_from_spm(F.model_source(name), d / f"{name}.gguf"), sp.encode,
-                     {"disallowed_special": ()})
-    src = testdata.family_path("minilm_tokenizer_json")
-    hf = _hf(src)
-    out["minilm"] = (F.gguf_from_wordpiece(json.loads(src.read_text("utf-8")), d / "minilm.gguf"),
-                     lambda t: hf.encode(t, add_special_tokens=False).ids,
-                     {"allowed_special": "all"})
-    return out
+        return (F.gguf_from_spm(F.model_source(name), d / f"{name}.gguf"), sp.encode,
+                {"disallowed_special": ()})
+
+    def minilm():
+        src = testdata.family_path("minilm_tokenizer_json")
+        hf = _hf(src)
+        return (F.gguf_from_wordpiece(json.loads(src.read_text("utf-8")), d / "minilm.gguf"),
+                lambda t: hf.encode(t, add_special_tokens=False).ids, {"allowed_special": "all"})
+
+    builders = {"qwen2": lambda: from_json("qwen2", "qwen2_tokenizer_json", "qwen2", None),
+                "llama3": lambda: from_json("llama3", "llama3_tokenizer_json", "llama-bpe", True),
+                "r50k_base": r50k, "minilm": minilm}
+    for name in ("mistral_v1", "mistral_v3", "mistral_v7", "identity_keep_ws"):
+        builders[name] = lambda name=name: spm(name)
+    return LazyMap(builders)
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama3", "r50k_base", "mistral_v1", "mistral_v3",
