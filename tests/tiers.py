@@ -59,6 +59,11 @@ FULL_ONLY: tuple = (
      "corpus sample stay"),
     ("tests/test_metal_train.py::test_random_corpora_equal_hf",
      "random corpora through the Metal training loop; its equality with HF on real text stays"),
+    ("tests/test_cpu_ref_hf_spm.py::test_fuzz_vs_hf",
+     "hypothesis text through the spec and HF; the edges and the corpus sample stay"),
+    ("tests/test_model_cache.py::test_concurrent_loads_agree",
+     "processes loading one vocabulary at once (with a fresh cache each builds it: 30-40 s); "
+     "the cache's atomic write and damaged-entry tests stay"),
     # long inputs: the heap and rounds rule at scale
     ("tests/test_native.py::test_long_runs_merge_in_rounds_then_the_heap_as_the_sequential_rule",
      "long runs at scale on the native device; cpu_ref's and the numpy stage's rule tests stay"),
@@ -192,6 +197,13 @@ DEFAULT_PARAMS: tuple = (
      "StarCoder"),
     ("tests/test_post.py::test_real_post_processors_vs_tokenizers", ("[[]qwen2_tokenizer_json]",),
      "the other files' post-processors"),
+    ("tests/test_spm_device.py::test_references_equal_hf",
+     ("[[]mistral_v3-True-True-metaspace_split]", "[[]user_defined-False-False-legacy]"),
+     "the other shapes and flags"),
+    ("tests/test_spm_device.py::test_references_equal_the_family_stages",
+     ("[[]mistral_v7]", "[[]nfkc_cf_bytes]", "[[]user_defined]"), "the other models"),
+    ("tests/test_spm_device.py::test_native_device_equals_sentencepiece",
+     ("[[]mistral_v7]", "[[]nfkc_cf_bytes]"), "the other models"),
     # training
     ("tests/test_train.py::test_merges_equal_hf_on_real_text",
      ("[[]prose-1000-cl100k]", "[[]prose-8000-gpt2]", "[[]multilingual-8000-o200k]"),
