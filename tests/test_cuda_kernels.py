@@ -38,7 +38,7 @@ from gputok.backends.cuda import build as cuda_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
-from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
+from devicekit import (EDGE, EMULATED_HUGE_PIECE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
                        assert_same, check_byte_blocks_are_read, corpus_snippets, device_entries, e2e_docs, emu_device,
                        expected_merge, merge_pieces, pack, pretok_docs, run_merge, specials_of,
                        tiny_encoding, tricky_texts)
@@ -185,6 +185,9 @@ def test_merge_and_emit_kernels_match_the_sequential_rule(rule, order, seed, yie
             if dedup == "crowded":  # probes run out: those pieces merge themselves
                 be.stages.dedup_slots_per_entry = 1 / 64
             ids, out_doc, doc_entry = run_merge(be, enc, pieces, whole)
+            # (pieces of EMULATED_HUGE_PIECE bytes or more took the block-wide merge)
+            assert dev.launches["encode_merge_huge"] == 1
+            assert max(map(len, pieces)) >= EMULATED_HUGE_PIECE
             expect = expected_merge(table, pieces, whole)
             flat = [t for e in expect for t in e]
             if ids.tolist() != flat:

@@ -45,6 +45,7 @@ ROUND_MIN_SHARE = 8
 # bytes; a GPU merges a piece this long with a whole block of threads (``merge_huge``,
 # encode_merge_huge.cu) instead of one thread (the GPU devices get it as a define)
 HUGE_PIECE = 16384
+HUGE_SEG = 512  # bytes per segment of such a piece (a round visits the segments of its priority)
 VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 

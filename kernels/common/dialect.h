@@ -31,7 +31,12 @@
 #define GPUTOK_U64(x) x##ul
 typedef ulong gputok_u64;
 typedef long gputok_i64;
+#ifdef GPUEMU_METAL
+#define GPUTOK_SHM  // (the emulator rewrites `threadgroup` where it reads it, before macros: as
+                    // it does for a `threadgroup T*` it sees, the qualifier is dropped)
+#else
 #define GPUTOK_SHM threadgroup
+#endif
 #define GPUTOK_SHARED_U32 atomic_uint
 #define GPUTOK_SHARED_LOAD(p) atomic_load_explicit((p), memory_order_relaxed)
 #define GPUTOK_SHARED_STORE(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)

@@ -36,7 +36,7 @@
 #pragma once
 
 #ifndef ENC_HUGE_PIECE
-#define ENC_HUGE_PIECE 0xFFFFFFFFu  // bytes; no block-wide merge (a device states its own)
+#define ENC_HUGE_PIECE 16384  // bytes; a piece this long merges on a whole block
 #endif
 #ifndef ENC_HUGE_SEG
 #define ENC_HUGE_SEG 512  // bytes of a piece per segment

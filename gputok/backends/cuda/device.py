@@ -69,6 +69,12 @@ class CupyDevice(Device):
             fn = self._functions[name] = mod.get_function(name)
         fn(tuple(grid), tuple(block), tuple(args))  # on the current stream
 
+    def launch_shape(self, name: str, count: int) -> tuple:
+        if name == "encode_merge_huge":  # a block per huge piece: every thread it may have
+            grid = max(1, min(self.max_blocks, -(-int(count) // kernels.HUGE_BLOCK)))
+            return (grid,), (kernels.HUGE_BLOCK,)
+        return super().launch_shape(name, count)
+
     # -- memory
     def empty(self, n: int, dtype):
         return self.cp.empty(int(n), dtype)

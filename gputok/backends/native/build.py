@@ -49,8 +49,10 @@ from ..._cache import cache_dir, write_atomic
 from .. import kernels
 
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
-#: have a host form in the runtime instead (NativeDevice.scan)
-HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
+#: have a host form in the runtime instead (NativeDevice.scan), and encode_merge_huge.cu's
+#: block-wide merge is for GPUs (a host thread merges a long piece alone, fast enough there)
+HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
+                   if f not in ("encode_scan.cu", "encode_merge_huge.cu"))
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
