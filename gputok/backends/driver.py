@@ -133,6 +133,16 @@ class DeviceBackend(Backend):
         return spm.plan(model) if spm is not None else self.planner.describe(model)
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
+        try:
+            return self._encode_batch(model, docs, allowed, disallowed)
+        finally:
+            self.dev.batch_done()  # (a GPU gives its pools back unless held: ``holding``)
+
+    def holding(self):
+        """Keep the device's memory between batches while inside (``Backend.holding``)."""
+        return self.dev.hold()
+
+    def _encode_batch(self, model, docs, allowed: frozenset, disallowed: frozenset):
         spm = self.spm.for_model(model)
         if spm is not None:
             return spm.encode(model, docs, allowed, disallowed)

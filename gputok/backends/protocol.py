@@ -36,6 +36,8 @@ Members with defaults (a device overrides them where it has its own):
     host_block(nbytes)                host memory for a batch's output (default: fresh pages)
     work_block(nbytes)                host memory for a chunk's packed input
     trim_idle()                       give idle host workspace back (default: nothing to give)
+    hold()                            a context: keep memory pools between batches while inside
+    batch_done()                      a batch ended: give pooled memory back unless held
     host_tools()                      native helpers for the host stages (``HostTools``)
     solo()                            a context: launches at once, on the calling thread alone
 
@@ -159,6 +161,12 @@ class Device:
         return huge_block(nbytes)
 
     def trim_idle(self) -> None:
+        pass
+
+    def hold(self):
+        return contextlib.nullcontext()
+
+    def batch_done(self) -> None:
         pass
 
     def host_tools(self) -> HostTools:
