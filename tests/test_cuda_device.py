@@ -150,3 +150,88 @@ def test_other_cuda_errors_are_not_taken_for_out_of_memory(stand_in):
         with dev._on_device():
             raise cupy.cuda.runtime.CUDARuntimeError(700)  # an illegal address: not memory
     assert CudaOutOfMemory in dev.oom_errors
+
+
+# ---------------------------------------------------------------- the host path (staging)
+
+def staged_backend(stand_in, chunk_bytes=2000):
+    log = stand_in(devices=1)
+    be = DeviceBackend(small(cuda.CupyDevice(0)), chunk_bytes=chunk_bytes)
+    assert be.staged is not None and be.tools.packer is not None
+    return be, log
+
+
+def test_str_and_bytes_batches_are_packed_straight_into_staging(stand_in):
+    """A str (or bytes) batch on a GPU: each chunk's UTF-8 written by the native packer into
+    its stream slot's pinned staging and uploaded from there (not copied again), its ids copied
+    from the download buffer into their place in the output; the ids are tiktoken's for every
+    kind of str (surrogates repaired as tiktoken does, empty documents) over several chunks."""
+    from gputok.stages import counters
+    from gputok.stages.pack import utf8_of
+
+    be, log = staged_backend(stand_in)
+    enc, tk = gputok.get_encoding("r50k_base"), tiktoken_oracle("r50k_base")
+    docs = list(corpus_snippets(3, 700)) + ["", "a\ud83d\ude00 \ud800 x", "caf\u00e9 " * 90, ""]
+    want = [tk.encode_ordinary(d) for d in docs]
+    for batch in (docs, [utf8_of(d) for d in docs]):  # (tiktoken's repair of a surrogate)
+        before = counters["device.staged_batches"]
+        ids, off = be.encode(enc.model, gputok.stages.pack.Documents(batch), frozenset(),
+                             frozenset())
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+        assert counters["device.staged_batches"] == before + 1
+        assert off[-1] == len(ids) and len(off) == len(docs) + 1
+    # every chunk's text goes up from its staging buffer: only the small arrays are copied,
+    # through buffers of their own ("in_rest"; the batch path copies all into "in")
+    copied = []
+    upload = be.dev.upload
+
+    def spy(arrays):
+        copied.append(arrays[0].ctypes.data == be.dev._pinned[("in", be.dev._slot)][1].ctypes.data)
+        return upload(arrays)
+
+    be.dev.upload = spy
+    with be.holding():
+        ids, off = be.encode(enc.model, gputok.stages.pack.Documents(docs), frozenset(),
+                             frozenset())
+        assert ("in_rest", 0) in be.dev._pinned
+    assert len(copied) > 2 and all(copied)
+
+
+def test_staged_batches_refuse_what_the_batch_path_refuses(stand_in):
+    """A disallowed special token in a later chunk raises the batch path's error for the same
+    document; an invalid UTF-8 bytes document is named by the batch path; a batch with tokens
+    allowed takes the batch path (tokens are found over the whole batch there)."""
+    from gputok.specials import DisallowedSpecialError
+    from gputok.stages import counters
+    from gputok.stages.pack import Documents
+
+    be, _ = staged_backend(stand_in, chunk_bytes=1000)
+    enc = gputok.get_encoding("r50k_base")
+    docs = list(corpus_snippets(2, 600))
+    bad = docs[:5] + ["x <|endoftext|> y"] + docs[5:]
+    with pytest.raises(DisallowedSpecialError) as got:
+        be.encode(enc.model, Documents(bad), frozenset(), enc.special_tokens_set)
+    assert getattr(got.value, "doc", None) == 5
+    raw = [d.encode() for d in docs[:3]] + [b"ok \xff bad"] + [d.encode() for d in docs[3:]]
+    with pytest.raises(ValueError, match="document 3 is not valid UTF-8"):
+        be.encode(enc.model, Documents(raw), frozenset(), frozenset())
+    before = counters["device.staged_batches"]
+    ids, off = be.encode(enc.model, Documents(bad), enc.special_tokens_set, frozenset())
+    assert counters["device.staged_batches"] == before
+    tk = tiktoken_oracle("r50k_base")
+    assert ids[off[5]:off[6]].tolist() == tk.encode(bad[5], allowed_special="all")
+
+
+def test_a_borrowed_download_is_placed_at_once_or_kept_as_a_copy():
+    """``Placement.place(..., borrowed=True)``: a download buffer the next chunk reuses is
+    copied in during the call, or kept as a copy when an earlier chunk is not placed yet."""
+    import numpy as np
+
+    from gputok.stages.emit import Placement
+
+    p = Placement(np.zeros(8, np.uint32))
+    buf = np.array([3, 4], np.uint32)
+    p.place(1, buf, borrowed=True)
+    buf[:] = 9  # the buffer reused
+    p.place(0, np.array([1, 2], np.uint32), borrowed=True)
+    assert p.ids().tolist() == [1, 2, 3, 4]

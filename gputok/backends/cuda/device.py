@@ -63,11 +63,15 @@ class Pending:
     def __init__(self, event, host: np.ndarray, dtype, count: int):
         self.event, self.host, self.dtype, self.count = event, host, np.dtype(dtype), count
 
-    def result(self) -> np.ndarray:
+    def view(self) -> np.ndarray:
+        """The copy in the slot's pinned buffer, not copied again: valid until the slot's
+        next download (the ids' final place takes them from here)."""
         if self.event is not None:
             self.event.synchronize()
-        nbytes = self.count * self.dtype.itemsize
-        return self.host[:nbytes].view(self.dtype).copy()
+        return self.host[:self.count * self.dtype.itemsize].view(self.dtype)
+
+    def result(self) -> np.ndarray:
+        return self.view().copy()
 
 
 class CupyDevice(Device):
@@ -77,7 +81,7 @@ class CupyDevice(Device):
     scan_block = 256
     scan_items = 8
     kind = "cupy"
-    caps = Capabilities()  # two streams, every kernel, the block scans, the dedup
+    caps = Capabilities(staging=True)  # two streams, every kernel, block scans, dedup, staging
 
     def __init__(self, device_id: "int | None" = None, *, memory=None):
         import cupy
@@ -132,6 +136,20 @@ class CupyDevice(Device):
                 mod = cupy_module(self.device_id, self._file_of[name], self.defines())
                 fn = self._functions[name] = mod.get_function(name)
             fn(tuple(grid), tuple(block), tuple(args))  # on the current stream
+
+    def host_tools(self):
+        """The native library's host helpers (the str packer that writes a chunk straight into
+        staging, the UTF-8 check of bytes input), built on first use like the native device's;
+        without a C++ compiler, none (Python packs the batch: ``protocol.HostTools``)."""
+        from ..protocol import HostTools
+
+        try:
+            from ..native import library
+
+            lib = library()
+        except Exception:  # (no compiler, a failed build: the batch path still runs)
+            return HostTools()
+        return HostTools(None, lib.packer, lib.utf8_check)
 
     def launch_shape(self, name: str, count: int) -> tuple:
         if name == "encode_merge_huge":  # a block per huge piece: every thread it may have
@@ -229,31 +247,53 @@ class CupyDevice(Device):
             self._pinned[key] = got
         return got[1]
 
+    def stage(self, slot: int, nbytes: int) -> np.ndarray:
+        """The slot's pinned input buffer, ``nbytes`` of it, once the slot's last upload from
+        it has finished: a chunk written here (``runners/staged.py``) is uploaded from here."""
+        done = self._h2d_done[slot]
+        if done is not None:
+            done.synchronize()
+        return self._host_buffer(("in", slot), max(int(nbytes), 1))[:int(nbytes)]
+
     def upload(self, arrays: list) -> list:
         """Copy host arrays to the device through this slot's pinned buffer, asynchronously on
-        the slot's stream (one copy for all of them); returns device arrays."""
+        the slot's stream (one copy for all of them); returns device arrays. A first array
+        already in the slot's buffer (``stage``) is not copied again: it goes up from there,
+        the others from a small buffer of their own."""
         slot = self._slot
+        staged = self._pinned.get(("in", slot))
+        first = np.ascontiguousarray(arrays[0]) if arrays else None
+        if staged is not None and first is not None and first.nbytes and \
+                first.ctypes.data == staged[1].ctypes.data:
+            lead, rest = [first], arrays[1:]
+        else:
+            lead, rest = [], arrays
         offs, total = [], 0
-        for a in arrays:
+        for a in lead + rest:
             offs.append(total)
             total += -(-a.nbytes // 256) * 256
         total = max(total, 256)
         done = self._h2d_done[slot]
         if done is not None:
-            done.synchronize()  # the previous upload from this pinned buffer has finished
-        host = self._host_buffer(("in", slot), total)
-        for a, o in zip(arrays, offs):
-            host[o:o + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            done.synchronize()  # the previous upload from these pinned buffers has finished
+        skip = -(-first.nbytes // 256) * 256 if lead else 0
+        host = self._host_buffer(("in_rest" if lead else "in", slot), max(total - skip, 1))
+        for a, o in zip(rest, offs[len(lead):]):
+            host[o - skip:o - skip + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         stream = self._streams[slot]
         rt = self.cp.cuda.runtime
         with self._on_device():
             dev = self.cp.empty(total, np.uint8)
-            rt.memcpyAsync(dev.data.ptr, host.ctypes.data, total, rt.memcpyHostToDevice,
-                           stream.ptr)
+            if lead:
+                rt.memcpyAsync(dev.data.ptr, first.ctypes.data, first.nbytes,
+                               rt.memcpyHostToDevice, stream.ptr)
+            if total > skip:
+                rt.memcpyAsync(dev.data.ptr + skip, host.ctypes.data, total - skip,
+                               rt.memcpyHostToDevice, stream.ptr)
             ev = self._event()
             ev.record(stream)
         self._h2d_done[slot] = ev
-        return [dev[o:o + a.nbytes].view(a.dtype) for a, o in zip(arrays, offs)]
+        return [dev[o:o + a.nbytes].view(a.dtype) for a, o in zip(lead + rest, offs)]
 
     def download(self, key: str, arr, count: int) -> Pending:
         """Start copying ``arr[:count]`` to this slot's pinned buffer ``key``."""
