@@ -22,7 +22,7 @@ extern "C" __global__ void __launch_bounds__(ENC_HUGE_BLOCK) encode_merge_huge(
     enc_u32* __restrict__ scratch, enc_u32* __restrict__ prio_ws, enc_u32* __restrict__ nxt_ws,
     enc_u32* __restrict__ prv_ws, enc_u64* __restrict__ heap_ws, enc_u32* __restrict__ seg_ws,
     enc_u32* __restrict__ count, enc_i64 cap) {
-  __shared__ enc_u32 s_min[3];
+  __shared__ enc_u32 s_min[4];
   __shared__ enc_u32 s_fk[ENC_HUGE_BLOCK];
   __shared__ enc_u32 s_dirty[ENC_HUGE_BLOCK];
   __shared__ enc_u32 s_queue[ENC_HUGE_BLOCK];

@@ -8,7 +8,7 @@
 // other entry carries its ids and owner over. A threadgroup looks
 // at as many entries as it has threads at a time and queues the huge ones. Launched only for a
 // chunk with such a piece, in whole threadgroups (the merge waits at threadgroup barriers).
-threadgroup atomic_uint s_min[3];
+threadgroup atomic_uint s_min[4];
 threadgroup uint s_fk[ENC_HUGE_BLOCK];
 threadgroup uint s_dirty[ENC_HUGE_BLOCK];
 threadgroup uint s_queue[ENC_HUGE_BLOCK];

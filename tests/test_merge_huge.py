@@ -224,3 +224,28 @@ def test_priorities_must_leave_the_top_bit_free():
     with pytest.raises(ValueError, match="priorit"):
         device_tables.pair_slots(table)
     assert NO_MERGE == 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)
+def test_rounds_that_merge_little_hand_over_to_the_heap(order, seed):
+    """Where rounds merge fewer than ENC_HUGE_ROUND_MERGES pairs each on average (built here to
+    judge after one round), the parts left go to the long pieces' block heaps on one thread,
+    from the rounds' state: the ids are the rule's still, on every table kind."""
+    mod = compile_cuda(kernels.build_source("encode_merge_huge.cu", (
+        ("ENC_HUGE_PIECE", HUGE), ("ENC_HUGE_SEG", SEG), ("ENC_HUGE_BLOCK", BLOCK),
+        ("ENC_HUGE_ROUNDS_MIN", 1), ("ENC_HUGE_ROUND_MERGES", 1 << 20)))[0])
+    enc, tables = cl100k()
+    ranks = tiktoken_oracle("cl100k_base")._mergeable_ranks
+    pieces = cl100k_pieces()
+    assert run_kernel(tables, pieces, order, seed, mod=mod) == [
+        bpe.bpe_tiktoken(p, ranks) for p in pieces if len(p) >= HUGE]
+    skew = skewed_ranks(5)
+    sk = MergeTable.from_ranks(skew)
+    rng = random.Random(5)
+    texts = [bytes(rng.choice(b"abc") for _ in range(400)) for _ in range(2)]
+    assert run_kernel(tables_of(sk), texts, order, seed, mod=mod) == [
+        bpe.bpe_tiktoken(t, skew) for t in texts]
+    tied = tied_table(3)
+    texts = [bytes(rng.randrange(3) for _ in range(300)) for _ in range(2)]
+    assert run_kernel(tables_of(tied), texts, order, seed, mod=mod) == [
+        literal(list(t), tied) for t in texts]

@@ -28,11 +28,20 @@
 // marks a pair that merges this round, and lr keeps priorities in 31 bits
 // (gputok/backends/device_tables.py refuses a table whose priorities reach it).
 //
-// Performance notes (emulated only; time on a GPU with bench/bench_long.py --backend cuda): a
-// round costs six block barriers and, per thread, a look at each of its segments' minima; a
-// piece of 10 MB in a block of 1024 threads is ~20 segments a thread. The phases walk the
-// segments of priority r again instead of keeping lists of their merges (no workspace beyond
-// the long pieces', no list to size).
+// The rounds stay the rule's own whatever the vocabulary, but a round costs the block its
+// barriers whatever it merges: where rounds merge fewer than ENC_HUGE_ROUND_MERGES pairs on
+// average after ENC_HUGE_ROUNDS_MIN of them (a vocabulary whose every merge makes a pair below
+// the round's, which ends each round after one merge), the parts left go to the block heaps of
+// the long pieces (enc_merge_heap) on one thread: O(L log L) as before, never worse.
+//
+// Performance notes (emulated only; to time on a GPU: tests/test_cuda_gpu.py's huge pieces,
+// bench/bench_long.py --backend cuda): a round costs six block barriers and, per thread, a look
+// at each of its segments' minima; a piece of 10 MB in a block of 1024 threads is ~20 segments
+// a thread. Rounds grow slowly with the piece (cl100k, base64 of random bytes: 2.7 K rounds
+// for 30 KB, 4.1 K for 120 KB, 7.5 K for 480 KB; a CJK run or "a" * n far fewer), so a 10 MB
+// piece is tens of thousands of rounds of microseconds, where one GPU thread's heap took seconds.
+// The phases walk the segments of priority r again instead of keeping lists of their merges
+// (no workspace beyond the long pieces', no list to size).
 #pragma once
 
 #ifndef ENC_HUGE_PIECE
@@ -43,6 +52,12 @@
 #endif
 #ifndef ENC_HUGE_BLOCK
 #define ENC_HUGE_BLOCK 1024  // the most threads a block of encode_merge_huge may have
+#endif
+#ifndef ENC_HUGE_ROUNDS_MIN
+#define ENC_HUGE_ROUNDS_MIN 512  // rounds before the merges per round are judged (below)
+#endif
+#ifndef ENC_HUGE_ROUND_MERGES
+#define ENC_HUGE_ROUND_MERGES 2  // merges a round on average, or the heap takes over
 #endif
 #define ENC_HUGE_NONE 0xFFFFFFFFu  // no part
 #define ENC_HUGE_FLAG 0x80000000u  // in pr[p]: the pair (p, nxt[p]) merges this round
@@ -128,9 +143,13 @@ GPUTOK_FN void enc_huge_refresh(GPUTOK_THREAD const EncHuge& h, enc_u32 j) {
   h.seg[3 * j + 2] = 0u;
 }
 
+// The block heaps' workspace fits in the piece's segment words (tree and sizes: five words per
+// ENC_HEAP_BLOCK parts, in three per ENC_HUGE_SEG bytes) when the heap takes over.
+static_assert(5 * ENC_HUGE_SEG <= 3 * ENC_HEAP_BLOCK, "see enc_merge_huge_piece's handover");
+
 // The whole rule on the piece of len bytes at b (len >= ENC_HUGE_SEG), by the block's nt
 // threads (tid: this one), each calling it with the same arguments; its ids end at the front of
-// h.ids and every thread gets their count. s_min: three shared words; s_fk, s_dirty: nt words.
+// h.ids and every thread gets their count. s_min: four shared words; s_fk, s_dirty: nt words.
 GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
                                        const GPUTOK_DEV enc_u8* b,
                                        const GPUTOK_DEV enc_u32* byte_ids, EncHuge h,
@@ -140,7 +159,10 @@ GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
   const enc_u32 len = h.len;
   const enc_u32 j0 = tid * h.per < h.nseg ? tid * h.per : h.nseg;
   const enc_u32 j1 = j0 + h.per < h.nseg ? j0 + h.per : h.nseg;  // my segments [j0, j1)
-  if (tid == 0) GPUTOK_SHARED_STORE(&s_min[0], ENC_NO_MERGE);
+  if (tid == 0) {
+    GPUTOK_SHARED_STORE(&s_min[0], ENC_NO_MERGE);
+    GPUTOK_SHARED_STORE(&s_min[3], 0u);  // merges so far
+  }
   GPUTOK_BARRIER();  // (the block's last piece is done with the shared words)
   // every byte a part; my segments' bytes, pairs and minima
   enc_u32 tmin = ENC_NO_MERGE;
@@ -169,9 +191,15 @@ GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
   s_dirty[tid] = 0u;
   GPUTOK_SHARED_MIN(&s_min[0], tmin);
   GPUTOK_BARRIER();
+  bool handover = false;
   for (enc_u32 round = 0;; ++round) {
     const enc_u32 r = GPUTOK_SHARED_LOAD(&s_min[round & 1u]);
     if (r == ENC_NO_MERGE) break;  // (the same word for every thread: all leave together)
+    if (round >= ENC_HUGE_ROUNDS_MIN &&
+        GPUTOK_SHARED_LOAD(&s_min[3]) < (enc_u32)ENC_HUGE_ROUND_MERGES * round) {
+      handover = true;  // rounds that merge next to nothing: the heap goes on (see above)
+      break;
+    }
     const enc_u32 rf = r | ENC_HUGE_FLAG;
     if (tid == 0) {
       GPUTOK_SHARED_STORE(&s_min[(round + 1) & 1u], ENC_NO_MERGE);
@@ -263,6 +291,7 @@ GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
     const enc_u32 last = GPUTOK_SHARED_LOAD(&s_min[2]);  // merges up to this part happen
     // 4. the links and ids of the merges that happen (their priorities are still flagged)
     if (mine) {
+      enc_u32 merged = 0;
       for (enc_u32 j = j0; j < j1; ++j) {
         if (h.seg[3 * j + 1] != r) continue;
         for (enc_u32 p = h.seg[3 * j], end = enc_huge_end(h, j); p < end; p = h.nxt[p]) {
@@ -273,8 +302,10 @@ GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
           h.nxt[p] = r2;
           if (r2 != ENC_HUGE_NONE) h.prv[r2] = p;
           enc_huge_touch(h, s_dirty, q / ENC_HUGE_SEG);  // (q may have been its segment's first)
+          ++merged;
         }
       }
+      if (merged) GPUTOK_SHARED_ADD(&s_min[3], merged);
     }
     GPUTOK_BARRIER();
     // 5. the priorities: a merge's own pair, its left part's; the waiting merges unflagged
@@ -335,5 +366,20 @@ GPUTOK_FN enc_u32 enc_merge_huge_piece(GPUTOK_THREAD const EncMergeTable& t,
   GPUTOK_BARRIER();
   for (enc_u32 k = tid; k < total; k += nt) h.ids[k] = (enc_u32)h.lr[k];
   GPUTOK_BARRIER();
-  return total;
+  if (!handover) return total;
+  // the heap on one thread from the rounds' state (the rule's own after their merges): its
+  // keys in lr, where[] in pr, its tree and block sizes in the segment words
+  if (tid == 0) {
+    EncBlockHeaps bh;
+    bh.heap = h.lr;
+    bh.where = h.pr;
+    bh.tree = (GPUTOK_DEV enc_u64*)h.seg;  // (8-byte aligned: enc_huge_seg_base is even)
+    bh.size = h.seg + 4 * ((total + ENC_HEAP_BLOCK - 1) / ENC_HEAP_BLOCK);
+    bh.nb = 0;
+    GPUTOK_SHARED_STORE(&s_min[0], enc_merge_heap(t, h.ids, h.nxt, h.prv, bh, total));
+  }
+  GPUTOK_BARRIER();
+  const enc_u32 left = GPUTOK_SHARED_LOAD(&s_min[0]);
+  GPUTOK_BARRIER();  // (read before the block's next piece resets the word)
+  return left;
 }
