@@ -57,6 +57,8 @@ def kernel_constants() -> dict:
         "ENC_LONG_PIECE": merge.LONG_PIECE, "ENC_HEAP_BLOCK": merge.HEAP_BLOCK,
         "ENC_ROUND_MIN_SHARE": merge.ROUND_MIN_SHARE, "ENC_HUGE_PIECE": merge.HUGE_PIECE,
         "ENC_HUGE_SEG": merge.HUGE_SEG, "ENC_HUGE_BLOCK": HUGE_BLOCK,
+        "ENC_HUGE_ROUNDS_MIN": merge.HUGE_ROUNDS_MIN,
+        "ENC_HUGE_ROUND_MERGES": merge.HUGE_ROUND_MERGES,
         "ENC_BYTES_SEED": dt.BYTES_SEED, "ENC_WORD_MUL": dt.WORD_MUL, "ENC_MIX1": dt.MIX1,
         "ENC_MIX2": dt.MIX2,
         "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,

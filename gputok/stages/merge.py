@@ -46,6 +46,10 @@ ROUND_MIN_SHARE = 8
 # encode_merge_huge.cu) instead of one thread (the GPU devices get it as a define)
 HUGE_PIECE = 16384
 HUGE_SEG = 512  # bytes per segment of such a piece (a round visits the segments of its priority)
+# the kernel's rounds hand over to a heap on one thread where, after this many rounds, they
+# merge fewer than HUGE_ROUND_MERGES pairs each on average (a round costs the block its barriers)
+HUGE_ROUNDS_MIN = 512
+HUGE_ROUND_MERGES = 2
 VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 
