@@ -169,7 +169,8 @@ ENC_HOST_EXPORT long long gputok_pack_utf8_parts(const long long* addr, const si
   for (long long k = 1; k < parts; ++k) {
     const long long a = cut[(size_t)k], b = cut[(size_t)k + 1];
     if (a < b)
-      helpers.emplace_back([=] { gputok_pack_utf8(addr + a, kind + a, units + a, b - a, dst + at[a]); });
+      helpers.emplace_back(
+          [=] { gputok_pack_utf8(addr + a, kind + a, units + a, b - a, dst + at[a]); });
   }
   gputok_pack_utf8(addr, kind, units, cut[1], dst);
   for (auto& h : helpers) h.join();

@@ -39,10 +39,11 @@ from gputok.backends.cuda import build as cuda_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
-from devicekit import (EDGE, EMULATED_HUGE_PIECE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
-                       assert_same, check_byte_blocks_are_read, corpus_snippets, device_entries, e2e_docs, emu_device,
-                       expected_merge, merge_pieces, pack, pretok_docs, run_merge, specials_of,
-                       tiny_encoding, tricky_texts)
+from devicekit import (EDGE, EMULATED_HUGE_PIECE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes,
+                       assert_pieces_like_regex, assert_same, check_byte_blocks_are_read,
+                       corpus_snippets, device_entries, e2e_docs, emu_device, expected_merge,
+                       merge_pieces, pack, pretok_docs, run_merge, specials_of, tiny_encoding,
+                       tricky_texts)
 
 
 

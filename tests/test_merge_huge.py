@@ -188,8 +188,8 @@ def test_kernel_on_skewed_and_tied_tables(order, seed):
         rng = random.Random(100 + k)
         skew = skewed_ranks(k)
         sk = MergeTable.from_ranks(skew)
-        texts = [bytes(rng.choice(b"abc" if j % 2 else b"aab") for _ in range(rng.choice([70, 300])))
-                 for j in range(3)]
+        texts = [bytes(rng.choice(b"abc" if j % 2 else b"aab")
+                       for _ in range(rng.choice([70, 300]))) for j in range(3)]
         # a vocabulary of the tiktoken rule with its priorities apart from the merged ids
         loose = MergeTable({key: (prio + 7, merged) for key, (prio, merged) in sk.pairs.items()},
                            sk.byte_ids, None)

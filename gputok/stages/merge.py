@@ -158,15 +158,16 @@ def merge_long_cut(piece: bytes, table: MergeTable, join: np.ndarray, runs: dict
 
 def merge_long_rounds(ids: list[int], table: MergeTable) -> tuple[list[int], bool]:
     """The sequential rule in rounds, as the kernels' ``enc_merge_rounds``: the lowest priority
-    r of any pair is merged everywhere in one left-to-right sweep (leftmost first where two r
-    pairs overlap), then the next lowest, ... Each merge is then the rule's own (lowest,
-    leftmost: the pairs left of the sweep are above r) as long as no merge makes a pair of
-    priority r or below (on its left, or on its right before the next part merges on); where one
-    does, or a round merges fewer than one part in ``ROUND_MIN_SHARE``, the rounds stop. (A
-    merge never makes a pair of its own token, but two tokens may share a priority: SentencePiece
-    ranks equal scores alike, and the new pair is then the leftmost of the round's priority.) (ids, finished): finished when
-    no pair merges, else the heap goes on from these ids (the rule's state after those merges).
-    A run of one character ("a" * n) is a few rounds (aa, aaaa, ...)."""
+    r of any pair is merged everywhere in one left-to-right sweep (leftmost first where two r pairs
+    overlap), then the next lowest, ... Each merge is then the rule's own (lowest, leftmost:
+    the pairs left of the sweep are above r) as long as no merge makes a pair of priority r or
+    below (on its left, or on its right before the next part merges on); where one does, or a
+    round merges fewer than one part in ``ROUND_MIN_SHARE``, the rounds stop. (A merge never
+    makes a pair of its own token, but two tokens may share a priority: SentencePiece ranks
+    equal scores alike, and the new pair is then the leftmost of the round's priority.) (ids,
+    finished): finished when no pair merges, else the heap goes on from these ids (the rule's
+    state after those merges). A run of one character ("a" * n) is a few rounds (aa, aaaa,
+    ...)."""
     none = int(NO_MERGE)
     get = table.pairs.get
     m = len(ids)

@@ -3,9 +3,10 @@ each chunk's UTF-8 written straight into its stream slot's staging (a list of st
 the native packer, ``pack.StrLayout``: one call, on the host's threads, without the
 interpreter's lock; one buffer, an Arrow array's or the JSONL reader's, copied) while the chunks
 before it run on the device, uploaded from there, and its ids copied from the download's own
-buffer into their place in the batch's output (``emit.Placement``). The batch path instead made the whole batch's UTF-8 first (a copy of every
-document, then a joined copy), copied each chunk into staging, each chunk's ids into a fresh
-array and those into the output: four copies of the text and two of the ids, on one thread.
+buffer into their place in the batch's output (``emit.Placement``). The batch path instead made
+the whole batch's UTF-8 first (a copy of every document, then a joined copy), copied each chunk
+into staging, each chunk's ids into a fresh array and those into the output: four copies of the
+text and two of the ids, on one thread.
 """
 
 from __future__ import annotations
