@@ -249,3 +249,39 @@ def test_rounds_that_merge_little_hand_over_to_the_heap(order, seed):
     texts = [bytes(rng.randrange(3) for _ in range(300)) for _ in range(2)]
     assert run_kernel(tables_of(tied), texts, order, seed, mod=mod) == [
         literal(list(t), tied) for t in texts]
+
+
+def test_long_piece_kernel_rounds_stop_at_a_pair_of_their_own_priority():
+    """``encode_merge_long`` (one thread a piece: rounds, then the heap; what the native device
+    and SentencePiece's device merge run) on tables whose pairs share priorities: the literal
+    rule's ids (the rounds went on past a new pair of their own priority before)."""
+    mod = compile_cuda(kernels.build_source("encode_merge.cu")[0])
+    from gputok.stages.merge import LONG_PIECE
+
+    pairs = {0 << 32 | 1: (0, 4), 4 << 32 | 2: (0, 5), 2 << 32 | 3: (0, 6)}
+    cases = [(MergeTable(pairs, np.arange(256, dtype=np.uint32), None),
+              [bytes([0, 1, 2, 3] * 100)])]
+    for k in range(6):
+        rng = random.Random(k)
+        cases.append((tied_table(k), [bytes(rng.randrange(3) for _ in range(rng.choice(
+            [LONG_PIECE, 700]))) for _ in range(2)]))
+    for table, pieces in cases:
+        tb = tables_of(table)
+        buf = b"".join(pieces)
+        n = len(buf)
+        pstart = np.zeros(len(pieces) + 1, np.uint32)
+        np.cumsum([len(p) for p in pieces], out=pstart[1:])
+        cap = len(pieces)
+        owner = np.arange(cap, dtype=np.uint32)
+        count = np.zeros(cap + 1, np.uint32)
+        scratch = np.zeros(n, np.uint32)
+        units = n // LONG_PIECE + 2
+        ws = [np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32),
+              np.zeros(n, np.uint64), np.zeros(2 * units, np.uint64), np.zeros(units, np.uint32)]
+        join = np.full(2048, 0xFFFFFFFF, np.uint32)  # no cut: every byte pair may join
+        mod.launch("encode_merge_long", (2,), (32,),
+                   [np.frombuffer(buf, np.uint8), pstart, np.array([cap + 1], np.uint32),
+                    owner, tb["t_slots"], np.uint32(tb["t_bits"]), tb["byte_ids"], join,
+                    scratch, *ws, count, np.int64(cap)])
+        got = [scratch[pstart[e]:pstart[e] + count[e]].tolist() for e in range(cap)]
+        assert got == [literal(list(p), table) for p in pieces]
