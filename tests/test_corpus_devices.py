@@ -76,7 +76,7 @@ def gpus(monkeypatch):
     cuda_build._cupy_module.cache_clear()
 
 
-def _small(out):
+def _small():
     from gputok.backends import get_backend
 
     for name in list(get_backend.__globals__["_instances"]):
@@ -91,7 +91,7 @@ def test_one_pipeline_per_gpu_writes_one_encoders_shards(corpus, reference, tmp_
 
     for i in range(3):  # made first, so the emulated grids are small
         get_backend(f"cuda:{i}")
-    _small(None)
+    _small()
     out = tmp_path / "out"
     s = encode_corpus(corpus, str(out), encoding="r50k_base", backend="cuda", devices="all",
                       batch_bytes=3000, shard_tokens=2000)
@@ -116,7 +116,7 @@ def test_a_list_of_gpus_uses_those_alone(corpus, reference, tmp_path, gpus):
 
     for i in (0, 2):
         get_backend(f"cuda:{i}")
-    _small(None)
+    _small()
     out = tmp_path / "out"
     s = encode_corpus(corpus, str(out), encoding="r50k_base", backend="cuda", devices="0,2",
                       batch_bytes=3000, shard_tokens=2000)
