@@ -29,6 +29,7 @@ What it does, per encoding:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -182,12 +183,26 @@ def run_encoding(name: str, docs: list[str], args, notes: list) -> dict:
     # ---- timings
     timed = {f"gputok {args.backend} (str in)": ours,
              f"gputok {args.backend} (bytes in)": lambda: ours(docs_b)}
+    held = [be]
     if args.backend == "cuda":
         be_dd = make_backend("cuda", dedup=True, chunk_mb=args.chunk_mb)
+        held.append(be_dd)
         timed["gputok cuda dedup=True (str in)"] = lambda: ours(docs, be_dd)
+        if not args.no_native:  # the CPU device on this host's cores, same documents
+            from gputok.backends import get_backend
+
+            native = get_backend("native")
+            ids, off = ours(docs, native)
+            if first_difference(ids, off, ref_ids, ref_off) is None:
+                timed[f"gputok native {native.dev.threads} threads (str in)"] = \
+                    lambda: ours(docs, native)
+            else:
+                row["notes"].append("gputok native differs from tiktoken: not timed")
     timed.update(peers)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), contextlib.ExitStack() as hold:
         warnings.simplefilter("ignore", RuntimeWarning)
+        for b in held:  # (as a job does: the pools kept from one timed call to the next)
+            hold.enter_context(b.holding())
         # after a warm-up each (tables, compilation, caches), rounds of every runner in turn
         for label, t in _common.best_interleaved(timed, args.repeat).items():
             row["MB/s"][label] = mb / t
@@ -270,6 +285,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write results here (markdown; JSON next to it)")
     p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
                                     "e.g. bench/results/cuda.md")
+    p.add_argument("--no-native", action="store_true",
+                   help="do not time the native CPU device on this host beside CUDA")
     p.add_argument("--kernels-only", action="store_true",
                    help="only the per-stage kernel timings (no parity check, no peers): for "
                         "A/B runs of two source trees on one machine; parity is the GPU tests'")

@@ -161,22 +161,35 @@ def peer_jobs(encoding: str, tmp: Path, corpus: Path) -> dict:
     return jobs
 
 
-def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
+def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path, backends=("auto",),
+        size_mb: "float | None" = None) -> dict:
+    import random
+
     import numpy as np
 
     corpus = tmp / "e2e.jsonl"
     nbytes = 0
+    docs = [d for kind in kinds for d in _common.corpus(kind, mb)]
+    rng = random.Random(0)
     with open(corpus, "w", encoding="utf-8") as f:
-        for kind in kinds:
-            for d in _common.corpus(kind, mb):
+        while True:  # the corpora once, or shuffled rounds of them up to --size-mb
+            for d in docs:
                 f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
                 nbytes += len(d.encode("utf-8"))
+                if size_mb and nbytes >= size_mb * 1e6:
+                    break
+            if not size_mb or nbytes >= size_mb * 1e6:
+                break
+            rng.shuffle(docs)
     spec = peer_spec(encoding)
     env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # all start as an installed package would
-    jobs = {"gputok encode": [sys.executable, "-m", "gputok.cli", "encode", "--encoding",
-                              encoding, str(corpus), "-q", "--special-as-text", "--overwrite",
-                              "-o", None]}  # None: the job's output directory
+    jobs = {}
+    for b in backends:  # (the first is the one every other job's ids are compared with)
+        label = "gputok encode" if b == "auto" else f"gputok encode --backend {b}"
+        jobs[label] = [sys.executable, "-m", "gputok.cli", "encode", "--encoding", encoding,
+                       str(corpus), "-q", "--special-as-text", "--overwrite",
+                       *(() if b == "auto" else ("--backend", b)), "-o", None]  # None: its output
     jobs.update({k: v + [None, spec] for k, v in peer_jobs(encoding, tmp, corpus).items()})
     outs = {k: tmp / ("out_" + k.replace(" ", "_")) for k in jobs}
 
@@ -187,12 +200,13 @@ def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
 
     # exactness first: one run of every job, ids compared with gputok's
     runs: dict = {name: [] for name in jobs}
-    once("gputok encode")
-    ours = _ids_gputok(outs["gputok encode"])
+    first = next(iter(jobs))
+    once(first)
+    ours = _ids_gputok(outs[first])
     for name in list(jobs)[1:]:
         try:
             once(name)
-            theirs = _ids_peer(outs[name])
+            theirs = _ids_gputok(outs[name]) if name.startswith("gputok") else _ids_peer(outs[name])
         except SystemExit as e:
             print(f"  {name}: failed, not timed: {str(e)[-300:]}")
             del runs[name]
@@ -214,7 +228,7 @@ def run(encoding: str, kinds, mb: float, repeat: int, tmp: Path) -> dict:
     for name, rs in runs.items():
         res[name] = {"wall_s": statistics.median(w for w, _ in rs),
                      "peak_mb": statistics.median(m for _, m in rs), "runs": rs}
-    g = res["gputok encode"]
+    g = res[first]
     for name in runs:
         r = res[name]
         print(f"  {name:<24}{r['wall_s']:8.2f}{nbytes / 1e6 / r['wall_s']:8.2f}"
@@ -231,6 +245,11 @@ def main():
     p.add_argument("--kinds", nargs="+", default=["prose", "code", "multilingual"])
     p.add_argument("--mb", type=float, default=4.0)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--backends", nargs="+", default=["auto"],
+                   help="gputok's jobs: one per backend (e.g. cuda native), the first the one "
+                        "every other job's ids are compared with")
+    p.add_argument("--size-mb", type=float, default=None,
+                   help="write the corpora in shuffled rounds up to this many MB of text")
     p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
                                     "e.g. bench/results/e2e.md")
     args = p.parse_args()
@@ -240,7 +259,8 @@ def main():
         print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
               f"command: python {' '.join(sys.argv)}")
         with tempfile.TemporaryDirectory() as d:
-            rec["data"] = run(args.encoding, args.kinds, args.mb, args.repeat, Path(d))
+            rec["data"] = run(args.encoding, args.kinds, args.mb, args.repeat, Path(d),
+                              args.backends, args.size_mb)
 
 
 if __name__ == "__main__":

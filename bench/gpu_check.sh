@@ -3,21 +3,29 @@
 #
 #     GPUTOK_TEST_DATA=~/.cache/gputok-test-data OUT=/tmp/gpu bash bench/gpu_check.sh [steps]
 #
-# steps (default all but kernels, in this order): smoke (one tiny encode per kernel family: stops
-# the run when the device path is broken), tests (tests/test_cuda_gpu.py and the GPU training
-# kernels), bench (bench/bench_cuda.py), native (bench/bench_encode.py, native CPU device
-# against tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native
-# device at 1-16 threads against tiktoken, with the batch's phases). kernels: the per-stage
-# kernel times alone (bench_cuda.py --kernels-only), of each checkout of gputok in KERNEL_TREES
-# (default this one) in turn, KERNEL_ROUNDS times (A B C A B C: an A/B on one GPU; this tree's
-# bench scripts run against each tree's package). Every step has its own time limit (env SMOKE_S /
-# TEST_S / BENCH_S / NATIVE_S / SCALING_S / KERNELS_S) and writes its log under $OUT.
+# steps (default: smoke tests sanitize bench e2e host, about 8 minutes on an H200 host):
+# smoke (one tiny encode per kernel family: stops the run when the device path is broken),
+# tests (tests/test_cuda_gpu.py and the GPU training kernels), sanitize (compute-sanitizer
+# memcheck, then racecheck, on a small batch with pieces for the block-wide merge:
+# encode_merge_huge's shared memory and barriers), bench (bench/bench_cuda.py: 256 MB of str
+# through encode_batch_arrays, bytes, dedup, the kernels stage by stage, against the native
+# device on this host's cores and the fastest exact peers; its record: $OUT/cuda.md), e2e
+# (bench/bench_e2e.py: `gputok encode` of a JSONL corpus on cuda and on the native device
+# against the peers' scripts, gigatoken's encode_files included; $OUT/e2e-gpu.md), host
+# (bench/bench_host.py: the host's share of a CUDA batch on a null device, GB/s per core, on
+# this host; $OUT/host.md). Also: native (bench/bench_encode.py, native CPU device against
+# tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native device
+# at 1-16 threads). kernels: the per-stage kernel times alone (bench_cuda.py --kernels-only), of
+# each checkout of gputok in KERNEL_TREES (default this one) in turn, KERNEL_ROUNDS times
+# (A B C A B C: an A/B on one GPU; this tree's bench scripts run against each tree's package).
+# Every step has its own time limit (env SMOKE_S / TEST_S / SANITIZE_S / BENCH_S / E2E_S /
+# HOST_S / NATIVE_S / SCALING_S / KERNELS_S) and writes its log under $OUT.
 set -u
 OUT="${OUT:-/tmp/gputok-gpu}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export GPUTOK_CORPUS_MB="${GPUTOK_CORPUS_MB:-4}" GPUTOK_FUZZ_EXAMPLES="${GPUTOK_FUZZ_EXAMPLES:-100}"
-steps="${*:-smoke tests bench native scaling}"
+steps="${*:-smoke tests sanitize bench e2e host}"
 
 {
   date -u +"%Y-%m-%d %H:%M:%S UTC"
@@ -64,14 +72,33 @@ EOF
       [ "$rc" -eq 0 ] || exit "$rc"
       ;;
     tests)
-      timeout "${TEST_S:-240}" python3 -m pytest tests/test_cuda_gpu.py tests/test_train_kernels.py \
+      timeout "${TEST_S:-150}" python3 -m pytest tests/test_cuda_gpu.py tests/test_train_kernels.py \
         -m gpu -q -p no:cacheprovider -rfEs --durations=15 2>&1 | tee "$OUT/tests.log"
       echo "tests: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        timeout "${SANITIZE_S:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          --print-limit 20 python3 bench/sanitize_batch.py 2>&1 | tail -25
+        echo "sanitize $tool: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      done 2>&1 | tee "$OUT/sanitize.log"
+      ;;
     bench)
-      timeout "${BENCH_S:-180}" python3 bench/bench_cuda.py --size-mb "${BENCH_MB:-256}" \
-        --repeat "${REPEAT:-3}" --record "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log"
+      timeout "${BENCH_S:-150}" python3 bench/bench_cuda.py --size-mb "${BENCH_MB:-256}" \
+        --repeat "${REPEAT:-2}" --encodings ${BENCH_ENCODINGS:-cl100k_base o200k_base} \
+        --record "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log"
       echo "bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    e2e)
+      timeout "${E2E_S:-100}" python3 bench/bench_e2e.py --backends cuda native \
+        --size-mb "${E2E_MB:-256}" --repeat "${E2E_REPEAT:-1}" --kinds prose code multilingual \
+        --record "$OUT/e2e-gpu.md" 2>&1 | tee "$OUT/e2e.log"
+      echo "e2e: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    host)
+      timeout "${HOST_S:-60}" python3 bench/bench_host.py --size-mb "${HOST_MB:-128}" \
+        --rounds 2 --record "$OUT/host.md" 2>&1 | tee "$OUT/host.log"
+      echo "host: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     native)
       timeout "${NATIVE_S:-150}" python3 bench/bench_encode.py --rounds "${ROUNDS:-1}" \

@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read every input as this kind (default: by file name; stdin: jsonl)")
     e.add_argument("--backend", default="auto",
                    help="auto, numpy, native, cuda, cuda:<index> or metal (default auto)")
-    e.add_argument("--devices", help="GPUs to use, one worker each: 'all' or indices like 0,1")
+    e.add_argument("--devices", help="GPUs to use, one pipeline each: 'all' or indices like 0,1")
     e.add_argument("--workers", default="auto", type=_workers,
                    help="encoder processes (default auto: one per core for CPU backends)")
     e.add_argument("--errors", default="strict", choices=["strict", "replace"],

@@ -1,16 +1,22 @@
-// host_pack.h: Python str documents as UTF-8 without the interpreter's lock (stages/pack.py,
-// StrLayout; the native CPU device's chunk-by-chunk packing, DeviceBackend._encode_streamed).
-// Host only: part of the native CPU device's library, no GPU runs it.
+// host_pack.h: Python str (and bytes) documents as UTF-8 without the interpreter's lock
+// (stages/pack.py, StrLayout; the native CPU device's chunk-by-chunk packing, and a GPU's chunks
+// packed straight into its staging: runners/staged.py). Host only: part of the native library.
 //
-// gputok_str_layout finds each str's characters in place (the caller holds a reference to
-// every str while the library reads it) and their UTF-8 length; gputok_pack_utf8 writes them. A
+// gputok_str_locate finds each document's characters in place through the interpreter's public
+// C API (PyUnicode_KIND / PyUnicode_DATA / PyUnicode_GET_LENGTH / PyUnicode_IS_ASCII,
+// PyBytes_AS_STRING / PyBytes_GET_SIZE: the unit is compiled against the running interpreter's
+// Python.h, GPUTOK_HOST_PYTHON; without the header there is no native str packer) and their
+// UTF-8 length; gputok_pack_utf8 / gputok_pack_utf8_parts write them. The caller holds a
+// reference to every document while the library reads it (str and bytes are immutable). A
 // document is (address, kind, units): kind 1, 2 or 4 is a str's code units (PEP 393: Latin-1,
-// UCS-2 or UCS-4); kind 0 is bytes already UTF-8 (an ASCII str's own characters, or the caller's
-// encoding of a document this packer does not take). Byte for byte what str.encode("utf-8")
-// gives; a str holding a surrogate code point has no UTF-8 form here (tiktoken repairs it:
-// stages/pack.py, fix_surrogates), so its length is reported as -1 and the caller encodes that
-// document itself (kind 0).
+// UCS-2 or UCS-4); kind 0 is bytes already UTF-8 (an ASCII str's own characters, a bytes
+// object's, or the caller's encoding of a document this packer does not take). Byte for byte
+// what str.encode("utf-8") gives; a str holding a surrogate code point has no UTF-8 form here
+// (tiktoken repairs it: stages/pack.py, fix_surrogates), so its length is reported as -1 and the
+// caller encodes that document itself (kind 0).
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace enc_pack {
 
@@ -139,37 +145,75 @@ ENC_HOST_EXPORT long long gputok_pack_utf8(const long long* addr, const signed c
   return (long long)(q - dst);
 }
 
-// Where CPython keeps each of n str objects' characters (stages/pack.py, StrLayout: the offsets
-// of the state word, the length, an ASCII str's characters and another compact str's, found
-// and checked on probe strings when the library is loaded): addr, kind (0 for an ASCII str: its
-// characters are its UTF-8), units and the UTF-8 length (-1: a surrogate code point; -2: not a
-// compact str, whose characters live elsewhere). The state word's bits 2-4 are the kind, bit 5
-// "compact", bit 6 "ascii" (PEP 393, CPython 3.3 on).
-ENC_HOST_EXPORT void gputok_str_layout(const long long* obj, long long n, int state_off,
-                                       int len_off, int ascii_head, int compact_head,
+// Documents [0, n) into dst at their own offsets (at[i]: document i's first byte; their UTF-8
+// lengths known, no -1), in up to `threads` parts of 4 MB or more side by side (each a run of
+// whole documents; a document longer than a part is one part). Returns the bytes written.
+ENC_HOST_EXPORT long long gputok_pack_utf8_parts(const long long* addr, const signed char* kind,
+                                                 const long long* units, const long long* at,
+                                                 long long n, unsigned char* dst, int threads) {
+  if (n <= 0) return 0;
+  const long long total = at[n];
+  const long long least = 4ll << 20;
+  long long parts = (total + least - 1) / least;
+  if (parts > threads) parts = threads;
+  if (parts <= 1) return gputok_pack_utf8(addr, kind, units, n, dst);
+  std::vector<long long> cut((size_t)parts + 1, n);
+  cut[0] = 0;
+  long long d = 0;
+  for (long long k = 1; k < parts; ++k) {  // the first document past an even share of bytes
+    const long long want = total / parts * k;
+    while (d < n && at[d] < want) ++d;
+    cut[(size_t)k] = d;
+  }
+  std::vector<std::thread> helpers;
+  for (long long k = 1; k < parts; ++k) {
+    const long long a = cut[(size_t)k], b = cut[(size_t)k + 1];
+    if (a < b)
+      helpers.emplace_back(
+          [=] { gputok_pack_utf8(addr + a, kind + a, units + a, b - a, dst + at[a]); });
+  }
+  gputok_pack_utf8(addr, kind, units, cut[1], dst);
+  for (auto& h : helpers) h.join();
+  return total;
+}
+
+#ifdef GPUTOK_HOST_PYTHON
+// Where each of n str (bytes_docs: bytes) objects keeps its characters, by the public C API:
+// addr, kind (0 for an ASCII str, whose characters are its UTF-8, and for bytes), units and
+// the UTF-8 length (-1: a surrogate code point; -2: a str whose characters are not ready, a
+// legacy string of the old C API, which the caller encodes itself).
+ENC_HOST_EXPORT void gputok_str_locate(PyObject* const* obj, long long n, int bytes_docs,
                                        long long* addr, signed char* kind, long long* units,
                                        long long* len) {
   for (long long i = 0; i < n; ++i) {
-    const unsigned char* p = (const unsigned char*)obj[i];
-    unsigned state;
-    long long m;
-    std::memcpy(&state, p + state_off, sizeof state);
-    std::memcpy(&m, p + len_off, sizeof m);
-    const int k = (int)((state >> 2) & 7u);
-    const bool compact = (state >> 5) & 1u, ascii = (state >> 6) & 1u;
-    units[i] = m;
-    if (!compact || !(k == 1 || k == 2 || k == 4) || m < 0) {
+    PyObject* o = obj[i];
+    if (bytes_docs) {
+      addr[i] = (long long)PyBytes_AS_STRING(o);
+      kind[i] = 0;
+      units[i] = len[i] = (long long)PyBytes_GET_SIZE(o);
+      continue;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (!PyUnicode_IS_READY(o)) {
       addr[i] = 0;
       kind[i] = 0;
+      units[i] = 0;
       len[i] = -2;
-    } else if (ascii) {
-      addr[i] = (long long)(p + ascii_head);
+      continue;
+    }
+#endif
+    const long long m = (long long)PyUnicode_GET_LENGTH(o);
+    const void* data = PyUnicode_DATA(o);
+    addr[i] = (long long)data;
+    units[i] = m;
+    if (PyUnicode_IS_ASCII(o)) {
       kind[i] = 0;
       len[i] = m;
     } else {
-      addr[i] = (long long)(p + compact_head);
+      const int k = (int)PyUnicode_KIND(o);
       kind[i] = (signed char)k;
-      len[i] = enc_pack::utf8_length(p + compact_head, k, m);
+      len[i] = enc_pack::utf8_length(data, k, m);
     }
   }
 }
+#endif

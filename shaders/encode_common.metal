@@ -14,6 +14,11 @@
 //   atomics only, and the backend refuses dedup=True (every piece merges where it stands, the
 //   default on CUDA too).
 //
+// * no output starts filled (no `init_value`: MLX would fill every output, workspaces included,
+//   before the kernel, ~50 bytes of fill per byte of text over the merge shaders): each shader
+//   writes what a later step reads. (count past the chunk's entries is never read: the
+//   exclusive scan's sums up to the last entry, all that emit and the offsets take, skip it.)
+//
 // Every shader is a grid-stride loop (any grid is correct). Scalars are 0-d inputs (MLX passes
 // them as `const constant T&`); arrays are padded to at least 8 elements by the backend (MLX
 // passes smaller ones in the constant address space, which `device` pointers do not accept).
@@ -29,3 +34,4 @@ METAL_FUNC void enc_carry_ids(const device uint* scratch_in, const device uint* 
   for (uint k = 0; k < c; ++k) scratch[s + k] = scratch_in[s + k];
   count[e] = c;
 }
+

@@ -6,7 +6,8 @@
 // encode_merge_long (kernels/encode_merge.cu): every piece of at least ENC_LONG_PIECE bytes that
 // merges itself, cut where no merge can cross and each run merged in O(L log L)
 // (enc_merge_long_piece); every other entry carries its ids over. The workspaces are outputs
-// (MLX has no scratch buffers), each piece using its own byte range of them.
+// (MLX has no scratch buffers), each piece using its own byte range of them, written before
+// read. Launched only for a chunk with such a piece.
 EncMergeTable t;
 t.slots = t_slots;
 t.bits = t_bits;

@@ -4,7 +4,7 @@
 // gpuemu: header=encode_common.metal
 // encode_merge_short (kernels/encode_merge.cu): every piece shorter than ENC_LONG_PIECE that
 // merges itself, by the sequential rule (enc_merge_short_piece: THE COMPARATOR); every other
-// entry carries its ids over from scratch_in / count_in. Outputs start at 0 (init_value=0).
+// entry carries its ids over from scratch_in / count_in.
 EncMergeTable t;
 t.slots = t_slots;
 t.bits = t_bits;

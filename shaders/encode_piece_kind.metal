@@ -3,8 +3,7 @@
 // gpuemu: outputs=owner:uint32,count:uint32,scratch:uint32 header=encode_common.metal
 // encode_piece_kind (kernels/encode_merge.cu) without dedup: specials, the sentinel and
 // whole-token pieces are final (owner ENC_DONE, their id in scratch at the entry's start); every
-// other piece merges itself (owner = e). Outputs start at 0 (init_value=0): count past the
-// entries, and its spare last slot, must be 0 for the output scan.
+// other piece merges itself (owner = e).
 EncWholeTable w;
 w.slots = w_slots;
 w.tok_bytes = w_tok_bytes;

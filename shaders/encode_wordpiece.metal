@@ -3,8 +3,7 @@
 // gpuemu: outputs=owner:uint32,count:uint32,scratch:uint32 header=encode_wordpiece_common.metal
 // encode_wordpiece (kernels/encode_wordpiece.cu): THE WORDPIECE MATCH of every entry, one thread
 // each; its ids go to scratch at its own start and are final (owner ENC_DONE), as the merge
-// shaders leave them for encode_emit. Outputs start at 0 (init_value=0): count past the
-// entries, and its spare last slot, must be 0 for the output scan.
+// shaders leave them for encode_emit.
 EncWordPiece wp;
 wp.trie.slots = t_slots;
 wp.trie.bits = t_bits;

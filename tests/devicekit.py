@@ -27,6 +27,7 @@ from gputok.stages.split import find_tokens
 
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1)]
+EMULATED_HUGE_PIECE = 1024  # bytes: the emulated GPU's encode_merge_huge threshold
 
 
 ORDER_IDS = [o for o, _ in ORDERS]
@@ -61,7 +62,10 @@ def corpus_snippets(per_kind: int = 6, chars: int = 1500) -> tuple:
 @functools.lru_cache(maxsize=None)
 def modules(scan_block: int, scan_items: int) -> dict:
     """The exact source the driver builds (constants injected, headers expanded) per file."""
-    defines = (("ENC_SCAN_BLOCK", scan_block), ("ENC_SCAN_ITEMS", scan_items))
+    # (pieces of 1024 bytes or more merge on a whole block here: the tests' long pieces take
+    # encode_merge_huge, not only the GPU's multi-MB ones)
+    defines = (("ENC_SCAN_BLOCK", scan_block), ("ENC_SCAN_ITEMS", scan_items),
+               ("ENC_HUGE_PIECE", EMULATED_HUGE_PIECE))
     out = {}
     for f in kernels.ENCODE_FILES:
         mod = compile_cuda(kernels.build_source(f, defines)[0])

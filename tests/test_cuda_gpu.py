@@ -154,15 +154,34 @@ def test_long_pieces_are_not_quadratic(backend):
     assert ids[off[3]:off[4]].tolist() == tk.encode_ordinary(docs[3])
 
 
-def test_out_of_memory_splits_then_falls_back(corpora):
-    import cupy
+def test_huge_pieces_merge_on_a_block_in_seconds(backend):
+    """A multi-MB single piece merges on a whole block of threads (encode_merge_huge), not one
+    thread for seconds (a display GPU's watchdog): ids equal the native device's and each piece
+    takes under a second of kernels on an H200 (one thread took seconds)."""
+    import time
 
+    from gputok.backends import native
+
+    enc = gputok.get_encoding("cl100k_base")
+    cjk = ("天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏" * 60000)[:1_000_000]
+    host = native.create(threads=2)
+    for doc in (" " * 10**7, "a" * 10**7, cjk):
+        enc.encode_batch_arrays([doc[:1000]], backend=backend)  # kernels compiled, tables up
+        t0 = time.perf_counter()
+        ids, off = enc.encode_batch_arrays([doc], disallowed_special=(), backend=backend)
+        took = time.perf_counter() - t0
+        want, _ = enc.encode_batch_arrays([doc], disallowed_special=(), backend=host)
+        assert ids.tolist() == want.tolist(), doc[:4]
+        assert took < 3.0, (doc[:4], took)
+
+
+def test_out_of_memory_splits_then_falls_back(corpora):
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     docs = [d for kind in CORPUS_KINDS for d in corpora[kind]]
     expect = tk.encode_ordinary_batch(docs, num_threads=8)
     nbytes = sum(len(d.encode()) for d in docs)
-    pool = cupy.get_default_memory_pool()
     be = cuda.DeviceBackend(cuda.CupyDevice(), chunk_bytes=nbytes)
+    pool = be.dev._pool  # the adapter's own pool (not CuPy's default, which the user shares)
     be.model_plan(enc.model)  # tables first, then cap the pool below one chunk's needs
     try:
         pool.set_limit(size=pool.used_bytes() + 16 * nbytes)

@@ -33,15 +33,17 @@ import testdata
 from conftest import hf_encoding, hf_oracle, tiktoken_oracle
 from cpu_ref.patterns import CL100K_PATTERN, GPT2_PATTERN
 from emulator import compile_cuda
+from fakecupy import fake_cupy as _fake_cupy
 from gputok.backends import FallbackWarning, cuda, device_tables, driver, hostplan, kernels
 from gputok.backends.cuda import build as cuda_build
 from gputok.backends.driver import DeviceBackend
 from gputok.stages.pack import Documents
 from gputok.stages.split import find_tokens
-from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes, assert_pieces_like_regex,
-                       assert_same, check_byte_blocks_are_read, corpus_snippets, device_entries, e2e_docs, emu_device,
-                       expected_merge, merge_pieces, pack, pretok_docs, run_merge, specials_of,
-                       tiny_encoding, tricky_texts)
+from devicekit import (EDGE, EMULATED_HUGE_PIECE, ORDER_IDS, ORDERS, PATTERNS, _regex_classes,
+                       assert_pieces_like_regex, assert_same, check_byte_blocks_are_read,
+                       corpus_snippets, device_entries, e2e_docs, emu_device, expected_merge,
+                       merge_pieces, pack, pretok_docs, run_merge, specials_of, tiny_encoding,
+                       tricky_texts)
 
 
 
@@ -185,6 +187,9 @@ def test_merge_and_emit_kernels_match_the_sequential_rule(rule, order, seed, yie
             if dedup == "crowded":  # probes run out: those pieces merge themselves
                 be.stages.dedup_slots_per_entry = 1 / 64
             ids, out_doc, doc_entry = run_merge(be, enc, pieces, whole)
+            # (pieces of EMULATED_HUGE_PIECE bytes or more took the block-wide merge)
+            assert dev.launches["encode_merge_huge"] == 1
+            assert max(map(len, pieces)) >= EMULATED_HUGE_PIECE
             expect = expected_merge(table, pieces, whole)
             flat = [t for e in expect for t in e]
             if ids.tolist() != flat:
@@ -393,81 +398,6 @@ def test_unavailable_without_cupy_says_how_to_install(monkeypatch):
 
 
 # ---------------------------------------------------------------- CupyDevice, on a CuPy stand-in
-
-class _DevArray(np.ndarray):
-    """A numpy array with CuPy's ``.data.ptr``."""
-
-    @property
-    def data(self):
-        return type("MemoryPointer", (), {"ptr": self.ctypes.data})()
-
-
-def _fake_cupy(kernel_log: list):
-    """Just the CuPy surface CupyDevice uses, on the CPU: copies are memmoves, streams and
-    events are immediate, RawModule compiles the source (with its #define header) for the
-    emulator. It checks the driver's calls, not CuPy itself."""
-    import ctypes
-    import types
-
-    from gputok._resources import source_dir
-
-    cp = types.ModuleType("cupy")
-    cp.__version__ = "stand-in"
-    as_dev = lambda a: a.view(_DevArray)  # noqa: E731
-    cp.empty = lambda n, dtype: as_dev(np.full(n, 0xCD, np.uint8).view(dtype)
-                                       if np.dtype(dtype).itemsize == 1
-                                       else np.empty(n, dtype))
-    cp.zeros = lambda n, dtype: as_dev(np.zeros(n, dtype))
-    cp.full = lambda n, v, dtype: as_dev(np.full(n, v, dtype))
-    cp.asarray = lambda a: as_dev(np.array(a, copy=True))
-    pool = types.SimpleNamespace(free_bytes=lambda: 0, free_all_blocks=lambda: None)
-    cp.get_default_memory_pool = lambda: pool
-
-    class Ctx:
-        def __init__(self, *a, **k):
-            self.id = 0
-            self.ptr = id(self)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def synchronize(self):
-            pass
-
-        def record(self, stream=None):
-            pass
-
-    rt = types.SimpleNamespace(
-        getDeviceProperties=lambda i: {"name": b"stand-in GPU", "multiProcessorCount": 1},
-        getDeviceCount=lambda: 1, memGetInfo=lambda: (1 << 30, 1 << 31),
-        memcpyHostToDevice=1, memcpyDeviceToHost=2,
-        memcpyAsync=lambda dst, src, size, kind, stream: ctypes.memmove(dst, src, size))
-
-    class RawModule:
-        def __init__(self, code, options=()):
-            assert "-std=c++17" in options
-            inc = [o[2:] for o in options if o.startswith("-I")]
-            self.mod = compile_cuda(code, include_dirs=inc)
-
-        def get_function(self, name):
-            def call(grid, block, args):
-                assert isinstance(grid, tuple) and isinstance(block, tuple)
-                kernel_log.append(name)
-                self.mod.launch(name, grid, block, list(args), order="shuffle", seed=1)
-            return call
-
-    cp.RawModule = RawModule
-    cp.cuda = types.SimpleNamespace(
-        Device=Ctx, Stream=Ctx, Event=Ctx, runtime=rt,
-        memory=types.SimpleNamespace(OutOfMemoryError=type("OutOfMemoryError", (MemoryError,),
-                                                           {})),
-        alloc_pinned_memory=lambda size: bytearray(size), get_elapsed_time=lambda a, b: 0.0)
-    assert source_dir("kernels").is_dir()
-    return cp
-
 
 def test_cupy_device_layer_on_a_stand_in(monkeypatch):
     log: list = []

@@ -36,6 +36,7 @@ from conftest import hf_encoding, hf_oracle, tiktoken_oracle  # noqa: E402
 from emulator.mlx_bridge import metal_kernel_maker  # noqa: E402
 from gputok.backends import FallbackWarning, hostplan, metal  # noqa: E402
 from gputok.backends.driver import DeviceBackend  # noqa: E402
+from gputok.stages.merge import HUGE_PIECE  # noqa: E402
 from gputok.stages.pack import Documents  # noqa: E402
 from devicekit import (EDGE, ORDER_IDS, ORDERS, PATTERNS, assert_pieces_like_regex,  # noqa: E402
                        corpus_snippets, emu_device, expected_merge, merge_pieces, pack, pretok_docs,
@@ -79,7 +80,7 @@ def test_every_encode_shader_is_launched_by_the_pipeline():
     be = metal_backend()
     enc = gputok.get_encoding("cl100k_base")
     docs = ["Hello world, it's 12345\n\n  ok", "", "a" * 700, "日本語 😀👍🏽",
-            "x\r\n  y 1234567"]
+            "x\r\n  y 1234567", "=" * (HUGE_PIECE + 3)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)  # everything on the device
         ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
@@ -93,7 +94,25 @@ def test_every_encode_shader_is_launched_by_the_pipeline():
               "encode_nfc_flags", "encode_nfc_compact", "encode_wordpiece",
               *metal.SPM_SHADERS}
     assert shaders == set(ENCODE_SHADERS) - others
-    assert be.dev.launches["encode_merge_long"] == 1 and be.fallbacks == {}
+    assert be.dev.shaders_run["encode_merge_long"] == 1 and be.fallbacks == {}
+    assert be.dev.shaders_run["encode_merge_huge"] == 1
+
+
+def test_long_piece_shaders_run_only_for_chunks_that_need_them():
+    """``encode_merge_long`` / ``encode_merge_huge`` carry every entry's ids through fresh
+    outputs: they run only for a chunk whose longest entry is that long (the driver launches
+    them; the adapter reads the longest entry once per chunk). No merge shader's output starts
+    filled (the emulator fills outputs with 0xCD bytes: a count or id nobody wrote shows)."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    for docs, ran in ((["short text, no long piece", "x" * 40], set()),
+                      (["a" * 300, "y"], {"encode_merge_long"}),
+                      (["b" * (HUGE_PIECE + 1), "y"], {"encode_merge_long", "encode_merge_huge"})):
+        be = metal_backend()
+        ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
+            [tk.encode_ordinary(d) for d in docs]
+        assert {"encode_merge_long", "encode_merge_huge"} & set(be.dev.shaders_run) == ran
+        assert be.dev.launches["encode_merge_long"] == be.dev.launches["encode_merge_huge"] == 1
 
 
 @pytest.mark.parametrize("order,seed", ORDERS, ids=ORDER_IDS)

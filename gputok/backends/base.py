@@ -68,6 +68,14 @@ class Backend:
 
         return id_list(ids, self.tools.lister)
 
+    def holding(self):
+        """A context in which the backend keeps its device memory from one batch to the next
+        (a corpus job's run of batches); outside it a GPU backend gives its pools back after
+        each batch, so a model in the same process gets the memory. Nothing by default."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def prepare_ahead(self, model) -> None:
         """Start getting ``model`` ready (its tables on the device) in the background, for a
         caller that knows a batch is coming; nothing by default. Optional: the first batch

@@ -14,7 +14,8 @@ hands it the model's uploaded ``tables`` and a chunk's arrays. The stages, in or
              of every word on the vocabulary's byte trie
     merge    encode_merge.cu: whole-token lookup (hash of the bytes, hits confirmed by comparing
              bytes), pieces < LONG_PIECE bytes one thread each (the sequential rule), longer
-             pieces one thread each in O(L log L) (linked list + indexed heap)
+             pieces one thread each in O(L log L) (linked list + indexed heap); on a GPU,
+             encode_merge_huge.cu first: pieces of HUGE_PIECE bytes or more, a block each
     emit     encode_scan.cu + encode_emit.cu: counts -> exclusive scan -> ids scattered into one
              output (uint16 when the vocabulary fits) + per-document offsets
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..stages.merge import LONG_PIECE
+from ..stages.merge import HUGE_SEG, LONG_PIECE
 
 i32, i64, u32, u64 = np.int32, np.int64, np.uint32, np.uint64
 EMPTY64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -55,6 +56,9 @@ class DeviceStages:
         # count scan by the real entry count; a GPU sizes them by the bound (n + 2 entries) so
         # the host never waits mid-chunk.
         self.host_memory = dev.caps.host_memory
+        # a device with the block-wide merge of huge pieces (a GPU; a host thread merges one
+        # alone: the native CPU device has no form of it)
+        self.huge = dev.has_kernel("encode_merge_huge")
 
     def go(self, name: str, count: int, args: list) -> None:
         """Launch a grid-stride kernel over ``count`` elements: ``dev.block``-thread blocks, or
@@ -188,6 +192,17 @@ class DeviceStages:
         del slots
         table = [a["t_slots"], s["t_bits"], a["byte_ids"]]
         prio_ws = dev.empty(n, np.uint32)
+        ws = None
+        if self.huge and has_long is not False:
+            # a GPU: pieces of HUGE_PIECE bytes or more first, a block of threads each, in the
+            # long pieces' workspace and seg_ws (three words per ENC_HUGE_SEG bytes); they are
+            # final after it (owner ENC_DONE), so the kernels below pass them by
+            ws = self._long_ws(n)
+            seg_ws = dev.empty(6 * (n // HUGE_SEG + 2), np.uint32)
+            self.go("encode_merge_huge", cap,
+                    [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, *ws[:3], seg_ws,
+                     count, i64(cap)])
+            del seg_ws
         self.go("encode_merge_short", cap,
                  [d_buf, pstart, n_entries, owner, *table, scratch, prio_ws, count, i64(cap)])
         # on host memory a chunk without a piece of LONG_PIECE bytes or more gets no long-piece
@@ -195,19 +210,23 @@ class DeviceStages:
         if has_long is None:
             has_long = not self.host_memory or self._has_long(pstart, cap)
         if has_long:
-            # long pieces: prio_ws serves as where[], plus next, prev (uint32), heap keys
-            # (uint64), and per LONG_PIECE bytes two tree slots (uint64) and a block size (uint32)
-            units = n // LONG_PIECE + 2
-            ws = [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
-                  dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
+            ws = ws or self._long_ws(n)
             self.go("encode_merge_long", cap,
                      [d_buf, pstart, n_entries, owner, *table, a["join"], scratch, prio_ws, *ws,
                       count, i64(cap)])
-            del ws
-        del prio_ws
+        del ws, prio_ws
         if dedup:
             self.go("encode_dup_counts", cap, [n_entries, owner, count, i64(cap)])
         return owner, count, scratch
+
+    def _long_ws(self, n: int) -> list:
+        """The long pieces' workspace besides prio_ws (which serves as where[]): next, prev
+        (uint32), heap keys (uint64), and per LONG_PIECE bytes two tree slots (uint64) and a
+        block size (uint32)."""
+        dev = self.dev
+        units = n // LONG_PIECE + 2
+        return [dev.empty(n, np.uint32), dev.empty(n, np.uint32), dev.empty(n, np.uint64),
+                dev.empty(2 * units, np.uint64), dev.empty(units, np.uint32)]
 
     def _counts(self, cap: int):
         """count[0 .. cap]: every entry's id count is written by the merge stage; the spare

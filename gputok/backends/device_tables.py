@@ -30,6 +30,7 @@ PAIR_ID_BITS = 21
 PAIR_BYTES = 0x200  # in t_bits: the byte-pair block follows the merge table's slots
 WHOLE_BYTES = 0x100  # in the whole-token table's bits: the one-byte block follows its slots
 SIZE_BITS = 0xFF  # the table's size bits, below the flags
+PRIO_LIMIT = 0x7FFFFFFF  # pair priorities stay below (ENC_HUGE_PRIO: the top bit is a flag)
 PAIR_BLOCK_WORDS = 1 << 15  # uint64 words of the byte-pair block (65,536 uint32 priorities)
 WHOLE_BLOCK_WORDS = 256  # uint32 words of the one-byte block
 BYTES_SEED = 0xCBF29CE484222325
@@ -134,11 +135,15 @@ def pair_slots(table) -> tuple[np.ndarray, int]:
     the merged id from the priority instead of probing again. (On the 2-core box's CPU
     encode_merge_short ran the same: it is bound by the step's own work, not by the table's
     misses.)
-    Else ``merge_slots``' two words per slot."""
+    Else ``merge_slots``' two words per slot. Priorities stay below ``PRIO_LIMIT``: the merge
+    of a huge piece (kernels/common/encode_merge_huge.h) flags merging pairs in the top bit."""
     from ..stages.table import EMPTY_KEY
 
     keys = table.h_keys
     occ = keys != np.uint64(EMPTY_KEY)
+    if occ.any() and int(table.h_prio[occ].max()) >= PRIO_LIMIT:
+        raise ValueError(f"a merge table's priorities must stay below {PRIO_LIMIT:#x} for the "
+                         f"device kernels; this one reaches {int(table.h_prio[occ].max()):#x}")
     left, right = keys[occ] >> np.uint64(32), keys[occ] & np.uint64(0xFFFFFFFF)
     merged = table.h_merged[occ].astype(np.uint64)
     top = max((int(a.max()) for a in (left, right, merged) if len(a)), default=0)

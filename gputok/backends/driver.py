@@ -62,6 +62,7 @@ from .runners.chunk import CHUNK_LIMIT, ChunkRunner, chunk_end
 from .runners.onetext import SHORT_MAX, OneText
 from .runners.plan import ModelPlan, Planner
 from .runners.spm import SpmRunner
+from .runners.staged import StagedBatch
 from .runners.streamed import StreamedBatch
 from .runners.streams import StreamLoop
 from .runners.workers import WorkerPool, guided_ends
@@ -111,6 +112,7 @@ class DeviceBackend(Backend):
         self.streams = StreamLoop(self)
         self.workers = WorkerPool(self) if caps.chunk_workers > 1 else None
         self.streamed = StreamedBatch(self) if self.workers and caps.chunk_inline else None
+        self.staged = StagedBatch(self) if caps.staging else None
         self.text = OneText(self, one_call_max)
         self.spm = SpmRunner(self)  # segmenters whose device form is a whole chunk
 
@@ -133,13 +135,24 @@ class DeviceBackend(Backend):
         return spm.plan(model) if spm is not None else self.planner.describe(model)
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
+        try:
+            return self._encode_batch(model, docs, allowed, disallowed)
+        finally:
+            self.dev.batch_done()  # (a GPU gives its pools back unless held: ``holding``)
+
+    def holding(self):
+        """Keep the device's memory between batches while inside (``Backend.holding``)."""
+        return self.dev.hold()
+
+    def _encode_batch(self, model, docs, allowed: frozenset, disallowed: frozenset):
         spm = self.spm.for_model(model)
         if spm is not None:
             return spm.encode(model, docs, allowed, disallowed)
-        if self.streamed is not None:
-            got = self.streamed.encode(model, docs, allowed, disallowed)
-            if got is not None:
-                return got
+        for runner in (self.streamed, self.staged):
+            if runner is not None:
+                got = runner.encode(model, docs, allowed, disallowed)
+                if got is not None:
+                    return got
         self.ahead(model)
         got = self.batch_parts(model, docs, allowed, disallowed)
         if got is None:  # (a family without kernels here: the numpy backend)

@@ -21,7 +21,11 @@ import re
 from pathlib import Path
 
 ENCODE_FILES = ("encode_pretok.cu", "encode_o200k.cu", "encode_nfc.cu", "encode_scan.cu",
-                "encode_merge.cu", "encode_emit.cu", "encode_wordpiece.cu", "encode_spm.cu")
+                "encode_merge.cu", "encode_merge_huge.cu", "encode_emit.cu", "encode_wordpiece.cu",
+                "encode_spm.cu")
+#: threads per block of encode_merge_huge on a GPU (its block-shared arrays' size: the
+#: ``ENC_HUGE_BLOCK`` of common/encode_merge_huge.h; a device may launch fewer)
+HUGE_BLOCK = 1024
 TRAIN_FILE = "train_bpe.cu"
 #: threads per block of the training kernels and shaders (their reductions' shared arrays):
 #: ``TRAIN_BLOCK`` of train_bpe.cu, the ``BLOCK`` template argument of shaders/train_*.metal
@@ -51,7 +55,10 @@ def kernel_constants() -> dict:
         "ENC_NO_MERGE": int(table.NO_MERGE), "ENC_EMPTY_KEY": int(table.EMPTY_KEY),
         "ENC_EMPTY_SLOT": dt.EMPTY_SLOT, "ENC_HASH_MUL": int(table.HASH_MUL),
         "ENC_LONG_PIECE": merge.LONG_PIECE, "ENC_HEAP_BLOCK": merge.HEAP_BLOCK,
-        "ENC_ROUND_MIN_SHARE": merge.ROUND_MIN_SHARE,
+        "ENC_ROUND_MIN_SHARE": merge.ROUND_MIN_SHARE, "ENC_HUGE_PIECE": merge.HUGE_PIECE,
+        "ENC_HUGE_SEG": merge.HUGE_SEG, "ENC_HUGE_BLOCK": HUGE_BLOCK,
+        "ENC_HUGE_ROUNDS_MIN": merge.HUGE_ROUNDS_MIN,
+        "ENC_HUGE_ROUND_MERGES": merge.HUGE_ROUND_MERGES,
         "ENC_BYTES_SEED": dt.BYTES_SEED, "ENC_WORD_MUL": dt.WORD_MUL, "ENC_MIX1": dt.MIX1,
         "ENC_MIX2": dt.MIX2,
         "ENC_NO_TOKEN": wp.NO_TOKEN, "ENC_WP_ROOT": wp.ROOT,
@@ -138,14 +145,18 @@ def sources(files: tuple) -> str:
 
 def build_source(file: str, extra_defines=()) -> tuple[str, str, tuple]:
     """(full source, its sha256, the defines) for one kernel file: the constants of
-    ``kernel_constants()`` (encode files) plus ``extra_defines``, then the expanded source."""
+    ``kernel_constants()`` (encode files) plus ``extra_defines`` (which win over a constant of
+    the same name: a test builds a kernel with a smaller threshold), then the expanded source."""
     defines = tuple(extra_defines)
     if file.startswith("encode_"):
-        defines = tuple(kernel_constants().items()) + defines
+        extra = dict(defines)
+        defines = tuple((k, extra.pop(k, v)) for k, v in kernel_constants().items()) + \
+            tuple(extra.items())
     text = defines_block(defines) + source(file)
     return text, hashlib.sha256(text.encode()).hexdigest(), defines
 
 
 def kernel_names(text: str) -> list[str]:
     """The ``extern "C" __global__`` functions of a source."""
-    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', text)
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+'
+                      r'(?:__launch_bounds__\s*\([^)]*\)\s+)?(\w+)', text)

@@ -20,7 +20,9 @@ Required members (every device):
     dummy(dtype)                      a 1-element array for an unused pointer argument
     put(host)                         a one-off upload (a model's tables)
     upload(arrays) -> device arrays   a chunk's inputs, on the current stream
-    download(key, arr, count)         a copy to the host in flight: ``.result()`` -> numpy
+    download(key, arr, count)         a copy to the host in flight: ``.result()`` -> a numpy
+                                      array of its own; ``.view()`` -> one valid until the
+                                      slot's next download (to copy into its final place)
     stream(slot)                      a context: the work and copies of chunk slot 0..in_flight-1
     memory_budget()                   bytes a batch may plan for
     begin_chunk(nbytes)               a chunk of nbytes of text is about to be queued
@@ -36,6 +38,8 @@ Members with defaults (a device overrides them where it has its own):
     host_block(nbytes)                host memory for a batch's output (default: fresh pages)
     work_block(nbytes)                host memory for a chunk's packed input
     trim_idle()                       give idle host workspace back (default: nothing to give)
+    hold()                            a context: keep memory pools between batches while inside
+    batch_done()                      a batch ended: give pooled memory back unless held
     host_tools()                      native helpers for the host stages (``HostTools``)
     solo()                            a context: launches at once, on the calling thread alone
 
@@ -48,6 +52,7 @@ Members that come with a capability (the base class raises for a device that lac
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
+    stage(slot, nbytes)               with ``staging``: the slot's host staging, free to write
 
 ``NativeDevice`` (``native/``) documents the one-call members' arguments.
 """
@@ -89,6 +94,8 @@ class Capabilities:
     call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
     ``kernels``: the encode kernels it has a form of (None: every one).
     ``dedup``: whether it can run the piece dedup (a 64-bit compare-and-swap per piece).
+    ``staging``: uploads go through host staging it lends (``stage(slot, nbytes)``): a chunk
+    written straight there (``runners/staged.py``) is uploaded without another copy.
     """
 
     host_memory: bool = False
@@ -105,6 +112,7 @@ class Capabilities:
     normal_forms: tuple = FORMS
     kernels: "frozenset | None" = None
     dedup: bool = True
+    staging: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,9 @@ class Ready:
         self.value = value
 
     def result(self):
+        return self.value
+
+    def view(self):
         return self.value
 
 
@@ -159,6 +170,12 @@ class Device:
         return huge_block(nbytes)
 
     def trim_idle(self) -> None:
+        pass
+
+    def hold(self):
+        return contextlib.nullcontext()
+
+    def batch_done(self) -> None:
         pass
 
     def host_tools(self) -> HostTools:
@@ -198,6 +215,9 @@ class Device:
 
     def spm_text_call(self, t, up: dict, out_dtype):
         raise self._lacks("spm_text_call", "spm_inline")
+
+    def stage(self, slot: int, nbytes: int):
+        raise self._lacks("stage", "staging")
 
 
 #: the members every device implements itself (the tests check each device against this)

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..stages.pack import Packed
+from ..stages.pack import Packed, PackedRuns
 from .arrow import arrow_batches, concat_columns
 from .jsonl import NO_RUN, Run, packed_docs, parser
 from .sources import CorpusError, Source
@@ -209,10 +209,12 @@ class _PackedBatch:
         off = np.zeros(self.n + 1, np.int64)
         if self.n:
             np.cumsum(np.concatenate(self.lens), out=off[1:])
-        buf = (_whole_bytes(self.bufs[0]) or self.bufs[0].tobytes() if len(self.bufs) == 1
-               else b"".join(self.bufs))
+        # several runs stay as they are (a device that stages chunks copies from them; the
+        # first consumer that wants one buffer joins them: ``PackedRuns``)
+        texts = (Packed(_whole_bytes(self.bufs[0]) or self.bufs[0].tobytes(), off)
+                 if len(self.bufs) == 1 else PackedRuns(self.bufs, off))
         ends = np.concatenate(self.ends) if self.ends else np.zeros((0, 3), np.int64)
-        b = Batch(Packed(buf, off), ends, self.nbytes, progress)
+        b = Batch(texts, ends, self.nbytes, progress)
         self.__init__()
         return b
 

@@ -125,8 +125,9 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     check_backends(backends)
     if len(backends) == 1:  # its tables map while the output is set up and the input read
         get_backend(backends[0]).prepare_ahead(enc.model)
-    if spec[0] == "obj" and any(map(is_gpu, backends[1:2])):
-        # GPU workers are spawned and receive the encoding pickled (CPU workers are forked)
+    if spec[0] == "obj" and any(map(is_gpu, backends[1:2])) and not Pool.device_threads(backends):
+        # GPU worker processes are spawned and receive the encoding pickled (CPU workers are
+        # forked; one thread per GPU shares this process's encoding)
         import pickle
 
         try:

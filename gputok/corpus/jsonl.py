@@ -40,11 +40,11 @@ class Parser:
     def __init__(self, fn, key: bytes):
         self.fn, self.key = fn, key
 
-    def parse(self, block: bytes, pos: int) -> tuple:
-        """Lines of ``block[pos:]`` (whole lines) up to the first one the Python reader must
-        take: (lines, status, line ends, document ends, out, why); line ends are counted from
-        ``pos``, ``out`` is the documents' bytes (a uint8 array)."""
-        n = len(block) - pos
+    def parse(self, block, pos: int, end: "int | None" = None) -> tuple:
+        """Lines of ``block[pos:end]`` (whole lines; bytes or a bytearray) up to the first one
+        the Python reader must take: (lines, status, line ends, document ends, out, why); line
+        ends are counted from ``pos``, ``out`` is the documents' bytes (a uint8 array)."""
+        n = (len(block) if end is None else end) - pos
         lines = min(n // 32 + 64, n + 1)  # more lines than that: the next call goes on
         status = np.empty(lines, np.uint8)
         line_end = np.empty(lines, np.int64)
@@ -73,29 +73,36 @@ def parser(field: str) -> "Parser | None":
 
 
 def _lines(f, first: bool) -> Iterator[tuple]:
-    """Blocks of whole lines from ``f``: (bytes, bytes skipped at its start: a BOM at the start
-    of the file). A line longer than BLOCK is read on until its newline (or the end)."""
-    # read1: what a compressed stream decoded before it turns out truncated is still returned
-    # (read(BLOCK) would raise with it), so the lines before the damage are kept, as readline
-    read = getattr(f, "read1", f.read)
-    rest: list = []
+    """Blocks of whole lines from ``f``: (buffer, end, bytes skipped at its start: a BOM at the
+    start of the file); the block is ``buffer[:end]``, valid until the next one is asked for
+    (one buffer, read into again: a fresh 1 MB of pages a block, and a copy of them to cut the
+    lines, were most of the reader's time where page faults are dear). A line longer than the
+    buffer is read on until its newline (the buffer grows)."""
+    # read1 semantics (readinto1): what a compressed stream decoded before it turns out
+    # truncated is still returned (read(BLOCK) would raise with it), so the lines before the
+    # damage are kept, as readline
+    readinto = getattr(f, "readinto1", None) or getattr(f, "readinto")
+    buf = bytearray(2 * BLOCK)
+    fill = 0  # bytes in buf
     while True:
-        data = read(BLOCK)
-        if not data:
-            block = b"".join(rest)
-            rest = []
-        else:
-            cut = data.rfind(b"\n") + 1
+        if len(buf) - fill < BLOCK:
+            buf.extend(bytes(len(buf)))  # (a line longer than what is free)
+        with memoryview(buf) as view:
+            got = readinto(view[fill:fill + BLOCK])
+        if got:
+            fill += got
+            cut = buf.rfind(b"\n", 0, fill) + 1
             if cut == 0:
-                rest.append(data)
                 continue
-            block = b"".join(rest + [data[:cut]]) if rest else data[:cut]
-            rest = [data[cut:]] if cut < len(data) else []
-        if block:
-            skip = 3 if first and block.startswith(BOM) else 0
+        else:
+            cut = fill
+        if cut:
+            skip = 3 if first and buf.startswith(BOM) else 0
             first = False
-            yield block, skip
-        if not data:
+            yield buf, cut, skip
+            buf[:fill - cut] = buf[cut:fill]  # the part of a line after the last newline
+            fill -= cut
+        if not got:
             return
 
 
@@ -108,11 +115,11 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
     with open_text(src.path, src.compression) as (f, raw):
         if offset:
             skip_to(f, offset, src)
-        for block, skip in _lines(f, offset == 0):
+        for block, size, skip in _lines(f, offset == 0):
             pos = skip
             base = offset  # the block's first byte (a skipped BOM counts as consumed input)
-            while pos < len(block):
-                k, status, line_end, doc_end, out, why = parse.parse(block, pos)
+            while pos < size:
+                k, status, line_end, doc_end, out, why = parse.parse(block, pos, size)
                 if k:
                     docs = status == DOC
                     ends = np.empty((int(docs.sum()), 3), np.int64)
@@ -128,13 +135,13 @@ def packed_docs(src, i: int, start, field: str, errors: str, parse: Parser) -> I
                     continue
                 # THE FALLBACK RULE: this line is the Python reader's (decoded or its error)
                 # (never a blank line: those the native reader takes itself)
-                stop = block.find(b"\n", pos) + 1 or len(block)
+                stop = block.find(b"\n", pos, size) + 1 or size
                 line += 1
                 offset = base + stop
-                doc = parse_json_line(block[pos:stop], src.path, line, field, errors)
+                doc = parse_json_line(bytes(block[pos:stop]), src.path, line, field, errors)
                 pos = stop
                 yield Run.one(doc, (i, offset, line)), raw.tell() if raw else offset
-            offset = base + len(block)
+            offset = base + size
 
 
 class Run:

@@ -1,11 +1,15 @@
-"""The encoder pool: batches encoded in order, by this process or by one worker process per entry
-of a plan (cores or GPUs), and handed on as ``(batch, ids, offsets)``.
+"""The encoder pool: batches encoded in order, by this process, by one pipeline thread per GPU
+(``DeviceThreads``), or by one worker process per entry of a plan (cores), and handed on as
+``(batch, ids, offsets)``.
 
 Performance notes:
-- The pool uses processes, not threads: the numpy backend spends much of its time in Python
-  (pre-tokenization, cache lookups), so threads serialise on the GIL. CPU workers are forked, so
-  they share the loaded vocabulary and tables copy-on-write; GPU workers are spawned (a CUDA
-  context does not survive fork) and load the vocabulary once each (~1 s).
+- CPU workers are processes, not threads: the numpy backend spends much of its time in Python
+  (pre-tokenization, cache lookups), so threads serialise on the GIL. They are forked, so they
+  share the loaded vocabulary and tables copy-on-write. Several GPUs are threads of this
+  process (``DeviceThreads``): a GPU's pipeline spends its host time in native calls and
+  waits that release the GIL, and a process per GPU pickled every batch and its ids through a
+  pipe. (Several workers on one GPU are still spawned processes: a CUDA context does not
+  survive fork.)
 - Each worker keeps its own piece cache, so N workers pay the cold-cache misses N times: with
   two workers the total CPU time was ~25% above one worker's on the 36 MB test corpus.
 - One encoder in this process (the native CPU backend's chunk workers already use every core)
@@ -51,7 +55,7 @@ AUTO_BYTES_PER_WORKER = 32 << 20  # below this a worker's start-up (~1 s) outwei
 
 def plan_workers(backend: str = "auto", *, devices=None, workers: "int | str" = "auto",
                  total_bytes: "int | None" = None, cpu_count: "int | None" = None) -> list:
-    """The backend name of each worker process.
+    """The backend name of each worker (a process; a thread per GPU: ``DeviceThreads``).
 
     ``devices`` (``"all"``, ``"0,1"`` or a list of ints) gives one worker per GPU,
     ``cuda:<index>``; otherwise ``workers`` CPU workers all use ``backend`` (``"auto"``: one per
@@ -161,18 +165,18 @@ def _worker_main(spec, backend, opts, inq, outq, parent):
             outq.put(("error", type(e).__name__, str(e)))
 
 
-def read_ahead(batches):
-    """Yield the items of ``batches``, the next one read on a background thread while the
+def read_ahead(batches, depth: int = 1):
+    """Yield the items of ``batches``, the next ``depth`` read on a background thread while the
     caller works on the current one (a single encoder spends most of its time in native code
     without the GIL: reading and parsing the next batch costs its wall time almost nothing).
-    At most two batches exist at once: the caller's and the one being read. An error while
-    reading is raised here, at the batch where it happened; stopping early (an error or Ctrl-C
-    in the caller) stops the reader before its next batch."""
+    At most ``depth + 1`` batches exist at once: the caller's and those read ahead. An error
+    while reading is raised here, at the batch where it happened; stopping early (an error or
+    Ctrl-C in the caller) stops the reader before its next batch."""
     import queue
     import threading
 
-    handoff: queue.Queue = queue.Queue(maxsize=1)
-    want = threading.Semaphore(1)  # the caller's permission to read one more batch
+    handoff: queue.Queue = queue.Queue(maxsize=depth)
+    want = threading.Semaphore(depth)  # the caller's permission to read more batches
     stop = threading.Event()
 
     def reader():
@@ -208,14 +212,95 @@ def read_ahead(batches):
         want.release()
 
 
+class DeviceThreads:
+    """One encoding pipeline per GPU, in this process (``gputok encode --devices``): a thread
+    per device, each with its own backend (``cuda:<i>``: its own CUDA context, memory pools,
+    budget and staging; the adapter enters its GPU for everything it does), batch k on device
+    k mod N, at most two batches a device in flight, results handed on in input order (so the
+    shards, and ``--resume``, are what one encoder makes). Batches are read ahead on a host
+    thread (``read_ahead``), each device packs its chunks into its own pinned staging on the
+    host's cores, and the shard writer gets each batch's ids as they arrive. Each device keeps
+    its memory for the whole job (``Backend.holding``).
+
+    Threads rather than a process per GPU: no batch or ids pickled through a pipe (two copies
+    of every byte), one vocabulary in memory, and the encoding need not be sent by name."""
+
+    def __init__(self, enc, backends: list, opts: dict):
+        import concurrent.futures
+        import contextlib
+
+        self.enc, self.backends, self.opts = enc, backends, opts
+        self.encoders = [get_backend(b) for b in backends]
+        self.held = contextlib.ExitStack()
+        for be in self.encoders:
+            self.held.enter_context(be.holding())
+        self.threads = [concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"gputok-{b}")
+                        for b in backends]
+
+    def map(self, batches):
+        from collections import deque
+
+        n = len(self.encoders)
+        inflight: deque = deque()
+        it = read_ahead(batches, depth=2 * n)
+        sent = 0
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(inflight) < 2 * n:
+                    b = next(it, None)
+                    if b is None:
+                        exhausted = True
+                        break
+                    if len(b):
+                        k = sent % n
+                        inflight.append((self.threads[k].submit(
+                            _encode, self.enc, b.texts, self.encoders[k], self.opts), b))
+                        sent += 1
+                    else:
+                        inflight.append((None, b))
+                if not inflight:
+                    return
+                fut, b = inflight.popleft()
+                if fut is None:
+                    yield b, np.zeros(0, np.uint32), np.zeros(1, np.int64)
+                    continue
+                try:
+                    ids, offsets = fut.result()
+                except DisallowedSpecialError as e:
+                    raise _SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
+                yield b, ids, offsets
+        except _SpecialInBatch as e:
+            e.batch = b
+            raise
+        finally:
+            for fut, _ in inflight:  # (an error or Ctrl-C: queued batches are dropped)
+                if fut is not None:
+                    fut.cancel()
+
+    def close(self) -> None:
+        for t in self.threads:
+            t.shutdown(wait=True, cancel_futures=True)
+        self.held.close()
+
+
 class Pool:
-    """Encodes batches in order with one process per entry of ``backends`` (see module notes).
-    With a single worker it runs in this process, with no pool at all."""
+    """Encodes batches in order with one process per entry of ``backends`` (see module notes),
+    or, for several distinct GPUs, one thread per GPU (``DeviceThreads``). With a single
+    worker it runs in this process, with no pool at all."""
+
+    @staticmethod
+    def device_threads(backends: list) -> bool:
+        """Whether ``backends`` run as ``DeviceThreads``: several GPUs, each named once."""
+        return len(backends) > 1 and all(map(is_gpu, backends)) and \
+            len(set(backends)) == len(backends)
 
     def __init__(self, enc, spec, backends: list, opts: dict):
         self.enc, self.spec, self.backends, self.opts = enc, spec, backends, opts
         self.procs = []
-        if len(backends) > 1:
+        self.devices = DeviceThreads(enc, backends, opts) if self.device_threads(backends) \
+            else None
+        if len(backends) > 1 and self.devices is None:
             import multiprocessing as mp
 
             # fork shares the loaded vocabulary and merge tables copy-on-write (no per-worker
@@ -231,14 +316,18 @@ class Pool:
 
     def map(self, batches):
         """Yield ``(batch, ids, offsets)`` in input order."""
+        if self.devices is not None:
+            yield from self.devices.map(batches)
+            return
         if not self.procs:
-            for b in read_ahead(batches):
-                try:
-                    ids, offsets = self._run_local(b)
-                except SpecialInBatch as e:
-                    e.batch = b
-                    raise
-                yield b, ids, offsets
+            with get_backend(self.backends[0]).holding():  # (a GPU keeps its memory: the job)
+                for b in read_ahead(batches):
+                    try:
+                        ids, offsets = self._run_local(b)
+                    except SpecialInBatch as e:
+                        e.batch = b
+                        raise
+                    yield b, ids, offsets
             return
         from collections import deque
 
@@ -300,6 +389,9 @@ class Pool:
 
     def close(self, *, now: bool = False):
         """Stop the workers: let them finish (``now=False``) or terminate them at once."""
+        if self.devices is not None:
+            self.devices.close()
+            self.devices = None
         if now:
             for p, inq, outq in self.procs:
                 p.terminate()

@@ -100,12 +100,15 @@ class Placement:
         self._copy(ready)
         return self.out[at:at + count]
 
-    def place(self, k: int, ids: np.ndarray) -> None:
+    def place(self, k: int, ids: np.ndarray, borrowed: bool = False) -> None:
         """Chunk ``k``'s ids (emitted elsewhere): copied in now, or once the chunks before it
-        are placed."""
+        are placed. ``borrowed``: ``ids`` is valid only during this call (a download buffer
+        the next chunk reuses): kept as a copy if it cannot go in now."""
         with self._lock:
             self._waiting[k] = ids
             ready = self._take_ready()
+            if borrowed and k in self._waiting:
+                self._waiting[k] = ids.copy()
         self._copy(ready)
 
     def _take_ready(self) -> list:

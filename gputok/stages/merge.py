@@ -42,6 +42,14 @@ HEAP_BLOCK = 2048
 # a long run merges in rounds (one priority everywhere per sweep, ``merge_long_rounds``) while a
 # round merges at least one part in this many; then the heap goes on
 ROUND_MIN_SHARE = 8
+# bytes; a GPU merges a piece this long with a whole block of threads (``merge_huge``,
+# encode_merge_huge.cu) instead of one thread (the GPU devices get it as a define)
+HUGE_PIECE = 16384
+HUGE_SEG = 512  # bytes per segment of such a piece (a round visits the segments of its priority)
+# the kernel's rounds hand over to a heap on one thread where, after this many rounds, they
+# merge fewer than HUGE_ROUND_MERGES pairs each on average (a round costs the block its barriers)
+HUGE_ROUNDS_MIN = 512
+HUGE_ROUND_MERGES = 2
 VECTOR_MIN = 256  # distinct pieces; fewer are merged one by one
 
 
@@ -150,14 +158,16 @@ def merge_long_cut(piece: bytes, table: MergeTable, join: np.ndarray, runs: dict
 
 def merge_long_rounds(ids: list[int], table: MergeTable) -> tuple[list[int], bool]:
     """The sequential rule in rounds, as the kernels' ``enc_merge_rounds``: the lowest priority
-    r of any pair is merged everywhere in one left-to-right sweep (leftmost first where two r
-    pairs overlap), then the next lowest, ... Each merge is then the rule's own (lowest,
-    leftmost: a merge never makes a pair of its own priority, and the pairs left of the sweep
-    are above r) as long as no merge makes a pair below r (on its left, or on its right before
-    the next part merges on); where one does, or a round merges
-    fewer than one part in ``ROUND_MIN_SHARE``, the rounds stop. (ids, finished): finished when
-    no pair merges, else the heap goes on from these ids (the rule's state after those merges).
-    A run of one character ("a" * n) is a few rounds (aa, aaaa, ...)."""
+    r of any pair is merged everywhere in one left-to-right sweep (leftmost first where two r pairs
+    overlap), then the next lowest, ... Each merge is then the rule's own (lowest, leftmost:
+    the pairs left of the sweep are above r) as long as no merge makes a pair of priority r or
+    below (on its left, or on its right before the next part merges on); where one does, or a
+    round merges fewer than one part in ``ROUND_MIN_SHARE``, the rounds stop. (A merge never
+    makes a pair of its own token, but two tokens may share a priority: SentencePiece ranks
+    equal scores alike, and the new pair is then the leftmost of the round's priority.) (ids,
+    finished): finished when no pair merges, else the heap goes on from these ids (the rule's
+    state after those merges). A run of one character ("a" * n) is a few rounds (aa, aaaa,
+    ...)."""
     none = int(NO_MERGE)
     get = table.pairs.get
     m = len(ids)
@@ -178,7 +188,7 @@ def merge_long_rounds(ids: list[int], table: MergeTable) -> tuple[list[int], boo
             if prev_new:  # the pair the last merge made on its right, before tok merges on
                 v = get(out[-1] << 32 | tok)
                 q = none if v is None else v[0]
-                if q < r:  # below the round: the heap goes on from here
+                if q <= r:  # not above the round: the heap goes on from here
                     out.extend(ids[i:m])
                     return out, False
             cur_new = pi == r
@@ -196,7 +206,7 @@ def merge_long_rounds(ids: list[int], table: MergeTable) -> tuple[list[int], boo
                     p = q if prev_new else prev_pr
                 opr.append(p)
                 best = min(best, p)
-                if p < r:
+                if p <= r:
                     out.append(tok)
                     out.extend(ids[i:m])
                     return out, False
@@ -217,6 +227,54 @@ def merge_long_ids(ids: list[int], table: MergeTable) -> list[int]:
     if finished:
         return ids
     return merge_heap_ids(ids, table)
+
+
+def merge_huge(ids: list[int], table: MergeTable) -> list[int]:
+    """The sequential rule as ``encode_merge_huge`` computes it for one piece of
+    ``HUGE_PIECE`` bytes or more: every pair at once, in rounds, so that a block of GPU threads
+    shares the piece (the kernel's ops reference; equal to ``merge_heap_ids`` on any table).
+
+    A round takes r, the lowest priority of any pair, and merges the pairs of priority r as one
+    left-to-right sweep would (``merge_long_rounds``), but decided everywhere at once: in a run
+    of consecutive r pairs the first, third, ... merge (a pair merges when it is r and the one
+    before it did not: "aaa", "\t" * 32), and every merge is the rule's own up to the first
+    one whose new pair, on its left or on its right before the next part merges on, is r or
+    below: the merges after it wait, and the next round starts from the lowest pair again (the
+    rounds never hand over to a heap). Each round costs O(parts) here; the kernel visits only
+    the parts of segments that hold a pair of priority r.
+    """
+    none = int(NO_MERGE)
+    ids = np.asarray(ids, np.uint32)
+    pr, _ = table.lookup(ids[:-1], ids[1:])
+    while len(pr) and int(pr.min()) != none:
+        r = pr.min()
+        f = pr == r
+        k = np.arange(len(f))
+        first = f & ~np.r_[False, f[:-1]]  # the first pair of each run of r pairs
+        run = np.maximum.accumulate(np.where(first, k, 0))
+        p = np.flatnonzero(f & ((k - run) % 2 == 0))  # the merges, left parts, in order
+        _, x = table.lookup(ids[p], ids[p + 1])
+        at = np.full(len(ids), -1)
+        at[p] = np.arange(len(p))
+        # the part left of a merge: the last merge's token where that merge ended right there
+        b = p - 1
+        eaten = (b >= 1) & (at[np.maximum(b - 1, 0)] >= 0)
+        left = np.where(eaten, x[at[np.maximum(b - 1, 0)]], ids[np.maximum(b, 0)])
+        lp, _ = table.lookup(left, x)
+        lp[b < 0] = none
+        after = np.minimum(p + 2, len(ids) - 1)  # the part after it, before that part merges on
+        rp, _ = table.lookup(x, ids[after])
+        rp[p + 2 >= len(ids)] = none
+        cut = np.flatnonzero((lp <= r) | (rp <= r))
+        if len(cut):  # the merges up to that one, then the lowest pair again
+            p, x = p[:cut[0] + 1], x[:cut[0] + 1]
+        keep = np.ones(len(ids), bool)
+        keep[p + 1] = False
+        ids = ids.copy()
+        ids[p] = x
+        ids = ids[keep]
+        pr, _ = table.lookup(ids[:-1], ids[1:])
+    return ids.tolist()
 
 
 def merge_heap_ids(ids: list[int], table: MergeTable) -> list[int]:

@@ -58,7 +58,7 @@ def valid_utf8(buf: bytes, check=None) -> bool:
         return bool(check(buf, n))
     try:
         if n <= DECODE_SLICE:
-            buf.decode("utf-8")
+            codecs.utf_8_decode(buf, "strict", True)  # (bytes, or any buffer: a chunk's array)
         else:
             decode = codecs.getincrementaldecoder("utf-8")().decode
             view = memoryview(buf)
@@ -70,50 +70,27 @@ def valid_utf8(buf: bytes, check=None) -> bool:
 
 
 class StrLayout:
-    """Python str documents as UTF-8 in the native library, without the interpreter's lock
-    (kernels/host_pack.h): where CPython keeps each str's characters (PEP 393: the state word's
-    kind, compact and ascii bits, the length, the characters after an ASCII str's header or a
-    compact str's), found from ``sys.getsizeof`` and checked on probe strings of every kind by
-    reading them back (``usable``: False on any other layout, and then nothing uses it).
-    ``units(strs)`` locates a batch (documents the packer does not take - a surrogate, a str
-    subclass's or legacy string's characters kept elsewhere - are encoded here, ``utf8_of``);
-    ``pack(units, d0, d1, dst)`` writes documents d0..d1-1 into ``dst``. Encoding each
-    document with ``str.encode`` and joining them held the interpreter's lock for the whole
-    batch's bytes, twice copied: chunk workers returning from a native call then waited for the
-    packing thread to reach a switch point (up to 5 ms each time)."""
+    """Python str (or bytes) documents as UTF-8 in the native library, without the interpreter's
+    lock (kernels/host_pack.h): each document's characters found in place through the
+    interpreter's public C API (``PyUnicode_DATA`` / ``PyUnicode_KIND`` / ...: the library is
+    built against this interpreter's ``Python.h``), checked once on probe strings of every
+    kind by packing them back (``usable``: False on any disagreement, and then nothing uses it).
+    ``units(docs)`` locates a batch (a document the packer does not take - a surrogate, a legacy
+    string of the old C API - is encoded here, ``utf8_of``); ``pack(units, d0, d1, dst)``
+    writes documents d0..d1-1 into ``dst`` (``threads``: side by side in parts of 4 MB or
+    more). Encoding each document with ``str.encode`` and joining them held the interpreter's
+    lock for the whole batch's bytes, twice copied: chunk workers returning from a native call
+    then waited for the packing thread to reach a switch point (up to 5 ms each time)."""
 
-    STATE_OFF, LEN_OFF = 32, 16  # (CPython's PyASCIIObject on 64-bit builds; checked below)
-
-    def __init__(self, layout_fn, pack_fn):
-        import sys
-
-        self._layout, self._pack = layout_fn, pack_fn
-        self.ascii_head = sys.getsizeof("") - 1  # header, then len + 1 bytes
-        probe = "\xe9" * 3  # (made here: no cached UTF-8 counted by getsizeof)
-        self.compact_head = sys.getsizeof(probe) - 4
-        self.bytes_head = sys.getsizeof(b"") - 1
-        self.usable = sys.implementation.name == "cpython" and self._check()
+    def __init__(self, locate_fn, pack_fn, parts_fn):
+        self._locate_fn, self._pack, self._parts = locate_fn, pack_fn, parts_fn
+        self.usable = self._check()
 
     def _check(self) -> bool:
-        import ctypes
-
         probes = ["ascii text", "caf\xe9 \xff" * 2, "\u0100\u4e2d\u6587 x", "\U0001F600 \u4e2d",
                   "", "a" * 300, "\ud83d lone"]
         try:
-            b = bytes(bytearray(b"xyz"))
-            if ctypes.string_at(id(b) + self.bytes_head, 3) != b"xyz":
-                return False
-            for p in probes[:4]:  # the characters where the offsets say
-                if p.isascii():
-                    want, at = p.encode("ascii"), self.ascii_head
-                else:
-                    top = max(map(ord, p))
-                    width = 4 if top > 0xFFFF else (2 if top > 0xFF else 1)
-                    want = p.encode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[width])
-                    at = self.compact_head
-                if ctypes.string_at(id(p) + at, len(want)) != want:
-                    return False
-            u = self._locate(probes)
+            u = self._locate(probes, False)
             want_len = [len(p.encode()) if i != len(probes) - 1 else -1
                         for i, p in enumerate(probes)]
             if u[3].tolist() != want_len:
@@ -121,32 +98,37 @@ class StrLayout:
             k = len(probes) - 1  # all but the surrogate
             out = np.empty(sum(want_len[:k]) + 1, np.uint8)
             got = self.pack(u, 0, k, out)
-            return out[:got].tobytes() == "".join(probes[:k]).encode()
-        except Exception:  # (anything off: not this layout)
+            b = self._locate([b"xyz", b""], True)
+            out2 = np.empty(4, np.uint8)
+            return out[:got].tobytes() == "".join(probes[:k]).encode() and \
+                self.pack(b, 0, 2, out2) == 3 and out2[:3].tobytes() == b"xyz"
+        except Exception:  # (anything off: not usable)
             return False
 
-    def _locate(self, strs) -> tuple:
-        n = len(strs)
-        obj = np.fromiter(map(id, strs), np.int64, n)
+    def _locate(self, docs, is_bytes: bool) -> tuple:
+        n = len(docs)
+        obj = np.fromiter(map(id, docs), np.int64, n)
         addr, units, nbytes = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         kind = np.empty(n, np.int8)
-        self._layout(obj.ctypes.data, n, self.STATE_OFF, self.LEN_OFF, self.ascii_head,
-                     self.compact_head, addr.ctypes.data, kind.ctypes.data, units.ctypes.data,
-                     nbytes.ctypes.data)
+        self._locate_fn(obj.ctypes.data, n, int(is_bytes), addr.ctypes.data, kind.ctypes.data,
+                        units.ctypes.data, nbytes.ctypes.data)
         return addr, kind, units, nbytes
 
-    def units(self, strs: Sequence[str]) -> "tuple | None":
-        """(addr, kind, units, UTF-8 lengths, references) of a batch of str (None: not all
-        exactly str). The references (the strs, and the bytes encoded here) must outlive every
-        ``pack`` of these units."""
-        keep = list(strs)  # (a list the caller changes meanwhile cannot free a str we read)
-        if not keep or set(map(type, keep)) != {str}:
+    def units(self, docs: Sequence) -> "tuple | None":
+        """(addr, kind, units, UTF-8 lengths, references) of a batch of str, or of bytes (None:
+        not all exactly str, nor all exactly bytes). The references (the documents, and the
+        bytes encoded here) must outlive every ``pack`` of these units."""
+        keep = list(docs)  # (a list the caller changes meanwhile cannot free a str we read)
+        types = set(map(type, keep))
+        if not keep or types not in ({str}, {bytes}):
             return None
-        addr, kind, units, nbytes = self._locate(keep)
-        for i in np.flatnonzero(nbytes < 0).tolist():  # surrogates, legacy strings: here
-            b = utf8_of(keep[i])
-            keep.append(b)
-            addr[i], kind[i], units[i], nbytes[i] = id(b) + self.bytes_head, 0, len(b), len(b)
+        addr, kind, units, nbytes = self._locate(keep, types == {bytes})
+        bad = np.flatnonzero(nbytes < 0).tolist()  # surrogates, legacy strings: here
+        if bad:
+            fixed = [utf8_of(keep[i]) for i in bad]
+            keep += fixed
+            fa, fk, fu, fn = self._locate(fixed, True)
+            addr[bad], kind[bad], units[bad], nbytes[bad] = fa, fk, fu, fn
         return addr, kind, units, nbytes, keep
 
     def ascii_view(self, text: str) -> "np.ndarray | None":
@@ -155,23 +137,26 @@ class StrLayout:
         (not all ASCII, a str subclass, a legacy string). ``text.encode()`` of a 10 MB run wrote
         10 MB of fresh pages, whose first touch in a fresh process cost up to a third of the
         run's merge on the 2-core box."""
-        import ctypes
-
         if type(text) is not str or not text or not text.isascii():
             return None
-        # the state word as gputok_str_layout reads it (checked on the probes): one-byte
-        # kind, compact and ASCII bits set; else the characters live elsewhere (a legacy string)
-        state = ctypes.c_uint32.from_address(id(text) + self.STATE_OFF).value
-        if (state >> 2) & 7 != 1 or not (state >> 5) & 1 or not (state >> 6) & 1:
+        addr, kind, _units, nbytes = self._locate([text], False)
+        if kind[0] != 0 or nbytes[0] != len(text):
             return None
-        return np.asarray(_StrChars(text, id(text) + self.ascii_head))
+        return np.asarray(_StrChars(text, int(addr[0])))
 
-    def pack(self, units: tuple, d0: int, d1: int, dst: np.ndarray) -> int:
+    def pack(self, units: tuple, d0: int, d1: int, dst: np.ndarray, threads: int = 1) -> int:
         """Documents d0..d1-1 of ``units`` as UTF-8 into ``dst`` (uint8, their length at
-        least); returns the bytes written."""
+        least), on up to ``threads`` threads (parts of 4 MB or more); returns the bytes
+        written."""
         addr, kind, count = units[0], units[1], units[2]
-        return int(self._pack(addr[d0:].ctypes.data, kind[d0:].ctypes.data,
-                              count[d0:].ctypes.data, d1 - d0, dst.ctypes.data))
+        if threads <= 1:
+            return int(self._pack(addr[d0:].ctypes.data, kind[d0:].ctypes.data,
+                                  count[d0:].ctypes.data, d1 - d0, dst.ctypes.data))
+        at = np.zeros(d1 - d0 + 1, np.int64)
+        np.cumsum(units[3][d0:d1], out=at[1:])
+        return int(self._parts(addr[d0:].ctypes.data, kind[d0:].ctypes.data,
+                               count[d0:].ctypes.data, at.ctypes.data, d1 - d0, dst.ctypes.data,
+                               int(threads)))
 
 
 class _StrChars:
@@ -210,6 +195,26 @@ class Packed:
 
     def __reduce__(self):  # (no __dict__ with slots: pickled for a pool's worker processes)
         return Packed, (self.buf, self.offsets)
+
+
+class PackedRuns(Packed):
+    """``Packed`` documents kept as the runs a reader wrote them in (uint8 arrays, back to
+    back): joined into one buffer only for a consumer that asks for ``buf``. A device that
+    stages its chunks copies them from the runs (``Documents.segments``): the JSONL reader's
+    batches are not copied once more to be joined first."""
+
+    __slots__ = ("runs", "_joined")
+
+    def __init__(self, runs, offsets):
+        self.runs = [np.asarray(r, np.uint8).reshape(-1) for r in runs]
+        self.offsets = np.asarray(offsets, np.int64)
+        self._joined = None
+
+    @property
+    def buf(self) -> bytes:
+        if self._joined is None:
+            self._joined = b"".join(self.runs)
+        return self._joined
 
 
 VIEW_MIN = 1 << 16  # characters: a shorter text is copied (a view costs ~2 us, the copy less)
@@ -262,11 +267,16 @@ class Documents:
         self._buf: "bytes | None" = None
         self._offsets: "np.ndarray | None" = None
         self._bytes_list: "Sequence[bytes] | None" = None
+        self._segments: "list | None" = None  # a buffer's bytes, as uint8 arrays back to back
         self._valid = False  # the buffer is known to be valid UTF-8
-        if isinstance(texts, Packed):
+        if isinstance(texts, PackedRuns):
+            self._segments, self._offsets, self._valid = texts.runs, texts.offsets, True
+            self._packed = texts  # (joins its runs once, should one buffer be wanted)
+        elif isinstance(texts, Packed):
             self._buf, self._offsets, self._valid = texts.buf, texts.offsets, True
         elif _is_arrow(texts):
-            self._buf, self._offsets = _arrow_buffers(texts)
+            view, self._offsets = _arrow_view(texts)
+            self._segments = [view]
         elif isinstance(texts, (str, bytes)):
             raise TypeError("expected a batch (list of str/bytes or a pyarrow array), got a single "
                             f"{type(texts).__name__}; wrap it in a list")
@@ -303,6 +313,28 @@ class Documents:
         """The documents as given, when they were given as str (else None)."""
         return self._strs
 
+    def segments(self) -> "tuple | None":
+        """(uint8 arrays holding the documents' bytes back to back, int64 offsets, known
+        valid) when the documents were given as a buffer (a pyarrow array, ``Packed``, the
+        JSONL reader's runs), not copied; else None. Not checked here."""
+        if self._segments is None and self._buf is None:
+            return None
+        segs = self._segments if self._segments is not None else \
+            [np.frombuffer(self._buf, np.uint8)]
+        return segs, self._offsets, self._valid
+
+    def _buffer(self) -> bytes:
+        """The buffer's bytes as one ``bytes`` (made once, from segments where they are)."""
+        if self._buf is None:
+            packed = getattr(self, "_packed", None)
+            self._buf = packed.buf if packed is not None else b"".join(self._segments)
+        return self._buf
+
+    def bytes_list(self) -> "Sequence[bytes] | None":
+        """The documents as bytes objects, when they were given as a list of bytes-like objects
+        (else None; not yet checked for UTF-8)."""
+        return self._bytes_list
+
     def iter_str(self) -> Iterator[str]:
         """Documents as valid Python str (surrogates already repaired the tiktoken way)."""
         if self._strs is not None:
@@ -312,17 +344,17 @@ class Documents:
             for i, b in enumerate(self._bytes_list):
                 yield self._decode(b, i)
         else:
-            buf, off = self._buf, self._offsets.tolist()
+            buf, off = self._buffer(), self._offsets.tolist()
             for i in range(len(off) - 1):
                 yield self._decode(buf[off[i]:off[i + 1]], i)
 
     def packed(self, utf8_check=None) -> tuple[bytes, np.ndarray]:
         """(UTF-8 buffer, int64 offsets of len n+1), validated per ``errors`` (``utf8_check``:
         a native checker, ``valid_utf8``'s ``check``)."""
-        if self._buf is not None and (self.errors == "strict" or self._valid):
+        if self._offsets is not None and (self.errors == "strict" or self._valid):
             if not self._valid:
                 self._validate_buffer(utf8_check)
-            return self._buf, self._offsets
+            return self._buffer(), self._offsets
         checked = self._bytes_list is not None and self.errors == "strict"
         if checked:
             parts = self._bytes_list
@@ -340,7 +372,7 @@ class Documents:
         return buf, offsets
 
     def _validate_buffer(self, check=None) -> None:
-        if not valid_documents(self._buf, self._offsets, check):
+        if not valid_documents(self._buffer(), self._offsets, check):
             for _ in self.iter_str():  # raises, naming the first invalid document
                 pass
         self._valid = True
@@ -351,7 +383,9 @@ def _is_arrow(obj) -> bool:
     return mod.startswith("pyarrow")
 
 
-def _arrow_buffers(arr) -> tuple[bytes, np.ndarray]:
+def _arrow_view(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(the documents' bytes as a uint8 array over the Arrow data buffer, not copied; int64
+    offsets from 0)."""
     import pyarrow as pa
 
     if isinstance(arr, pa.ChunkedArray):
@@ -366,17 +400,12 @@ def _arrow_buffers(arr) -> tuple[bytes, np.ndarray]:
     elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
         odt = np.int64
     elif hasattr(pa.types, "is_string_view") and (pa.types.is_string_view(t)):
-        return _arrow_buffers(arr.cast(pa.large_string()))
+        return _arrow_view(arr.cast(pa.large_string()))
     else:
         raise TypeError(f"expected a pyarrow string or binary array, got {t}")
     _validity, off_buf, data_buf = arr.buffers()[:3]
     offsets = np.frombuffer(off_buf, dtype=odt, count=len(arr) + 1 + arr.offset)[arr.offset:]
     offsets = offsets.astype(np.int64)
-    data = data_buf.to_pybytes() if data_buf is not None else b""
-    base = int(offsets[0])
-    if base:
-        data = data[base:int(offsets[-1])]
-        offsets = offsets - base
-    else:
-        data = data[:int(offsets[-1])]
-    return data, offsets
+    base, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data[base:end], offsets - base

@@ -525,11 +525,12 @@ GPUTOK_FN enc_u32 enc_merge_heap(GPUTOK_THREAD const EncMergeTable& t, GPUTOK_DE
 // Long runs, first in rounds: r, the lowest priority of any pair, is merged everywhere in one
 // left-to-right sweep (leftmost first where two r pairs overlap), then the next lowest, and so
 // on: a sequential pass over an array per round instead of three heap updates per merge. This
-// is the sequential rule as long as no merge makes a pair of priority below r: each merge is
-// then the lowest pair, leftmost (the pairs left of the sweep are all above r: a merge never
-// makes a pair of its own priority, since a token is not its own part), and the lowest pair of
-// the next round is the minimum the sweep saw. A new pair below r (a vocabulary whose merged
-// token ranks below a part), on a merge's left or on its right before the next part merges on,
+// is the sequential rule as long as no merge makes a pair of priority r or below: each merge
+// is then the lowest pair, leftmost (the pairs left of the sweep are all above r), and the
+// lowest pair of the next round is the minimum the sweep saw. A new pair not above r (a
+// vocabulary whose merged token ranks below a part; or one of r itself: a merge never makes a
+// pair of its own token, but SentencePiece ranks equal scores alike, and that pair is then the
+// leftmost of priority r), on a merge's left or on its right before the next part merges on,
 // ends the rounds there, and so does a round that merged fewer than
 // one part in ENC_ROUND_MIN_SHARE (the sweeps then cost at most that many times the merges):
 // the heap takes over from that state, which is the rule's own state after those merges.
@@ -610,7 +611,8 @@ GPUTOK_FN void enc_parts_out(GPUTOK_THREAD const EncByteParts& p, GPUTOK_DEV enc
 // One round: every pair of priority r merged in one left-to-right sweep over the m parts of
 // src, the output into ids / pr (never ahead of the part being read: in place for the arrays).
 // Returns the parts left; *best: the lowest priority of the output's pairs; *merges: how many
-// merges; *cut: a new pair below r ended the round (the parts after it copied over unmerged).
+// merges; *cut: a new pair not above r ended the round (the parts after it copied over
+// unmerged).
 template <class P>
 GPUTOK_FN enc_u32 enc_merge_round(GPUTOK_THREAD const EncMergeTable& t,
                                   GPUTOK_THREAD const P& src, GPUTOK_DEV enc_u32* ids,
@@ -627,7 +629,7 @@ GPUTOK_FN enc_u32 enc_merge_round(GPUTOK_THREAD const EncMergeTable& t,
     enc_u32 q = ENC_NO_MERGE;
     if (prev_new) {  // the pair the last merge made on its right, before tok merges on
       q = enc_pair_lookup(t, ids[w - 1], tok, &merged);
-      if (q < r) {  // below the round's priority: the heap goes on from here
+      if (q <= r) {  // not above the round's priority: the heap goes on from here
         for (; i < m; ++i) ids[w++] = enc_part_id(src, i);
         *best = low;
         *merges = count;
@@ -653,7 +655,7 @@ GPUTOK_FN enc_u32 enc_merge_round(GPUTOK_THREAD const EncMergeTable& t,
                                 : (prev_new ? q : prev_pr);
       pr[w - 1] = p;
       if (p < low) low = p;
-      if (p < r) {
+      if (p <= r) {
         ids[w++] = tok;
         for (; i < m; ++i) ids[w++] = enc_part_id(src, i);
         *best = low;

@@ -45,9 +45,11 @@ def available() -> tuple[bool, str]:
     return True, f"CuPy {cupy.__version__}, {n} CUDA device(s)"
 
 
-def create(device_id: "int | None" = None) -> DeviceBackend:
-    """The cuda backend on GPU ``device_id`` (default: CuPy's current device)."""
-    dev = CupyDevice(device_id)
+def create(device_id: "int | None" = None, *, memory=None) -> DeviceBackend:
+    """The cuda backend on GPU ``device_id`` (default: CuPy's current device). ``memory``: the
+    most device memory it may hold (bytes, or a size like ``"24G"``; default
+    ``$GPUTOK_CUDA_MEMORY``, else what the GPU has free)."""
+    dev = CupyDevice(device_id, memory=memory)
     name = "cuda" if device_id is None else f"cuda:{device_id}"
     return DeviceBackend(dev, name=name)
 

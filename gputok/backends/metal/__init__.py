@@ -26,9 +26,12 @@ Performance notes (design choices; nothing is timed on Apple hardware yet, for w
 ``bench/bench_metal.py`` is ready for a Mac's first run):
 * Carrying ids through ``encode_merge_short`` / ``encode_merge_long`` costs one copy of the
   final ids per stage (count_in[e] ids per entry, mostly one) instead of a read-write buffer.
-* The long-piece workspaces are outputs of ``encode_merge_long`` (MLX has no scratch buffers):
-  allocated per chunk whether or not a long piece exists. Skipping the launch when no entry is
-  that long needs the entry lengths on the host: a sync the driver avoids.
+* The long-piece workspaces are outputs of ``encode_merge_long`` / ``encode_merge_huge`` (MLX
+  has no scratch buffers): those shaders run only for a chunk whose longest entry needs them,
+  read on the host once per chunk (a wait for the chunk's steps so far), since each carries
+  every entry's ids through fresh outputs. No output is filled before a shader (no
+  ``init_value``): the shaders write what later steps read. Downloads are views of the
+  unified-memory buffers (the batch's output takes the ids once).
 * MLX's scans replace the reduce-then-scan kernels of ``encode_scan.cu``: MLX ships tuned
   Metal scans, and the emulator has nothing to prove there.
 """
@@ -47,8 +50,8 @@ INSTALL_HINT = 'on a Mac with Apple silicon: pip install "gputok[metal]"'
 SHADERS = ("encode_pretok_classify", "encode_pretok_spans", "encode_o200k_classify",
            "encode_o200k_spans", "encode_nfc_flags",
            "encode_nfc_compact", "encode_entries_compact", "encode_piece_kind",
-           "encode_merge_short", "encode_merge_long", "encode_wordpiece", "encode_emit_u16",
-           "encode_emit_u32") + SPM_SHADERS  # shaders/<name>.metal
+           "encode_merge_huge", "encode_merge_short", "encode_merge_long", "encode_wordpiece",
+           "encode_emit_u16", "encode_emit_u32") + SPM_SHADERS  # shaders/<name>.metal
 
 
 def available() -> tuple[bool, str]:

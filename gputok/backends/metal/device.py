@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ...stages.merge import HUGE_PIECE, LONG_PIECE
 from ...unicode import FORMS
 from ..protocol import DEVICE_FAMILIES, Capabilities, Device
 from .arrays import PAD, MetalArray, _mx_dtype, _oom_as_memory_error, _Pending
@@ -74,10 +75,12 @@ class MetalDevice(SpmMetalSteps, Device):
         self.memory_limit = memory_limit
         self.name = name or (f"metal ({gpu_name()})" if factory is None else "metal (custom)")
         self.oom_errors = (MemoryError,)  # MetalOutOfMemory included
-        self.launches: dict = {}
+        self.launches: dict = {}  # the driver's kernel launches, by name
+        self.shaders_run: dict = {}  # the shaders dispatched, by name (a step may need none)
         # what shaders/encode_{pretok,o200k,nfc}_*.metal cover: every scanner family and normal
         # form the CUDA kernels do (one the CUDA kernels gain later runs on the host here,
         # counted); a Metal form of every kernel with a ``_k_`` step below; no piece dedup
+        self._longest_of = None  # (pstart's array, its chunk's longest entry): _longest
         self.caps = Capabilities(own_scan=True, pretok_families=DEVICE_FAMILIES,
                                  normal_forms=FORMS, kernels=frozenset(_STEPS), dedup=False)
 
@@ -163,6 +166,7 @@ class MetalDevice(SpmMetalSteps, Device):
         self.mx.async_eval(*arrays)
 
     def _run(self, shader: str, grid, block, inputs, shapes, init_value=None) -> list:
+        self.shaders_run[shader] = self.shaders_run.get(shader, 0) + 1
         k = self.factory(shader)
         ins = []
         for x, (name, dt, ndim) in zip(inputs, k.shader.interface.inputs):
@@ -258,6 +262,10 @@ class MetalDevice(SpmMetalSteps, Device):
         doc_entry, count, n_docs1, out_doc = args
         self._gather(count, doc_entry, int(n_docs1), out_doc, np.int64)
 
+    # The merge steps' shaders write every output a later step reads (count past the entries
+    # too): no MLX ``init_value``, which fills every output, workspaces included, before the
+    # kernel runs.
+
     def _k_encode_piece_kind(self, g, b, args) -> None:
         (buf, pstart, spec, n_entries, w_slots, w_tok_bytes, w_bits, _slots, dbits, owner, count,
          scratch, cap) = args
@@ -266,7 +274,20 @@ class MetalDevice(SpmMetalSteps, Device):
         owner.a, count.a, scratch.a = self._run(
             "encode_piece_kind", g, b,
             [buf, pstart, spec, w_slots, w_tok_bytes, n_entries, w_bits, cap],
-            [owner.size, count.size, scratch.size], init_value=0)
+            [owner.size, count.size, scratch.size])
+
+    def _k_encode_merge_huge(self, g, b, args) -> None:
+        (buf, pstart, n_entries, owner, t_slots, t_bits, byte_ids, scratch, prio_ws, nxt, prv,
+         heap, seg_ws, count, cap) = args
+        if self._longest(pstart, n_entries) < HUGE_PIECE:
+            return  # no such piece: no launch, nothing carried
+        outs = self._run(
+            "encode_merge_huge", g, b,
+            [buf, pstart, owner, t_slots, byte_ids, scratch, count, n_entries, t_bits, cap],
+            [scratch.size, count.size, owner.size, prio_ws.size, nxt.size, prv.size, heap.size,
+             seg_ws.size])
+        for h, o in zip((scratch, count, owner, prio_ws, nxt, prv, heap, seg_ws), outs):
+            h.a = o
 
     def _k_encode_merge_short(self, g, b, args) -> None:
         (buf, pstart, n_entries, owner, t_slots, t_bits, byte_ids, scratch, prio_ws, count,
@@ -274,19 +295,36 @@ class MetalDevice(SpmMetalSteps, Device):
         scratch.a, count.a, prio_ws.a = self._run(
             "encode_merge_short", g, b,
             [buf, pstart, owner, t_slots, byte_ids, scratch, count, n_entries, t_bits, cap],
-            [scratch.size, count.size, prio_ws.size], init_value=0)
+            [scratch.size, count.size, prio_ws.size])
 
     def _k_encode_merge_long(self, g, b, args) -> None:
         (buf, pstart, n_entries, owner, t_slots, t_bits, byte_ids, join, scratch, where, nxt, prv,
          heap, tree, size, count, cap) = args
+        if self._longest(pstart, n_entries) < LONG_PIECE:
+            return  # no long piece: no launch, no workspace, nothing carried
         outs = self._run(
             "encode_merge_long", g, b,
             [buf, pstart, owner, t_slots, byte_ids, join, scratch, count, n_entries, t_bits, cap],
             [scratch.size, count.size, where.size, nxt.size, prv.size, heap.size, tree.size,
-             size.size], init_value=0)
-        scratch.a, count.a = outs[0], outs[1]
-        for h, o in zip((where, nxt, prv, heap, tree, size), outs[2:]):
+             size.size])
+        for h, o in zip((scratch, count, where, nxt, prv, heap, tree, size), outs):
             h.a = o
+
+    def _longest(self, pstart: MetalArray, n_entries) -> int:
+        """The chunk's longest entry in bytes, read on the host: the long-piece shaders run
+        only for a chunk that has such a piece (most have none), where each would carry every
+        entry's ids through fresh outputs and allocate 20 bytes of workspace per byte of text.
+        The read waits for the chunk's steps so far (the queued work keeps the GPU busy
+        meanwhile); it is made once per chunk (both shaders ask with the same ``pstart``)."""
+        got = self._longest_of
+        if got is not None and got[0] is pstart.a:
+            return got[1]
+        mx = self.mx
+        n = int(n_entries.a[0].item()) if isinstance(n_entries, MetalArray) else int(n_entries)
+        x = pstart.a
+        longest = int(mx.max(x[1:n] - x[:n - 1]).item()) if n > 1 else 0
+        self._longest_of = (x, longest)
+        return longest
 
     def _k_encode_wordpiece(self, g, b, args) -> None:
         (buf, pstart, spec, n_entries, t_slots, t_bits, cont, unk, max_chars, owner, count,
@@ -294,7 +332,7 @@ class MetalDevice(SpmMetalSteps, Device):
         owner.a, count.a, scratch.a = self._run(
             "encode_wordpiece", g, b,
             [buf, pstart, spec, t_slots, n_entries, t_bits, cont, unk, max_chars, cap],
-            [owner.size, count.size, scratch.size], init_value=0)
+            [owner.size, count.size, scratch.size])
 
     def _k_encode_emit_u16(self, g, b, args) -> None:
         self._emit("encode_emit_u16", g, b, args)

@@ -49,8 +49,10 @@ from ..._cache import cache_dir, write_atomic
 from .. import kernels
 
 #: kernel files compiled for the host; encode_scan.cu's block scans (shared memory, barriers)
-#: have a host form in the runtime instead (NativeDevice.scan)
-HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
+#: have a host form in the runtime instead (NativeDevice.scan), and encode_merge_huge.cu's
+#: block-wide merge is for GPUs (a host thread merges a long piece alone, fast enough there)
+HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
+                   if f not in ("encode_scan.cu", "encode_merge_huge.cu"))
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
@@ -100,7 +102,27 @@ def find_compiler() -> tuple["str | None", str]:
 
 
 def flags() -> tuple:
-    return BASE_FLAGS + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", "")))
+    python = python_header()
+    return BASE_FLAGS + ((f"-I{python[0]}",) if python else ()) + \
+        tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", "")))
+
+
+@functools.lru_cache(maxsize=None)
+def python_header() -> "tuple[str, str] | None":
+    """(include directory, the interpreter's ABI) where this CPython's ``Python.h`` is
+    installed, else None: the str packer (``host_pack.h``) reads str objects through the
+    interpreter's public C API, so it is built against this interpreter's header (and the
+    library's key changes with the interpreter); without the header there is no native str
+    packer and Python encodes str documents."""
+    import sys
+    import sysconfig
+
+    if sys.implementation.name != "cpython":
+        return None
+    inc = sysconfig.get_paths().get("include")
+    if not inc or not os.path.isfile(os.path.join(inc, "Python.h")):
+        return None
+    return inc, f"{sys.implementation.cache_tag} {sysconfig.get_config_var('SOABI')}"
 
 
 _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.M)
@@ -137,8 +159,11 @@ def translation_units() -> dict[str, str]:
         f'#line 1 "<launch tables>"\n{tables}')}
     units["host_runtime.cpp"] = _unit_text(f'#line 1 "dialect_host.h"\n{dialect}\n'
                                  f'#line 1 "host_runtime.h"\n{_read("host_runtime.h")}')
+    python = python_header()
+    py_head = ('#define GPUTOK_HOST_PYTHON 1\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n'
+               f'// (the interpreter: {python[1]})\n' if python else "")
     units["host_jsonl.cpp"] = _unit_text(
-        f'#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
+        f'{py_head}#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
         f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
         f'#line 1 "host_lists.h"\n{_read("host_lists.h")}')

@@ -88,7 +88,7 @@ class NativeDevice(OneCalls, SpmCalls, Device):
             chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
             inline_max_bytes=INLINE_ANY if self.threads == 1 else INLINE_MAX_BYTES,
             text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True,
-            spm_inline=True)
+            spm_inline=True, kernels=frozenset(self.lib.kernels))
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
         self._count_lock = threading.Lock()

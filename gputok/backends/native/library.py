@@ -62,13 +62,23 @@ class _Library:
             threads = 1
         # the host helpers the native backend gives the stages (``HostTools``): the UTF-8
         # check of bytes input, the str packer, the id lists (each kept only where it checks out)
-        self.utf8_check = lambda buf, n: lib.gputok_utf8_valid(buf, n, threads)
-        lib.gputok_str_layout.argtypes = [vp, ll, i, i, i, i, vp, vp, vp, vp]
-        lib.gputok_str_layout.restype = None
+        def utf8_check(buf, n: int) -> int:  # (bytes, or an array such as a staging buffer)
+            if isinstance(buf, np.ndarray):
+                buf = ctypes.cast(buf.ctypes.data, ctypes.c_char_p)
+            return lib.gputok_utf8_valid(buf, n, threads)
+
+        self.utf8_check = utf8_check
         lib.gputok_pack_utf8.argtypes = [vp, vp, vp, ll, vp]
         lib.gputok_pack_utf8.restype = ll
-        layout = pack.StrLayout(lib.gputok_str_layout, lib.gputok_pack_utf8)
-        self.packer = layout if layout.usable else None
+        lib.gputok_pack_utf8_parts.argtypes = [vp, vp, vp, vp, ll, vp, i]
+        lib.gputok_pack_utf8_parts.restype = ll
+        self.packer = None
+        locate = getattr(lib, "gputok_str_locate", None)  # (built with this Python's header)
+        if locate is not None:
+            locate.argtypes = [vp, ll, i, vp, vp, vp, vp]
+            locate.restype = None
+            layout = pack.StrLayout(locate, lib.gputok_pack_utf8, lib.gputok_pack_utf8_parts)
+            self.packer = layout if layout.usable else None
         py_lib = ctypes.PyDLL(self.path)  # (its list builders make Python objects: GIL held)
         id_list, id_list_parts = py_lib.gputok_id_list, py_lib.gputok_id_list_parts
         id_list.argtypes = [vp, i, ll, vp, ll]

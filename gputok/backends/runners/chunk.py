@@ -28,6 +28,7 @@ class InFlight:
     doc: object  # a pending download of the document offsets
     ids: object = None
     marks: list = field(default_factory=list)
+    index: int = 0  # the chunk's place in its batch (``emit.Placement``)
 
 
 
@@ -147,9 +148,12 @@ class ChunkRunner:
             with self.dev.stream(st.slot):
                 st.ids = self.dev.download("ids", st.out, int(doc[-1]))
 
-    def finish(self, st: InFlight, parts: list) -> None:
+    def finish(self, st: InFlight, parts: list, place=None) -> None:
+        """The chunk's results to ``parts`` ((d0, ids, lengths)); with ``place`` (a Placement)
+        its ids are copied into their place in the batch's output straight from the download
+        (the part then carries None): chunks finish in order, so the copy is made here."""
         self.advance(st)
-        ids = st.ids.result()
+        ids = st.ids.view() if place is not None else st.ids.result()
         doc = st.doc.result()
         if self.be.profile is not None and st.marks:
             names = [m[0] for m in st.marks]
@@ -157,6 +161,9 @@ class ChunkRunner:
                      for i in range(len(names) - 1)}
             self.be.profile.append({"bytes": st.hc.n, "docs": st.hc.n_docs, "ms": times})
         st.out = None
+        if place is not None:
+            place.place(st.index, ids, borrowed=True)
+            ids = None
         parts.append((st.hc.d0, ids, np.diff(doc)))
 
     def time_kernels(self, model, texts, repeat: int = 3) -> dict:
