@@ -268,9 +268,9 @@ class DeviceThreads:
                 try:
                     ids, offsets = fut.result()
                 except DisallowedSpecialError as e:
-                    raise _SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
+                    raise SpecialInBatch(e.token, getattr(e, "doc", 0)) from None
                 yield b, ids, offsets
-        except _SpecialInBatch as e:
+        except SpecialInBatch as e:
             e.batch = b
             raise
         finally:
