@@ -1,0 +1,421 @@
+// host_train_words.h: host only. The word counter of BPE training (gputok/train/native.py):
+// documents in, unique words and their counts out, on every core. A translation unit of the
+// native CPU device's library (gputok/backends/native_build.py), not a kernel.
+//
+// A batch of documents (UTF-8, back to back, with their offsets) is cut into ranges of whole
+// documents of about TRAIN_RANGE_BYTES; worker threads take ranges in turn. For each range a
+// worker runs the pre-tokenizer the encoder runs (gputok_native_chunk_pretok: the same kernels,
+// the same pinned Unicode class tables; one segment per document, so no word crosses a
+// document) and counts every piece (a *word*, HF's Split isolated: the pattern's matches and
+// the gaps between them; the supported patterns leave no gaps) in its own table, whose keys
+// point into the batch. At the end of the batch each worker moves its table into the shared
+// one, shard by shard (64 shards by hash, a lock each: workers rarely wait on each other, and
+// the shared table never holds a word twice).
+//
+// THE PRUNE RULE (bounded memory): when the shared table's bytes pass the budget after a batch,
+// every word counted at most `floor` times so far is dropped, floor = 1, 2, 4, ... until the
+// table is under half the budget; the floor stays (words seen again start from 0, so their
+// counts are low by what was dropped). Merges equal HF's only when nothing was dropped; the
+// caller reads `pruned` and says so. With no pruning the counts are exact.
+//
+// Performance notes: the pre-tokenizer is ~60% of a core's time on prose and the table ~30%
+// (one probe per piece, most of them hits on a few thousand common words that stay in cache).
+// Ranges of 1 MB keep a worker's workspace (6 bytes per byte) at ~6 MB. Tried and dropped:
+// one shared table under a single lock (the second core waited ~25% of the time on it).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+extern "C" long long gputok_native_chunk_pretok(
+    const unsigned char* buf, long long n, const unsigned* mpos, const unsigned char* mbits,
+    long long n_marks, const unsigned char* cls_table, const unsigned char* letters,
+    unsigned n_letters, int o200k, int gpt2, int digit_group, int end_whole, unsigned char* mark,
+    unsigned char* cls, unsigned* ent);
+
+#ifndef TRAIN_EXPORT
+#define TRAIN_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
+
+namespace train_words {
+
+constexpr long long TRAIN_RANGE_BYTES = 1 << 20;
+constexpr int SHARD_BITS = 6;
+constexpr int N_SHARDS = 1 << SHARD_BITS;
+constexpr unsigned char SEG_START = 1, SEG_END = 2;  // ENC_SEG_START / ENC_SEG_END
+
+// THE WORD HASH: 8 bytes at a time, each word multiplied in and folded (a 64-bit
+// multiply-xorshift mix); the top SHARD_BITS pick the shard, the low bits the slot, the high
+// 32 are kept as the slot's tag.
+inline uint64_t word_hash(const uint8_t* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);  // n < 8 (0 copies nothing)
+  h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 32;
+  h *= 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 29);
+}
+
+// A worker's table for one batch: keys point into the batch (no copies).
+struct Local {
+  struct Slot {
+    uint64_t hash;
+    const uint8_t* p;
+    uint32_t len;
+    uint32_t count;  // a batch is < 4 GB, so a count in it fits
+  };
+  std::vector<Slot> slots;
+  size_t used = 0;
+
+  void reset(size_t cap) {
+    slots.assign(cap, Slot{0, nullptr, 0, 0});
+    used = 0;
+  }
+  void add(uint64_t h, const uint8_t* p, uint32_t len) {
+    if (slots.empty()) reset(1 << 12);
+    size_t mask = slots.size() - 1;
+    for (size_t s = h & mask;; s = (s + 1) & mask) {
+      Slot& e = slots[s];
+      if (e.count == 0) {
+        e = Slot{h, p, len, 1};
+        if (++used * 4 > slots.size() * 3) grow();
+        return;
+      }
+      if (e.hash == h && e.len == len && std::memcmp(e.p, p, len) == 0) {
+        ++e.count;
+        return;
+      }
+    }
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots);
+    slots.assign(old.size() * 2, Slot{0, nullptr, 0, 0});
+    size_t mask = slots.size() - 1;
+    for (const Slot& e : old) {
+      if (!e.count) continue;
+      size_t s = e.hash & mask;
+      while (slots[s].count) s = (s + 1) & mask;
+      slots[s] = e;
+    }
+  }
+};
+
+// One shard of the shared table. Words live in `arena` as (u32 length, bytes); a slot holds the
+// hash's high 32 bits, the word's arena offset and its count (0: free).
+struct Shard {
+  struct Slot {
+    uint32_t tag;
+    uint32_t off;
+    int64_t count;
+  };
+  std::mutex mu;
+  std::vector<Slot> slots;
+  std::vector<uint8_t> arena;
+  size_t used = 0;
+
+  size_t bytes() const { return slots.capacity() * sizeof(Slot) + arena.capacity(); }
+  uint32_t len_at(uint32_t off) const {
+    uint32_t n;
+    std::memcpy(&n, arena.data() + off, 4);
+    return n;
+  }
+  void add(uint64_t h, const uint8_t* p, uint32_t len, int64_t c) {
+    if (slots.empty()) slots.assign(1 << 10, Slot{0, 0, 0});
+    size_t mask = slots.size() - 1;
+    const uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t s = (h >> SHARD_BITS) & mask;; s = (s + 1) & mask) {
+      Slot& e = slots[s];
+      if (e.count == 0) {
+        if (arena.size() + 4 + len > 0xFFFFFFFFull) throw std::length_error("shard arena");
+        e.tag = tag;
+        e.off = (uint32_t)arena.size();
+        e.count = c;
+        arena.resize(arena.size() + 4 + len);
+        std::memcpy(arena.data() + e.off, &len, 4);
+        std::memcpy(arena.data() + e.off + 4, p, len);
+        if (++used * 4 > slots.size() * 3) rehash(slots.size() * 2);
+        return;
+      }
+      if (e.tag == tag && len_at(e.off) == len &&
+          std::memcmp(arena.data() + e.off + 4, p, len) == 0) {
+        e.count += c;
+        return;
+      }
+    }
+  }
+  // Rebuild with `cap` slots, keeping the words whose count is above `floor` (0: all).
+  void rehash(size_t cap, int64_t floor = 0, int64_t* dropped_words = nullptr,
+              int64_t* dropped_count = nullptr) {
+    std::vector<Slot> old;
+    old.swap(slots);
+    std::vector<uint8_t> old_arena;
+    if (floor > 0) old_arena.swap(arena);
+    slots.assign(cap, Slot{0, 0, 0});
+    used = 0;
+    size_t mask = cap - 1;
+    for (const Slot& e : old) {
+      if (!e.count) continue;
+      Slot f = e;
+      if (floor > 0) {
+        if (e.count <= floor) {
+          ++*dropped_words;
+          *dropped_count += e.count;
+          continue;
+        }
+        uint32_t n;
+        std::memcpy(&n, old_arena.data() + e.off, 4);
+        f.off = (uint32_t)arena.size();
+        arena.insert(arena.end(), old_arena.begin() + e.off, old_arena.begin() + e.off + 4 + n);
+      }
+      // the slot from the same hash bits add() used: the tag's bits are the hash's high 32,
+      // the index bits are not kept, so recompute them from the word
+      const uint8_t* w = arena.data() + f.off + 4;
+      const uint64_t h = word_hash(w, len_at(f.off));
+      size_t s = (h >> SHARD_BITS) & mask;
+      while (slots[s].count) s = (s + 1) & mask;
+      slots[s] = f;
+      ++used;
+    }
+    if (floor > 0) arena.shrink_to_fit();
+  }
+};
+
+struct Counter {
+  Shard shards[N_SHARDS];
+  // pre-tokenizer tables (the encoder's, for one pattern; owned by the caller)
+  const uint8_t* cls_table;
+  const uint8_t* letters;
+  uint32_t n_letters;
+  int o200k, gpt2, digit_group, end_whole;
+  int threads;
+  int64_t budget;  // bytes of the shared table before THE PRUNE RULE (0: none)
+  int64_t floor = 0;
+  int64_t pruned_words = 0, pruned_count = 0;
+  int64_t pieces = 0;
+
+  size_t bytes() const {
+    size_t b = 0;
+    for (const Shard& s : shards) b += s.bytes();
+    return b;
+  }
+  int64_t n_words() const {
+    int64_t n = 0;
+    for (const Shard& s : shards) n += (int64_t)s.used;
+    return n;
+  }
+};
+
+struct Workspace {
+  std::vector<uint8_t> mark, cls;
+  std::vector<uint32_t> ent, mpos;
+  std::vector<uint8_t> mbits;
+  Local local;
+};
+
+// Count the pieces of documents [d0, d1) of the batch into `local`.
+inline int64_t count_range(const Counter& c, Workspace& ws, const uint8_t* buf,
+                           const int64_t* off, int64_t d0, int64_t d1) {
+  const int64_t base = off[d0], n = off[d1] - base;
+  if (n <= 0) return 0;
+  ws.mpos.clear();
+  ws.mbits.clear();
+  for (int64_t d = d0; d < d1; ++d) {
+    if (off[d + 1] == off[d]) continue;
+    const uint32_t s = (uint32_t)(off[d] - base), e = (uint32_t)(off[d + 1] - base);
+    if (!ws.mpos.empty() && ws.mpos.back() == s) {
+      ws.mbits.back() |= SEG_START;
+    } else {
+      ws.mpos.push_back(s);
+      ws.mbits.push_back(SEG_START);
+    }
+    ws.mpos.push_back(e);
+    ws.mbits.push_back(SEG_END);
+  }
+  const size_t m = (size_t)n + 2;
+  if (ws.mark.size() < m) {
+    ws.mark.resize(m);
+    ws.cls.resize(m);
+    ws.ent.resize(m);
+  }
+  const long long k = gputok_native_chunk_pretok(
+      buf + base, n, ws.mpos.data(), ws.mbits.data(), (long long)ws.mpos.size(), c.cls_table,
+      c.letters, c.n_letters, c.o200k, c.gpt2, c.digit_group, c.end_whole, ws.mark.data(),
+      ws.cls.data(), ws.ent.data());
+  // ent[0 .. k) are the entries' starts, the last one the sentinel (n)
+  const uint32_t* ent = ws.ent.data();
+  const uint8_t* p = buf + base;
+  for (long long e = 0; e + 1 < k; ++e) {
+    const uint32_t a = ent[e], len = ent[e + 1] - a;
+    ws.local.add(word_hash(p + a, len), p + a, len);
+  }
+  return k > 0 ? k - 1 : 0;
+}
+
+inline void flush(Counter& c, Local& local, int first_shard) {
+  // group the entries by shard, then take each shard's lock once
+  std::vector<uint32_t> start(N_SHARDS + 1, 0);
+  for (const Local::Slot& e : local.slots)
+    if (e.count) ++start[(e.hash >> (64 - SHARD_BITS)) + 1];
+  for (int s = 0; s < N_SHARDS; ++s) start[s + 1] += start[s];
+  std::vector<uint32_t> order(start[N_SHARDS]);
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  for (uint32_t i = 0; i < local.slots.size(); ++i) {
+    const Local::Slot& e = local.slots[i];
+    if (e.count) order[fill[e.hash >> (64 - SHARD_BITS)]++] = i;
+  }
+  for (int k = 0; k < N_SHARDS; ++k) {
+    const int s = (first_shard + k) & (N_SHARDS - 1);
+    if (start[s] == start[s + 1]) continue;
+    std::lock_guard<std::mutex> g(c.shards[s].mu);
+    for (uint32_t j = start[s]; j < start[s + 1]; ++j) {
+      const Local::Slot& e = local.slots[order[j]];
+      c.shards[s].add(e.hash, e.p, e.len, e.count);
+    }
+  }
+  local.slots.clear();
+  local.slots.shrink_to_fit();
+  local.used = 0;
+}
+
+inline void prune(Counter& c) {
+  if (c.budget <= 0 || (int64_t)c.bytes() <= c.budget) return;
+  while ((int64_t)c.bytes() > c.budget / 2) {
+    c.floor = c.floor ? 2 * c.floor : 1;
+    for (Shard& s : c.shards) {
+      size_t keep = 0;
+      for (const Shard::Slot& e : s.slots) keep += e.count > c.floor;
+      size_t cap = 1 << 10;
+      while (cap * 3 < keep * 4 + 4) cap *= 2;
+      s.rehash(cap, c.floor, &c.pruned_words, &c.pruned_count);
+      s.slots.shrink_to_fit();
+    }
+    if (c.n_words() == 0) break;
+  }
+}
+
+}  // namespace train_words
+
+// A counter for one pre-tokenizer (the encoder's tables for the pattern; they must outlive it).
+TRAIN_EXPORT void* gputok_train_words_new(const unsigned char* cls_table,
+                                          const unsigned char* letters, unsigned n_letters,
+                                          int o200k, int gpt2, int digit_group, int end_whole,
+                                          int threads, long long budget) {
+  auto* c = new train_words::Counter();
+  c->cls_table = cls_table;
+  c->letters = letters;
+  c->n_letters = n_letters;
+  c->o200k = o200k;
+  c->gpt2 = gpt2;
+  c->digit_group = digit_group;
+  c->end_whole = end_whole;
+  c->threads = threads < 1 ? 1 : threads;
+  c->budget = budget;
+  return c;
+}
+
+TRAIN_EXPORT void gputok_train_words_free(void* ctx) {
+  delete static_cast<train_words::Counter*>(ctx);
+}
+
+// Count the words of documents buf[off[d] .. off[d + 1]) for d < n_docs (a batch < 4 GB).
+// Returns 0, or -1 when memory ran out (the counter is then unusable).
+TRAIN_EXPORT int gputok_train_words_add(void* ctx, const unsigned char* buf,
+                                        const long long* off, long long n_docs) {
+  using namespace train_words;
+  Counter& c = *static_cast<Counter*>(ctx);
+  // ranges of whole documents of about TRAIN_RANGE_BYTES
+  std::vector<int64_t> cuts{0};
+  for (int64_t d = 0; d < n_docs; ++d)
+    if (off[d + 1] - off[cuts.back()] >= TRAIN_RANGE_BYTES) cuts.push_back(d + 1);
+  if (cuts.back() != n_docs) cuts.push_back(n_docs);
+  const int64_t n_ranges = (int64_t)cuts.size() - 1;
+  if (n_ranges <= 0) return 0;
+  std::atomic<int64_t> next{0}, pieces{0};
+  std::atomic<int> failed{0};
+  auto work = [&](int t) {
+    try {
+      Workspace ws;
+      int64_t mine = 0;
+      for (int64_t r; (r = next.fetch_add(1)) < n_ranges;)
+        mine += count_range(c, ws, buf, (const int64_t*)off, cuts[r], cuts[r + 1]);
+      pieces += mine;
+      ws.mark.clear();
+      ws.mark.shrink_to_fit();
+      ws.cls.clear();
+      ws.cls.shrink_to_fit();
+      ws.ent.clear();
+      ws.ent.shrink_to_fit();
+      flush(c, ws.local, t * (N_SHARDS / 8));
+    } catch (const std::exception&) {
+      failed = 1;
+    }
+  };
+  const int nt = (int)std::min<int64_t>(c.threads, n_ranges);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  if (failed) return -1;
+  c.pieces += pieces;
+  try {
+    prune(c);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return 0;
+}
+
+// [unique words, their bytes, table bytes, pieces counted, floor, words pruned, count pruned]
+TRAIN_EXPORT void gputok_train_words_stats(void* ctx, long long* out) {
+  auto& c = *static_cast<train_words::Counter*>(ctx);
+  long long bytes = 0;
+  for (const auto& s : c.shards)
+    for (const auto& e : s.slots)
+      if (e.count) bytes += s.len_at(e.off);
+  out[0] = c.n_words();
+  out[1] = bytes;
+  out[2] = (long long)c.bytes();
+  out[3] = c.pieces;
+  out[4] = c.floor;
+  out[5] = c.pruned_words;
+  out[6] = c.pruned_count;
+}
+
+// Every word (stats' counts of them): bytes back to back, offsets (n + 1), counts; words of
+// fewer than `min_len` bytes are left out (and `out_n` says how many were written). The
+// shards are released as they are copied.
+TRAIN_EXPORT void gputok_train_words_export(void* ctx, unsigned char* bytes, long long* offsets,
+                                            long long* counts, long long min_len,
+                                            long long* out_n) {
+  auto& c = *static_cast<train_words::Counter*>(ctx);
+  long long k = 0, at = 0;
+  offsets[0] = 0;
+  for (auto& s : c.shards) {
+    for (const auto& e : s.slots) {
+      if (!e.count) continue;
+      const uint32_t n = s.len_at(e.off);
+      if ((long long)n < min_len) continue;
+      std::memcpy(bytes + at, s.arena.data() + e.off + 4, n);
+      at += n;
+      counts[k] = e.count;
+      offsets[++k] = at;
+    }
+    std::vector<train_words::Shard::Slot>().swap(s.slots);
+    std::vector<uint8_t>().swap(s.arena);
+    s.used = 0;
+  }
+  *out_n = k;
+}
