@@ -67,15 +67,12 @@ struct Pair {
   int64_t count;
   uint64_t list_off;  // its words: pool[list_off .. list_off + list_len)
   uint32_t list_len;
-  uint32_t mark;         // 1 + the last word that added to it (building a list: each word once)
-  uint32_t gained_step;  // the last step that gained it
-  uint32_t slot;         // its place in that step's `gained`
+  uint32_t mark;  // 1 + the last word added to its list (a word goes in once)
 };
 
-struct Entry {
+struct Entry {  // a heap entry: the pair's record is found by its key
   int64_t count;
   uint64_t key;
-  uint32_t pair;
 };
 
 // THE COMPARATOR, as std::push_heap's "less": a is below b when b is better
@@ -161,21 +158,19 @@ struct Trainer {
   uint32_t next_id = 0;
   int64_t vocab_len = 0;
   uint32_t step = 0;
-  // a step's pairs gained: (pair, word), and the distinct pairs
-  std::vector<std::pair<uint32_t, uint32_t>> gains;
-  std::vector<uint32_t> gained, added;  // distinct pairs gained; words each gained in, then
-                                        // where its list goes
+  // a step's gains: pair << 32 | word, each (pair, word) once
+  std::vector<uint64_t> gains;
 
   uint32_t pair_of(uint64_t key) {
     bool made;
     const uint32_t p = index.find_or_add(key, (uint32_t)pairs.size(), &made);
-    if (made) pairs.push_back(Pair{key, 0, 0, 0, 0, 0, 0});
+    if (made) pairs.push_back(Pair{key, 0, 0, 0, 0});
     return p;
   }
 
   void build() {
     const size_t n_words = wlen.size();
-    index.init(std::min<size_t>(sym.size(), 1 << 22));
+    index.init(1 << 12);  // (it grows: a corpus's byte pairs are a few thousand)
     // first pass: counts, and the number of distinct words of each pair
     for (uint32_t w = 0; w < n_words; ++w) {
       const uint32_t* s = sym.data() + wstart[w];
@@ -207,10 +202,32 @@ struct Trainer {
       }
     }
     heap.reserve(pairs.size());
-    for (uint32_t k = 0; k < pairs.size(); ++k)
-      if (pairs[k].count > 0) heap.push_back(Entry{pairs[k].count, pairs[k].key, k});
+    for (const Pair& p : pairs)
+      if (p.count > 0) heap.push_back(Entry{p.count, p.key});
     std::make_heap(heap.begin(), heap.end(), Below());
     seen.assign(n_words, 0);
+  }
+
+  // Room for `more` pool entries. When the pool is full, the lists of pairs that no word holds
+  // any more (count 0: merged, or merged away) are dropped and the live ones packed into a
+  // new pool first, so the pool stays near the live lists' size instead of growing with every
+  // step's gains.
+  void reserve_pool(size_t more) {
+    if (pool.size() + more <= pool.capacity()) return;
+    size_t live = 0;
+    for (Pair& p : pairs) {
+      if (p.count <= 0) p.list_len = 0;
+      live += p.list_len;
+    }
+    std::vector<uint32_t> fresh;
+    fresh.reserve(live + more + (live + more) / 2);
+    for (Pair& p : pairs) {
+      const uint64_t to = fresh.size();
+      fresh.insert(fresh.end(), pool.begin() + p.list_off,
+                   pool.begin() + p.list_off + p.list_len);
+      p.list_off = to;
+    }
+    pool.swap(fresh);
   }
 
   void change(uint64_t key, int64_t delta) { pairs[index.find(key)].count += delta; }
@@ -219,17 +236,9 @@ struct Trainer {
     const uint32_t k = pair_of(key);
     Pair& p = pairs[k];
     p.count += delta;
-    if (p.gained_step != step) {
-      p.gained_step = step;
-      p.slot = (uint32_t)gained.size();
-      p.mark = 0;
-      gained.push_back(k);
-      added.push_back(0);
-    }
-    if (p.mark != w + 1) {
+    if (p.mark != w + 1) {  // (a word already in the list from an earlier step stays once)
       p.mark = w + 1;
-      gains.emplace_back(k, w);
-      ++added[p.slot];
+      gains.push_back((uint64_t)k << 32 | w);
     }
   }
 
@@ -254,7 +263,7 @@ struct Trainer {
       std::pop_heap(heap.begin(), heap.end(), Below());
       Entry e = heap.back();
       heap.pop_back();
-      const int64_t cur = pairs[e.pair].count;
+      const int64_t cur = pairs[index.find(e.key)].count;
       if (cur != e.count) {  // stale: its count fell since it was pushed
         if (cur > 0) {
           e.count = cur;
@@ -279,12 +288,10 @@ struct Trainer {
     const uint32_t a = (uint32_t)(best.key >> 32), b = (uint32_t)best.key;
     const uint32_t c = new_id(a, b);
     const uint64_t merged = best.key;
-    Pair& top = pairs[best.pair];
+    Pair& top = pairs[index.find(merged)];
     top.count = 0;  // retired: no occurrence is left after this step
     ++step;
     gains.clear();
-    gained.clear();
-    added.clear();
     const uint64_t list_off = top.list_off;
     const uint32_t list_len = top.list_len;
     for (uint32_t j = 0; j < list_len; ++j) {
@@ -318,29 +325,33 @@ struct Trainer {
       }
       wlen[w] = o;
     }
-    // the gained pairs' word lists, moved to the end of the pool and extended. (A gained pair
-    // is always new in HF's rule, its old list empty; the copy keeps any other case whole.)
-    uint64_t at = pool.size();
-    for (size_t i = 0; i < gained.size(); ++i) {
-      const uint32_t more = added[i];
-      added[i] = (uint32_t)(at - pool.size());  // now: where its list goes, from the old end
-      at += pairs[gained[i]].list_len + more;
+    // the gained pairs' lists: grouped by pair (words ascending), each moved to the end of the
+    // pool and extended. (A gained pair is always new in HF's rule, its old list empty; the
+    // copy keeps any other case whole.) Then their heap entries.
+    std::sort(gains.begin(), gains.end());
+    size_t more = 0;
+    for (size_t i = 0; i < gains.size();) {
+      const uint32_t k = (uint32_t)(gains[i] >> 32);
+      size_t j = i;
+      while (j < gains.size() && (uint32_t)(gains[j] >> 32) == k) ++j;
+      more += pairs[k].list_len + (j - i);
+      i = j;
     }
-    const uint64_t end = pool.size();
-    pool.resize(at);
-    for (size_t i = 0; i < gained.size(); ++i) {
-      Pair& p = pairs[gained[i]];
-      const uint64_t to = end + added[i];
-      if (p.list_len) std::memmove(pool.data() + to, pool.data() + p.list_off, 4ull * p.list_len);
+    reserve_pool(more);
+    for (size_t i = 0; i < gains.size();) {
+      const uint32_t k = (uint32_t)(gains[i] >> 32);
+      Pair& p = pairs[k];
+      size_t j = i;
+      while (j < gains.size() && (uint32_t)(gains[j] >> 32) == k) ++j;
+      const uint64_t to = pool.size();
+      pool.resize(to + p.list_len + (j - i));  // (within the reserved room: no reallocation)
+      std::memmove(pool.data() + to, pool.data() + p.list_off, 4ull * p.list_len);
+      uint32_t* w = pool.data() + to + p.list_len;
+      for (; i < j; ++i) *w++ = (uint32_t)gains[i];
       p.list_off = to;
-    }
-    for (const auto& g : gains) {
-      Pair& p = pairs[g.first];
-      pool[p.list_off + p.list_len++] = g.second;
-    }
-    for (uint32_t k : gained) {
-      if (pairs[k].count > 0) {
-        heap.push_back(Entry{pairs[k].count, pairs[k].key, k});
+      p.list_len = (uint32_t)(pool.size() - to);
+      if (p.count > 0) {
+        heap.push_back(Entry{p.count, p.key});
         std::push_heap(heap.begin(), heap.end(), Below());
       }
     }
@@ -350,13 +361,14 @@ struct Trainer {
 
 }  // namespace train_merge
 
-// A trainer over words ids[offsets[w] .. offsets[w + 1]) counted counts[w] times (words of
-// fewer than two symbols are skipped). `tok_bytes`/`tok_off`: the bytes of ids 0 .. n_ids - 1
-// (an id that stands for no byte string has none); `reserved`/`res_off`/`res_id`: n_reserved
-// byte strings and the ids a merge spelling them takes. New ids start at n_ids.
-// Returns null when memory runs out.
-TRAIN_EXPORT void* gputok_train_merge_new(const unsigned* ids, const long long* offsets,
+// A trainer over words data[offsets[w] .. offsets[w + 1]) (bytes) counted counts[w] times, each
+// byte b the symbol byte_ids[b] (words of fewer than two bytes are skipped). `tok_bytes` /
+// `tok_off`: the bytes of ids 0 .. n_ids - 1 (an id that stands for no byte string has none);
+// `reserved`/`res_off`/`res_id`: n_reserved byte strings and the ids a merge spelling them
+// takes. New ids start at n_ids. Returns null when memory runs out.
+TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long long* offsets,
                                           const long long* counts, long long n_words,
+                                          const unsigned* byte_ids,
                                           const unsigned char* tok_bytes,
                                           const long long* tok_off, long long n_ids,
                                           const unsigned char* reserved, const long long* res_off,
@@ -365,17 +377,27 @@ TRAIN_EXPORT void* gputok_train_merge_new(const unsigned* ids, const long long* 
   using namespace train_merge;
   try {
     auto* t = new Trainer();
-    long long total = 0;
-    for (long long w = 0; w < n_words; ++w)
-      if (offsets[w + 1] - offsets[w] >= 2) total += offsets[w + 1] - offsets[w];
+    long long total = 0, kept = 0;
+    for (long long w = 0; w < n_words; ++w) {
+      const long long len = offsets[w + 1] - offsets[w];
+      if (len >= 2 && counts[w] != 0) {
+        total += len;
+        ++kept;
+      }
+    }
+    if (kept >= 0xFFFFFFFFll) throw std::length_error("too many words");
     t->sym.reserve((size_t)total);
+    t->wstart.reserve((size_t)kept);
+    t->wlen.reserve((size_t)kept);
+    t->wcount.reserve((size_t)kept);
     for (long long w = 0; w < n_words; ++w) {
       const long long len = offsets[w + 1] - offsets[w];
       if (len < 2 || counts[w] == 0) continue;
+      if (len >= 0xFFFFFFFFll) throw std::length_error("word too long");
       t->wstart.push_back(t->sym.size());
       t->wlen.push_back((uint32_t)len);
       t->wcount.push_back(counts[w]);
-      t->sym.insert(t->sym.end(), ids + offsets[w], ids + offsets[w + 1]);
+      for (long long i = offsets[w]; i < offsets[w + 1]; ++i) t->sym.push_back(byte_ids[data[i]]);
     }
     t->tok.resize((size_t)n_ids);
     for (long long i = 0; i < n_ids; ++i)
@@ -431,6 +453,7 @@ TRAIN_EXPORT void gputok_train_merge_stats(void* ctx, long long* out) {
   out[4] = (long long)t.heap.size();
   out[5] = (long long)(t.sym.capacity() * 4 + t.wstart.capacity() * 8 + t.wlen.capacity() * 4 +
                        t.wcount.capacity() * 8 + t.seen.capacity() * 4 +
-                       t.index.keys.capacity() * 12 + t.pairs.capacity() * sizeof(train_merge::Pair) +
+                       t.index.keys.capacity() * 12 +
+                       t.pairs.capacity() * sizeof(train_merge::Pair) +
                        t.pool.capacity() * 4 + t.heap.capacity() * sizeof(train_merge::Entry));
 }

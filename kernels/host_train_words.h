@@ -3,7 +3,7 @@
 // native CPU device's library (gputok/backends/native_build.py), not a kernel.
 //
 // A batch of documents (UTF-8, back to back, with their offsets) is cut into ranges of whole
-// documents of about TRAIN_RANGE_BYTES; worker threads take ranges in turn. For each range a
+// documents of about TRAIN_RANGE_BYTES (256 KB); worker threads take ranges in turn. For each range a
 // worker runs the pre-tokenizer the encoder runs (gputok_native_chunk_pretok: the same kernels,
 // the same pinned Unicode class tables; one segment per document, so no word crosses a
 // document) and counts every piece (a *word*, HF's Split isolated: the pattern's matches and
@@ -42,71 +42,94 @@ extern "C" long long gputok_native_chunk_pretok(
 
 namespace train_words {
 
-constexpr long long TRAIN_RANGE_BYTES = 1 << 20;
+constexpr long long TRAIN_RANGE_BYTES = 256 << 10;
 constexpr int SHARD_BITS = 6;
 constexpr int N_SHARDS = 1 << SHARD_BITS;
 constexpr unsigned char SEG_START = 1, SEG_END = 2;  // ENC_SEG_START / ENC_SEG_END
 
-// THE WORD HASH: 8 bytes at a time, each word multiplied in and folded (a 64-bit
-// multiply-xorshift mix); the top SHARD_BITS pick the shard, the low bits the slot, the high
-// 32 are kept as the slot's tag.
-inline uint64_t word_hash(const uint8_t* p, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    p += 8;
-    n -= 8;
-  }
+// The first min(n, 8) bytes of p as a little-endian word, zero above them; `end` is the end of
+// the readable buffer (a whole 8-byte load where it fits).
+inline uint64_t head_word(const uint8_t* p, size_t n, const uint8_t* end) {
   uint64_t w = 0;
-  std::memcpy(&w, p, n);  // n < 8 (0 copies nothing)
-  h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0xC4CEB9FE1A85EC53ull;
+  if (p + 8 <= end) {
+    std::memcpy(&w, p, 8);
+    if (n < 8) w &= (1ull << (8 * n)) - 1;
+  } else {
+    std::memcpy(&w, p, n < 8 ? n : 8);
+  }
+  return w;
+}
+
+// THE WORD HASH: the words' bytes 8 at a time (the last word zero-padded), each multiplied in
+// and folded; the length mixed in first. The top SHARD_BITS pick the shard, the bits below
+// them the shard's slot, the high 32 are kept as the slot's tag.
+inline uint64_t word_hash(const uint8_t* p, size_t n, uint64_t head) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+  h = (h ^ (head * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+  for (size_t i = 8; i < n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i < 8 ? n - i : 8);
+    h ^= h >> 29;
+    h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+  }
   h ^= h >> 32;
-  h *= 0x9E3779B97F4A7C15ull;
+  h *= 0xC4CEB9FE1A85EC53ull;
   return h ^ (h >> 29);
 }
 
-// A worker's table for one batch: keys point into the batch (no copies).
+inline uint64_t word_hash(const uint8_t* p, size_t n) {
+  return word_hash(p, n, head_word(p, n, p + n));
+}
+
+// A worker's table for one batch: 16-byte slots whose words are offsets into the batch (no
+// copies); a word of up to 8 bytes compares as one masked load.
 struct Local {
   struct Slot {
-    uint64_t hash;
-    const uint8_t* p;
+    uint32_t tag;    // the hash's high 32 bits
+    uint32_t off;    // the word: base[off .. off + len)
     uint32_t len;
-    uint32_t count;  // a batch is < 4 GB, so a count in it fits
+    uint32_t count;  // (0: free) a batch is < 4 GB, so a count in it fits
   };
   std::vector<Slot> slots;
   size_t used = 0;
+  const uint8_t* base = nullptr;  // the batch
+  const uint8_t* end = nullptr;
 
   void reset(size_t cap) {
-    slots.assign(cap, Slot{0, nullptr, 0, 0});
+    slots.assign(cap, Slot{0, 0, 0, 0});
     used = 0;
   }
-  void add(uint64_t h, const uint8_t* p, uint32_t len) {
-    if (slots.empty()) reset(1 << 12);
-    size_t mask = slots.size() - 1;
+  uint64_t hash_of(const Slot& e) const { return word_hash(base + e.off, e.len); }
+  void add(const uint8_t* p, uint32_t len) {
+    if (slots.empty()) reset(1 << 14);
+    const uint64_t head = head_word(p, len, end);
+    const uint64_t h = word_hash(p, len, head);
+    const uint32_t tag = (uint32_t)(h >> 32);
+    const size_t mask = slots.size() - 1;
     for (size_t s = h & mask;; s = (s + 1) & mask) {
       Slot& e = slots[s];
       if (e.count == 0) {
-        e = Slot{h, p, len, 1};
+        e = Slot{tag, (uint32_t)(p - base), len, 1};
         if (++used * 4 > slots.size() * 3) grow();
         return;
       }
-      if (e.hash == h && e.len == len && std::memcmp(e.p, p, len) == 0) {
-        ++e.count;
-        return;
+      if (e.tag == tag && e.len == len) {
+        const uint8_t* q = base + e.off;
+        if (len <= 8 ? head_word(q, len, end) == head : std::memcmp(q, p, len) == 0) {
+          ++e.count;
+          return;
+        }
       }
     }
   }
   void grow() {
     std::vector<Slot> old;
     old.swap(slots);
-    slots.assign(old.size() * 2, Slot{0, nullptr, 0, 0});
-    size_t mask = slots.size() - 1;
+    slots.assign(old.size() * 2, Slot{0, 0, 0, 0});
+    const size_t mask = slots.size() - 1;
     for (const Slot& e : old) {
       if (!e.count) continue;
-      size_t s = e.hash & mask;
+      size_t s = hash_of(e) & mask;
       while (slots[s].count) s = (s + 1) & mask;
       slots[s] = e;
     }
@@ -257,32 +280,34 @@ inline int64_t count_range(const Counter& c, Workspace& ws, const uint8_t* buf,
   // ent[0 .. k) are the entries' starts, the last one the sentinel (n)
   const uint32_t* ent = ws.ent.data();
   const uint8_t* p = buf + base;
-  for (long long e = 0; e + 1 < k; ++e) {
-    const uint32_t a = ent[e], len = ent[e + 1] - a;
-    ws.local.add(word_hash(p + a, len), p + a, len);
-  }
+  for (long long e = 0; e + 1 < k; ++e) ws.local.add(p + ent[e], ent[e + 1] - ent[e]);
   return k > 0 ? k - 1 : 0;
 }
 
 inline void flush(Counter& c, Local& local, int first_shard) {
   // group the entries by shard, then take each shard's lock once
   std::vector<uint32_t> start(N_SHARDS + 1, 0);
-  for (const Local::Slot& e : local.slots)
-    if (e.count) ++start[(e.hash >> (64 - SHARD_BITS)) + 1];
+  std::vector<uint64_t> hash(local.used);
+  std::vector<uint32_t> which(local.used);
+  size_t k = 0;
+  for (uint32_t i = 0; i < local.slots.size(); ++i) {
+    if (!local.slots[i].count) continue;
+    hash[k] = local.hash_of(local.slots[i]);
+    which[k] = i;
+    ++start[(hash[k] >> (64 - SHARD_BITS)) + 1];
+    ++k;
+  }
   for (int s = 0; s < N_SHARDS; ++s) start[s + 1] += start[s];
   std::vector<uint32_t> order(start[N_SHARDS]);
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-  for (uint32_t i = 0; i < local.slots.size(); ++i) {
-    const Local::Slot& e = local.slots[i];
-    if (e.count) order[fill[e.hash >> (64 - SHARD_BITS)]++] = i;
-  }
+  for (size_t j = 0; j < k; ++j) order[fill[hash[j] >> (64 - SHARD_BITS)]++] = (uint32_t)j;
   for (int k = 0; k < N_SHARDS; ++k) {
     const int s = (first_shard + k) & (N_SHARDS - 1);
     if (start[s] == start[s + 1]) continue;
     std::lock_guard<std::mutex> g(c.shards[s].mu);
     for (uint32_t j = start[s]; j < start[s + 1]; ++j) {
-      const Local::Slot& e = local.slots[order[j]];
-      c.shards[s].add(e.hash, e.p, e.len, e.count);
+      const Local::Slot& e = local.slots[which[order[j]]];
+      c.shards[s].add(hash[order[j]], local.base + e.off, e.len, e.count);
     }
   }
   local.slots.clear();
@@ -348,6 +373,8 @@ TRAIN_EXPORT int gputok_train_words_add(void* ctx, const unsigned char* buf,
   auto work = [&](int t) {
     try {
       Workspace ws;
+      ws.local.base = buf;
+      ws.local.end = buf + off[n_docs];
       int64_t mine = 0;
       for (int64_t r; (r = next.fetch_add(1)) < n_ranges;)
         mine += count_range(c, ws, buf, (const int64_t*)off, cuts[r], cuts[r + 1]);

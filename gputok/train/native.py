@@ -46,7 +46,7 @@ def _lib(path: str):
     lib.gputok_train_words_add.restype = i
     lib.gputok_train_words_stats.argtypes = [vp, vp]
     lib.gputok_train_words_export.argtypes = [vp, vp, vp, vp, ll, vp]
-    lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, ll, vp, vp, vp, ll, ll]
+    lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, vp, ll, vp, vp, vp, ll, ll]
     lib.gputok_train_merge_new.restype = vp
     lib.gputok_train_merge_free.argtypes = [vp]
     lib.gputok_train_merge_run.argtypes = [vp, ll, ll, ll, vp]
@@ -151,6 +151,17 @@ def count_batches(batches: Iterable, params: tuple, *, threads: int, budget: int
         return counter.result()
     finally:
         counter.close()
+        _trim()
+
+
+def _trim() -> None:
+    """Give freed heap memory back to the system (glibc's ``malloc_trim``): the counter's
+    worker threads allocate in their own arenas, which glibc keeps after they are freed, so the
+    merge phase would start with the word phase's peak still resident."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc
+        pass
 
 
 # ---------------------------------------------------------------- merges
@@ -170,17 +181,20 @@ def train_words(words: WordCounts, vocab, *, vocab_size: int, min_frequency: int
                 ) -> list[tuple[int, int, int]]:
     """HF's merge loop on counted words (same contract as ``cpu.train_words``)."""
     lib = library()
-    ids, offsets, counts = words.symbol_arrays(vocab)
+    data = np.ascontiguousarray(words.data, np.uint8)
+    offsets = np.ascontiguousarray(words.offsets, np.int64)
+    counts = np.ascontiguousarray(words.counts, np.int64)
+    byte_ids = np.ascontiguousarray(vocab.byte_ids, np.uint32)
     tb, to = _id_bytes(vocab)
     res = vocab.reserved_spellings()  # rule 7: {bytes: id}
     rb = np.frombuffer(b"".join(res) or b"\0", np.uint8)
     ro = np.zeros(len(res) + 1, np.int64)
     np.cumsum([len(r) for r in res], out=ro[1:])
     rid = np.array(list(res.values()) or [0], np.uint32)
-    ctx = lib.gputok_train_merge_new(_addr(ids), _addr(offsets), _addr(counts), len(counts),
-                                     _addr(tb), _addr(to), len(vocab), _addr(rb), _addr(ro),
-                                     _addr(rid), len(res), len(vocab))
-    del ids, offsets, counts
+    ctx = lib.gputok_train_merge_new(_addr(data) if len(data) else 0, _addr(offsets),
+                                     _addr(counts), len(counts), _addr(byte_ids), _addr(tb),
+                                     _addr(to), len(vocab), _addr(rb), _addr(ro), _addr(rid),
+                                     len(res), len(vocab))
     if not ctx:
         raise MemoryError("gputok train: out of memory building the pair counts")
     merges: list[tuple[int, int, int]] = []

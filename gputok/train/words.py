@@ -32,7 +32,7 @@ from ..stages.pack import Documents, Packed, fix_surrogates
 from ..stages.pretok import Pretokenizer, PretokSpec, Split
 
 
-BATCH_BYTES = 8 << 20  # text per batch of the native counter
+BATCH_BYTES = 2 << 20  # text per batch of the native counter (2 MB: see native.py)
 
 
 def _is_pathlike(x) -> bool:
