@@ -37,6 +37,11 @@
 // most words. A step's cost is its words' symbols plus one index probe per change. Tried and
 // dropped: a per-pair std::vector of words (2x the memory of the pool, and slower to build).
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -140,13 +145,148 @@ class Index {  // pair key -> index into `pairs`
   }
 };
 
+struct Word {
+  uint64_t start;  // its symbols: sym[start .. start + len)
+  uint32_t len;
+  uint32_t pad;
+  int64_t count;
+};
+
+// A step's count changes, gathered per worker before they touch the pair index: a big step's
+// changes fall on few distinct pairs ((x, a), (x, c), ... for the few symbols x next to the
+// pair), so they add up here, in cache, and the index is probed once per distinct pair.
+class StepMap {
+ public:
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> delta;
+  std::vector<uint32_t> mark;  // 1 + the last word that gained it (a word is listed once)
+  std::vector<uint32_t> ord;   // its place in `used` (which a grow keeps)
+  std::vector<uint32_t> used;  // slots in use, in order
+  static constexpr uint64_t EMPTY = ~0ull;
+
+  StepMap() { resize(1 << 10); }
+  void clear() {
+    for (uint32_t s : used) keys[s] = EMPTY;
+    used.clear();
+  }
+  uint32_t add(uint64_t key, int64_t d) {
+    if ((used.size() + 1) * 2 > keys.size()) grow();
+    const size_t mask = keys.size() - 1;
+    for (size_t s = pair_hash(key) & mask;; s = (s + 1) & mask) {
+      if (keys[s] == key) {
+        delta[s] += d;
+        return (uint32_t)s;
+      }
+      if (keys[s] == EMPTY) {
+        keys[s] = key;
+        delta[s] = d;
+        mark[s] = 0;
+        ord[s] = (uint32_t)used.size();
+        used.push_back((uint32_t)s);
+        return (uint32_t)s;
+      }
+    }
+  }
+
+ private:
+  void resize(size_t cap) {
+    keys.assign(cap, EMPTY);
+    delta.assign(cap, 0);
+    mark.assign(cap, 0);
+    ord.assign(cap, 0);
+  }
+  void grow() {  // (slots move; ordinals stay)
+    std::vector<uint64_t> k = keys;
+    std::vector<int64_t> d = delta;
+    std::vector<uint32_t> m = mark, u = used;
+    resize(keys.size() * 2);
+    used.clear();
+    const size_t mask = keys.size() - 1;
+    for (uint32_t o : u) {
+      size_t s = pair_hash(k[o]) & mask;
+      while (keys[s] != EMPTY) s = (s + 1) & mask;
+      keys[s] = k[o];
+      delta[s] = d[o];
+      mark[s] = m[o];
+      ord[s] = (uint32_t)used.size();
+      used.push_back((uint32_t)s);
+    }
+  }
+};
+
+// One worker's share of a step: its changes, and its gains as (ordinal << 32 | word).
+struct Share {
+  StepMap map;
+  std::vector<uint64_t> gains;
+};
+
+// Threads for the big steps: `run(n, job)` calls job(0 .. n - 1), job(0) on the caller.
+class Crew {
+ public:
+  explicit Crew(int n) : n_(n < 1 ? 1 : n) {}
+  ~Crew() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  int size() const { return n_; }
+  void run(const std::function<void(int)>& job) {
+    while ((int)threads_.size() < n_ - 1) {
+      const int id = (int)threads_.size() + 1;
+      threads_.emplace_back([this, id] { loop(id); });
+    }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      job_ = &job;
+      pending_ = n_ - 1;
+      ++gen_;
+    }
+    cv_.notify_all();
+    job(0);
+    std::unique_lock<std::mutex> g(mu_);
+    done_.wait(g, [this] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int id) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job;
+      {
+        std::unique_lock<std::mutex> g(mu_);
+        cv_.wait(g, [&] { return stop_ || gen_ != seen; });
+        if (stop_) return;
+        seen = gen_;
+        job = job_;
+      }
+      (*job)(id);
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (--pending_ == 0) done_.notify_one();
+      }
+    }
+  }
+  int n_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t gen_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Words per worker below which a step runs on one thread (waking a worker costs ~20-50 us);
+// the tests lower it to run small steps on several workers.
+constexpr uint32_t PAR_MIN_WORDS = 4096;
+
 struct Trainer {
-  // words
   std::vector<uint32_t> sym;
-  std::vector<uint64_t> wstart;
-  std::vector<uint32_t> wlen;
-  std::vector<int64_t> wcount;
-  std::vector<uint32_t> seen;  // the step (+ 1) that last rewrote the word
+  std::vector<Word> words;
   // pairs
   Index index;
   std::vector<Pair> pairs;
@@ -157,9 +297,11 @@ struct Trainer {
   std::unordered_map<std::string, uint32_t> reserved;
   uint32_t next_id = 0;
   int64_t vocab_len = 0;
-  uint32_t step = 0;
-  // a step's gains: pair << 32 | word, each (pair, word) once
-  std::vector<uint64_t> gains;
+  // a step's work
+  std::vector<Share> shares;
+  std::vector<uint64_t> gains;  // pair << 32 | word
+  std::unique_ptr<Crew> crew;
+  uint32_t par_min = PAR_MIN_WORDS;
 
   uint32_t pair_of(uint64_t key) {
     bool made;
@@ -168,15 +310,15 @@ struct Trainer {
     return p;
   }
 
-  void build() {
-    const size_t n_words = wlen.size();
+  void build(int threads) {
+    const size_t n_words = words.size();
     index.init(1 << 12);  // (it grows: a corpus's byte pairs are a few thousand)
     // first pass: counts, and the number of distinct words of each pair
     for (uint32_t w = 0; w < n_words; ++w) {
-      const uint32_t* s = sym.data() + wstart[w];
-      for (uint32_t i = 0; i + 1 < wlen[w]; ++i) {
+      const uint32_t* s = sym.data() + words[w].start;
+      for (uint32_t i = 0; i + 1 < words[w].len; ++i) {
         Pair& p = pairs[pair_of(pair_key(s[i], s[i + 1]))];
-        p.count += wcount[w];
+        p.count += words[w].count;
         if (p.mark != w + 1) {
           p.mark = w + 1;
           ++p.list_len;
@@ -192,8 +334,8 @@ struct Trainer {
     }
     pool.resize(at);
     for (uint32_t w = 0; w < n_words; ++w) {
-      const uint32_t* s = sym.data() + wstart[w];
-      for (uint32_t i = 0; i + 1 < wlen[w]; ++i) {
+      const uint32_t* s = sym.data() + words[w].start;
+      for (uint32_t i = 0; i + 1 < words[w].len; ++i) {
         Pair& p = pairs[index.find(pair_key(s[i], s[i + 1]))];
         if (p.mark != w + 1) {
           p.mark = w + 1;
@@ -205,7 +347,8 @@ struct Trainer {
     for (const Pair& p : pairs)
       if (p.count > 0) heap.push_back(Entry{p.count, p.key});
     std::make_heap(heap.begin(), heap.end(), Below());
-    seen.assign(n_words, 0);
+    shares.resize(threads < 1 ? 1 : threads);
+    if (threads > 1) crew.reset(new Crew(threads));
   }
 
   // Room for `more` pool entries. When the pool is full, the lists of pairs that no word holds
@@ -216,7 +359,7 @@ struct Trainer {
     if (pool.size() + more <= pool.capacity()) return;
     size_t live = 0;
     for (Pair& p : pairs) {
-      if (p.count <= 0) p.list_len = 0;
+      if (p.count <= 0) p.list_len = p.mark = 0;
       live += p.list_len;
     }
     std::vector<uint32_t> fresh;
@@ -228,18 +371,6 @@ struct Trainer {
       p.list_off = to;
     }
     pool.swap(fresh);
-  }
-
-  void change(uint64_t key, int64_t delta) { pairs[index.find(key)].count += delta; }
-
-  void gain(uint64_t key, int64_t delta, uint32_t w) {
-    const uint32_t k = pair_of(key);
-    Pair& p = pairs[k];
-    p.count += delta;
-    if (p.mark != w + 1) {  // (a word already in the list from an earlier step stays once)
-      p.mark = w + 1;
-      gains.push_back((uint64_t)k << 32 | w);
-    }
   }
 
   uint32_t new_id(uint32_t a, uint32_t b) {
@@ -283,24 +414,45 @@ struct Trainer {
     return false;
   }
 
-  // One merge step; returns the merged id.
-  uint32_t merge(const Entry& best) {
-    const uint32_t a = (uint32_t)(best.key >> 32), b = (uint32_t)best.key;
-    const uint32_t c = new_id(a, b);
-    const uint64_t merged = best.key;
-    Pair& top = pairs[index.find(merged)];
-    top.count = 0;  // retired: no occurrence is left after this step
-    ++step;
-    gains.clear();
-    const uint64_t list_off = top.list_off;
-    const uint32_t list_len = top.list_len;
-    for (uint32_t j = 0; j < list_len; ++j) {
-      const uint32_t w = pool[list_off + j];
-      if (seen[w] == step) continue;
-      seen[w] = step;
-      uint32_t* s = sym.data() + wstart[w];
-      const uint32_t len = wlen[w];
-      const int64_t n = wcount[w];
+  // Where a step's changes go. Direct: into the pair records at once, the gains into `gains`
+  // as (pair << 32 | word) (one thread: the hot pairs' records stay in cache, and a second
+  // table in front of them measured 20% slower). A worker's Share: its own StepMap.
+  struct Direct {
+    Trainer& t;
+    void change(uint64_t key, int64_t d) { t.pairs[t.index.find(key)].count += d; }
+    void gain(uint64_t key, int64_t d, uint32_t w) {
+      const uint32_t k = t.pair_of(key);
+      Pair& p = t.pairs[k];
+      p.count += d;
+      if (p.mark != w + 1) {
+        p.mark = w + 1;
+        t.gains.push_back((uint64_t)k << 32 | w);
+      }
+    }
+  };
+  struct ToShare {
+    Share& sh;
+    void change(uint64_t key, int64_t d) { sh.map.add(key, d); }
+    void gain(uint64_t key, int64_t d, uint32_t w) {
+      const uint32_t slot = sh.map.add(key, d);
+      if (sh.map.mark[slot] != w + 1) {
+        sh.map.mark[slot] = w + 1;
+        sh.gains.push_back((uint64_t)sh.map.ord[slot] << 32 | w);
+      }
+    }
+  };
+
+  // Rewrite the words list[j0 .. j1) for the merge of (a, b) -> c, their changes into `sink`.
+  template <class Sink>
+  void rewrite(Sink sink, const uint32_t* list, uint32_t j0, uint32_t j1, uint32_t a,
+               uint32_t b, uint32_t c) {
+    const uint64_t merged = pair_key(a, b);
+    for (uint32_t j = j0; j < j1; ++j) {
+      const uint32_t w = list[j];
+      Word& wd = words[w];
+      uint32_t* s = sym.data() + wd.start;
+      const uint32_t len = wd.len;
+      const int64_t n = wd.count;
       // THE MERGE RULE: left to right, without overlap; `o` writes, `r` reads
       uint32_t o = 0, r = 0;
       while (r < len) {
@@ -308,14 +460,14 @@ struct Trainer {
           if (o > 0) {  // THE DELTA RULE, left side: prev is what was written last
             const uint32_t prev = s[o - 1];
             const uint64_t old = pair_key(prev, a);
-            if (old != merged) change(old, -n);
-            gain(pair_key(prev, c), n, w);
+            if (old != merged) sink.change(old, -n);
+            sink.gain(pair_key(prev, c), n, w);
           }
           if (r + 2 < len) {  // right side: next is still unread
             const uint32_t next = s[r + 2];
             const uint64_t old = pair_key(b, next);
-            if (old != merged) change(old, -n);
-            gain(pair_key(c, next), n, w);
+            if (old != merged) sink.change(old, -n);
+            sink.gain(pair_key(c, next), n, w);
           }
           s[o++] = c;
           r += 2;
@@ -323,11 +475,58 @@ struct Trainer {
           s[o++] = s[r++];
         }
       }
-      wlen[w] = o;
+      wd.len = o;
+    }
+  }
+
+  // One merge step; returns the merged id.
+  uint32_t merge(const Entry& best) {
+    const uint32_t a = (uint32_t)(best.key >> 32), b = (uint32_t)best.key;
+    const uint32_t c = new_id(a, b);
+    Pair& top = pairs[index.find(best.key)];
+    top.count = 0;  // retired: no occurrence is left after this step
+    const uint32_t* list = pool.data() + top.list_off;
+    const uint32_t list_len = top.list_len;
+    // the words: on every worker when there are enough of them (each word is in the list
+    // once, so workers never share a word)
+    const int n_sh = crew && list_len >= 2 * par_min
+                         ? (int)std::min<uint32_t>(crew->size(), list_len / par_min)
+                         : 1;
+    gains.clear();
+    if (n_sh == 1) {
+      rewrite(Direct{*this}, list, 0, list_len, a, b, c);
+    } else {
+      for (int t = 0; t < n_sh; ++t) {
+        shares[t].map.clear();
+        shares[t].gains.clear();
+      }
+      const std::function<void(int)> job = [&](int t) {
+        if (t >= n_sh) return;
+        const uint32_t j0 = (uint32_t)((uint64_t)list_len * t / n_sh);
+        const uint32_t j1 = (uint32_t)((uint64_t)list_len * (t + 1) / n_sh);
+        rewrite(ToShare{shares[t]}, list, j0, j1, a, b, c);
+      };
+      crew->run(job);
+      // the workers' changes, into the pair records; their gains, as (pair, word) (a word
+      // is in one share only, so no (pair, word) repeats across shares)
+      std::vector<uint32_t> to_pair;
+      for (int t = 0; t < n_sh; ++t) {
+        StepMap& m = shares[t].map;
+        to_pair.resize(m.used.size());
+        for (size_t i = 0; i < m.used.size(); ++i) {
+          const uint32_t sl = m.used[i];
+          const uint32_t k = pair_of(m.keys[sl]);
+          pairs[k].count += m.delta[sl];
+          to_pair[i] = k;
+        }
+        for (uint64_t g : shares[t].gains)
+          gains.push_back((uint64_t)to_pair[g >> 32] << 32 | (uint32_t)g);
+      }
     }
     // the gained pairs' lists: grouped by pair (words ascending), each moved to the end of the
     // pool and extended. (A gained pair is always new in HF's rule, its old list empty; the
-    // copy keeps any other case whole.) Then their heap entries.
+    // other case, kept whole here, merges the old list in without repeats.) Then their heap
+    // entries.
     std::sort(gains.begin(), gains.end());
     size_t more = 0;
     for (size_t i = 0; i < gains.size();) {
@@ -348,6 +547,11 @@ struct Trainer {
       std::memmove(pool.data() + to, pool.data() + p.list_off, 4ull * p.list_len);
       uint32_t* w = pool.data() + to + p.list_len;
       for (; i < j; ++i) *w++ = (uint32_t)gains[i];
+      if (p.list_len) {  // (not in HF's rule: an old list, so words may repeat)
+        std::sort(pool.data() + to, w);
+        w = std::unique(pool.data() + to, w);
+        pool.resize(w - pool.data());
+      }
       p.list_off = to;
       p.list_len = (uint32_t)(pool.size() - to);
       if (p.count > 0) {
@@ -365,7 +569,8 @@ struct Trainer {
 // byte b the symbol byte_ids[b] (words of fewer than two bytes are skipped). `tok_bytes` /
 // `tok_off`: the bytes of ids 0 .. n_ids - 1 (an id that stands for no byte string has none);
 // `reserved`/`res_off`/`res_id`: n_reserved byte strings and the ids a merge spelling them
-// takes. New ids start at n_ids. Returns null when memory runs out.
+// takes. New ids start at n_ids. `threads`: workers for the steps with many words (at least
+// `par_min` words each; 0: PAR_MIN_WORDS). Returns null when memory runs out.
 TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long long* offsets,
                                           const long long* counts, long long n_words,
                                           const unsigned* byte_ids,
@@ -373,7 +578,7 @@ TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long 
                                           const long long* tok_off, long long n_ids,
                                           const unsigned char* reserved, const long long* res_off,
                                           const unsigned* res_id, long long n_reserved,
-                                          long long vocab_len) {
+                                          long long vocab_len, int threads, int par_min) {
   using namespace train_merge;
   try {
     auto* t = new Trainer();
@@ -387,16 +592,12 @@ TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long 
     }
     if (kept >= 0xFFFFFFFFll) throw std::length_error("too many words");
     t->sym.reserve((size_t)total);
-    t->wstart.reserve((size_t)kept);
-    t->wlen.reserve((size_t)kept);
-    t->wcount.reserve((size_t)kept);
+    t->words.reserve((size_t)kept);
     for (long long w = 0; w < n_words; ++w) {
       const long long len = offsets[w + 1] - offsets[w];
       if (len < 2 || counts[w] == 0) continue;
       if (len >= 0xFFFFFFFFll) throw std::length_error("word too long");
-      t->wstart.push_back(t->sym.size());
-      t->wlen.push_back((uint32_t)len);
-      t->wcount.push_back(counts[w]);
+      t->words.push_back(Word{t->sym.size(), (uint32_t)len, 0, counts[w]});
       for (long long i = offsets[w]; i < offsets[w + 1]; ++i) t->sym.push_back(byte_ids[data[i]]);
     }
     t->tok.resize((size_t)n_ids);
@@ -408,7 +609,8 @@ TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long 
                           res_id[r]);
     t->next_id = (uint32_t)n_ids;
     t->vocab_len = vocab_len;
-    t->build();
+    if (par_min > 0) t->par_min = (uint32_t)par_min;
+    t->build((int)threads);
     return t;
   } catch (const std::exception&) {
     return nullptr;
@@ -446,13 +648,12 @@ TRAIN_EXPORT long long gputok_train_merge_run(void* ctx, long long max_steps,
 // [words, symbols, pairs, pool entries, heap entries, bytes held]
 TRAIN_EXPORT void gputok_train_merge_stats(void* ctx, long long* out) {
   auto& t = *static_cast<train_merge::Trainer*>(ctx);
-  out[0] = (long long)t.wlen.size();
+  out[0] = (long long)t.words.size();
   out[1] = (long long)t.sym.size();
   out[2] = (long long)t.pairs.size();
   out[3] = (long long)t.pool.size();
   out[4] = (long long)t.heap.size();
-  out[5] = (long long)(t.sym.capacity() * 4 + t.wstart.capacity() * 8 + t.wlen.capacity() * 4 +
-                       t.wcount.capacity() * 8 + t.seen.capacity() * 4 +
+  out[5] = (long long)(t.sym.capacity() * 4 + t.words.capacity() * sizeof(train_merge::Word) +
                        t.index.keys.capacity() * 12 +
                        t.pairs.capacity() * sizeof(train_merge::Pair) +
                        t.pool.capacity() * 4 + t.heap.capacity() * sizeof(train_merge::Entry));

@@ -153,6 +153,21 @@ def test_native_loop_equals_the_numpy_loop(data, alphabet, vocab_extra, min_freq
     assert logs[0] == logs[1]
 
 
+def test_steps_on_several_workers_equal_one(monkeypatch):
+    """A step's words split over workers (each with its own change table, merged after) give
+    the merges and counts one thread gives; the tests force the split on every step."""
+    docs = testdata.corpus("multilingual", max_mb=0.1) + testdata.corpus("code", max_mb=0.1)
+    wc = native_words(docs, "cl100k")
+    runs = []
+    for threads, par_min in ((1, 0), (3, 1), (2, 5)):
+        monkeypatch.setattr(native, "_par_min", par_min)
+        log: list = []
+        native.train_words(wc, Vocab(), vocab_size=3000, min_frequency=2, threads=threads,
+                           on_log=lambda *m: log.append(m))
+        runs.append(log)
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 3000 - 256
+
+
 def test_a_merge_spelled_like_a_special_takes_its_id():
     enc = gputok.train_bpe(["<s>hello<s> <s>" * 5], vocab_size=300, pattern=r"\S+|\s+",
                            special_tokens=["<s>"], backend="native")

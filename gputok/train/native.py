@@ -46,7 +46,7 @@ def _lib(path: str):
     lib.gputok_train_words_add.restype = i
     lib.gputok_train_words_stats.argtypes = [vp, vp]
     lib.gputok_train_words_export.argtypes = [vp, vp, vp, vp, ll, vp]
-    lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, vp, ll, vp, vp, vp, ll, ll]
+    lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, vp, ll, vp, vp, vp, ll, ll, i, i]
     lib.gputok_train_merge_new.restype = vp
     lib.gputok_train_merge_free.argtypes = [vp]
     lib.gputok_train_merge_run.argtypes = [vp, ll, ll, ll, vp]
@@ -60,6 +60,15 @@ def library():
     from ..backends import native as nb
 
     return _lib(nb.library().path)
+
+
+_par_min = 0  # words per worker of a parallel step (0: the library's; tests lower it)
+
+
+def _threads() -> int:
+    from ..backends.native import threads_default
+
+    return threads_default()
 
 
 def _addr(a: np.ndarray) -> int:
@@ -177,9 +186,10 @@ def _id_bytes(vocab) -> tuple[np.ndarray, np.ndarray]:
 
 def train_words(words: WordCounts, vocab, *, vocab_size: int, min_frequency: int,
                 on_merge: "Callable[[int], None] | None" = None,
-                on_log: "Callable[[int, int, int, int], None] | None" = None
-                ) -> list[tuple[int, int, int]]:
-    """HF's merge loop on counted words (same contract as ``cpu.train_words``)."""
+                on_log: "Callable[[int, int, int, int], None] | None" = None,
+                threads: "int | None" = None) -> list[tuple[int, int, int]]:
+    """HF's merge loop on counted words (same contract as ``cpu.train_words``); ``threads``
+    rewrite the words of the big steps (default: every core this process may use)."""
     lib = library()
     data = np.ascontiguousarray(words.data, np.uint8)
     offsets = np.ascontiguousarray(words.offsets, np.int64)
@@ -194,7 +204,8 @@ def train_words(words: WordCounts, vocab, *, vocab_size: int, min_frequency: int
     ctx = lib.gputok_train_merge_new(_addr(data) if len(data) else 0, _addr(offsets),
                                      _addr(counts), len(counts), _addr(byte_ids), _addr(tb),
                                      _addr(to), len(vocab), _addr(rb), _addr(ro), _addr(rid),
-                                     len(res), len(vocab))
+                                     len(res), len(vocab), int(threads or _threads()),
+                                     int(_par_min))
     if not ctx:
         raise MemoryError("gputok train: out of memory building the pair counts")
     merges: list[tuple[int, int, int]] = []
