@@ -201,6 +201,22 @@ def test_bytes_order_is_rustbpe(kind, pattern, tmp_path):
                                                     tok.get_mergeable_ranks()}
 
 
+@pytest.mark.parametrize("specials_at", ["start", "end"])
+def test_bytes_order_follows_the_reference(specials_at):
+    """cpu_ref's rule 8 = the native and numpy trainers, merge by merge (ids included)."""
+    from cpu_ref import train as ref_train
+
+    docs = testdata.corpus("multilingual", max_mb=0.03)
+    specials = ["<unk>", "<s>", "</s>"]
+    want = ref_train.train_bpe(docs, vocab_size=420, pattern="cl100k", special_tokens=specials,
+                               id_order="bytes", specials_at=specials_at, min_frequency=2)
+    for backend in ("native", "numpy"):
+        enc = gputok.train_bpe(docs, vocab_size=420, special_tokens=specials, id_order="bytes",
+                               specials_at=specials_at, backend=backend)
+        assert enc.trained_merges == want.merges, backend
+        assert {s: enc.encode_single_token(s) for s in specials} == want.special_tokens
+
+
 def test_bytes_order_with_specials_first_or_last():
     docs = testdata.corpus("prose", max_mb=0.1)
     specials = ["<unk>", "<bos>", "<eos>", "<pad>"]
