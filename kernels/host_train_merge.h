@@ -47,6 +47,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #ifndef TRAIN_EXPORT
@@ -81,11 +82,13 @@ struct Entry {  // a heap entry: the pair's record is found by its key
 };
 
 // THE COMPARATOR, as std::push_heap's "less": a is below b when b is better
-struct Below {
-  bool operator()(const Entry& a, const Entry& b) const {
-    return a.count < b.count || (a.count == b.count && a.key > b.key);
-  }
-};
+inline bool below(const Entry& a, const Entry& b) {
+  return a.count < b.count || (a.count == b.count && a.key > b.key);
+}
+
+// A pair taken or dropped (SentencePiece mode): far below any count deltas can reach.
+constexpr int64_t RETIRED = INT64_MIN / 4;
+inline bool alive(int64_t count) { return count > RETIRED / 2; }
 
 class Index {  // pair key -> index into `pairs`
  public:
@@ -302,11 +305,38 @@ struct Trainer {
   std::vector<uint64_t> gains;  // pair << 32 | word
   std::unique_ptr<Crew> crew;
   uint32_t par_min = PAR_MIN_WORDS;
+  // SentencePiece mode (host_train_spm.h): pairs only where THE SPM PIECE RULE allows, THE SPM
+  // COMPARATOR, candidates kept at count 0, a piece made twice dropped the second time
+  std::unique_ptr<train_spm::Rules> spm;
+  std::vector<uint32_t> nchars;  // characters of each id (SentencePiece mode)
+  std::unordered_set<std::string> made;
+
+  struct Cmp {
+    const Trainer* t;
+    bool operator()(const Entry& x, const Entry& y) const { return t->worse(x, y); }
+  };
+  Cmp cmp() const { return Cmp{this}; }
+  bool worse(const Entry& x, const Entry& y) const {
+    if (!spm) return below(x, y);
+    const uint32_t xa = (uint32_t)(x.key >> 32), xb = (uint32_t)x.key;
+    const uint32_t ya = (uint32_t)(y.key >> 32), yb = (uint32_t)y.key;
+    return train_spm::worse(x.count, nchars[xa] + nchars[xb], tok[xa], tok[xb], x.key, y.count,
+                            nchars[ya] + nchars[yb], tok[ya], tok[yb], y.key);
+  }
+  // whether a pair with this count is (still) a candidate for the heap
+  bool queued(int64_t count) const { return spm ? alive(count) : count > 0; }
 
   uint32_t pair_of(uint64_t key) {
-    bool made;
-    const uint32_t p = index.find_or_add(key, (uint32_t)pairs.size(), &made);
-    if (made) pairs.push_back(Pair{key, 0, 0, 0, 0});
+    bool fresh;
+    const uint32_t p = index.find_or_add(key, (uint32_t)pairs.size(), &fresh);
+    if (fresh) {
+      int64_t start = 0;
+      if (spm) {  // a pair no piece may be is kept, retired, so the rule runs once per pair
+        const uint32_t a = (uint32_t)(key >> 32), b = (uint32_t)key;
+        if (!spm->valid(tok[a] + tok[b])) start = RETIRED;
+      }
+      pairs.push_back(Pair{key, start, 0, 0, 0});
+    }
     return p;
   }
 
@@ -319,7 +349,7 @@ struct Trainer {
       for (uint32_t i = 0; i + 1 < words[w].len; ++i) {
         Pair& p = pairs[pair_of(pair_key(s[i], s[i + 1]))];
         p.count += words[w].count;
-        if (p.mark != w + 1) {
+        if (p.mark != w + 1 && alive(p.count)) {
           p.mark = w + 1;
           ++p.list_len;
         }
@@ -337,7 +367,7 @@ struct Trainer {
       const uint32_t* s = sym.data() + words[w].start;
       for (uint32_t i = 0; i + 1 < words[w].len; ++i) {
         Pair& p = pairs[index.find(pair_key(s[i], s[i + 1]))];
-        if (p.mark != w + 1) {
+        if (p.mark != w + 1 && alive(p.count)) {
           p.mark = w + 1;
           pool[p.list_off + p.list_len++] = w;
         }
@@ -345,8 +375,8 @@ struct Trainer {
     }
     heap.reserve(pairs.size());
     for (const Pair& p : pairs)
-      if (p.count > 0) heap.push_back(Entry{p.count, p.key});
-    std::make_heap(heap.begin(), heap.end(), Below());
+      if (queued(p.count)) heap.push_back(Entry{p.count, p.key});
+    std::make_heap(heap.begin(), heap.end(), cmp());
     shares.resize(threads < 1 ? 1 : threads);
     if (threads > 1) crew.reset(new Crew(threads));
   }
@@ -391,21 +421,21 @@ struct Trainer {
   // The best pair with a count of at least min_count (popped), or false.
   bool pop_best(int64_t min_count, Entry* out) {
     while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), Below());
+      std::pop_heap(heap.begin(), heap.end(), cmp());
       Entry e = heap.back();
       heap.pop_back();
       const int64_t cur = pairs[index.find(e.key)].count;
       if (cur != e.count) {  // stale: its count fell since it was pushed
-        if (cur > 0) {
+        if (queued(cur)) {
           e.count = cur;
           heap.push_back(e);
-          std::push_heap(heap.begin(), heap.end(), Below());
+          std::push_heap(heap.begin(), heap.end(), cmp());
         }
         continue;
       }
       if (cur < min_count) {
         heap.push_back(e);  // (kept: a later call with the same floor stops here again)
-        std::push_heap(heap.begin(), heap.end(), Below());
+        std::push_heap(heap.begin(), heap.end(), cmp());
         return false;
       }
       *out = e;
@@ -479,12 +509,21 @@ struct Trainer {
     }
   }
 
-  // One merge step; returns the merged id.
-  uint32_t merge(const Entry& best) {
+  // One merge step; returns the merged id, or -1 when the pair was dropped (SentencePiece
+  // mode: its piece was made before, by another derivation).
+  int64_t merge(const Entry& best) {
     const uint32_t a = (uint32_t)(best.key >> 32), b = (uint32_t)best.key;
-    const uint32_t c = new_id(a, b);
     Pair& top = pairs[index.find(best.key)];
-    top.count = 0;  // retired: no occurrence is left after this step
+    if (spm && !made.insert(tok[a] + tok[b]).second) {
+      top.count = RETIRED;
+      return -1;
+    }
+    const uint32_t c = new_id(a, b);
+    if (spm) {
+      if (nchars.size() <= c) nchars.resize(c + 1);
+      nchars[c] = nchars[a] + nchars[b];
+    }
+    top.count = spm ? RETIRED : 0;  // retired: no occurrence is left after this step
     const uint32_t* list = pool.data() + top.list_off;
     const uint32_t list_len = top.list_len;
     // the words: on every worker when there are enough of them (each word is in the list
@@ -542,6 +581,10 @@ struct Trainer {
       Pair& p = pairs[k];
       size_t j = i;
       while (j < gains.size() && (uint32_t)(gains[j] >> 32) == k) ++j;
+      if (!alive(p.count)) {  // (a pair no piece may be, or one taken: no list, no entry)
+        i = j;
+        continue;
+      }
       const uint64_t to = pool.size();
       pool.resize(to + p.list_len + (j - i));  // (within the reserved room: no reallocation)
       std::memmove(pool.data() + to, pool.data() + p.list_off, 4ull * p.list_len);
@@ -554,9 +597,9 @@ struct Trainer {
       }
       p.list_off = to;
       p.list_len = (uint32_t)(pool.size() - to);
-      if (p.count > 0) {
+      if (queued(p.count)) {
         heap.push_back(Entry{p.count, p.key});
-        std::push_heap(heap.begin(), heap.end(), Below());
+        std::push_heap(heap.begin(), heap.end(), cmp());
       }
     }
     return c;
@@ -617,6 +660,53 @@ TRAIN_EXPORT void* gputok_train_merge_new(const unsigned char* data, const long 
   }
 }
 
+// A SentencePiece trainer (host_train_spm.h) over words of character ids
+// ids[offsets[w] .. offsets[w + 1]) counted counts[w] times: id i is the character whose UTF-8
+// is tok_bytes[tok_off[i] .. tok_off[i + 1]); cps/scripts/flags: the class (train_spm::CharInfo)
+// of each of the n_cps characters of the corpus; rule_flags: bits 0-5 = split_by_unicode_script,
+// split_by_number, split_by_whitespace, split_digits, treat_whitespace_as_suffix,
+// allow_whitespace_only_pieces. New ids start at n_ids.
+TRAIN_EXPORT void* gputok_train_spm_new(const unsigned* ids, const long long* offsets,
+                                        const long long* counts, long long n_words,
+                                        const unsigned char* tok_bytes, const long long* tok_off,
+                                        long long n_ids, const unsigned* cps, const int* scripts,
+                                        const unsigned char* flags, long long n_cps, int max_len,
+                                        int rule_flags, int threads, int par_min) {
+  using namespace train_merge;
+  try {
+    auto* t = new Trainer();
+    auto rules = std::make_unique<train_spm::Rules>();
+    rules->max_len = max_len;
+    rules->split_by_unicode_script = rule_flags & 1;
+    rules->split_by_number = rule_flags & 2;
+    rules->split_by_whitespace = rule_flags & 4;
+    rules->split_digits = rule_flags & 8;
+    rules->ws_suffix = rule_flags & 16;
+    rules->allow_ws_only = rule_flags & 32;
+    for (long long k = 0; k < n_cps; ++k)
+      rules->info[cps[k]] = train_spm::CharInfo{scripts[k], flags[k]};
+    t->spm = std::move(rules);
+    for (long long w = 0; w < n_words; ++w) {
+      const long long len = offsets[w + 1] - offsets[w];
+      if (len < 2 || counts[w] == 0) continue;
+      t->words.push_back(Word{t->sym.size(), (uint32_t)len, 0, counts[w]});
+      t->sym.insert(t->sym.end(), ids + offsets[w], ids + offsets[w + 1]);
+    }
+    if (t->words.size() >= 0xFFFFFFFFull) throw std::length_error("too many words");
+    t->tok.resize((size_t)n_ids);
+    t->nchars.assign((size_t)n_ids, 1);
+    for (long long i = 0; i < n_ids; ++i)
+      t->tok[i].assign((const char*)tok_bytes + tok_off[i], (size_t)(tok_off[i + 1] - tok_off[i]));
+    t->next_id = (uint32_t)n_ids;
+    t->vocab_len = n_ids;
+    if (par_min > 0) t->par_min = (uint32_t)par_min;
+    t->build(threads);
+    return t;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 TRAIN_EXPORT void gputok_train_merge_free(void* ctx) {
   delete static_cast<train_merge::Trainer*>(ctx);
 }
@@ -632,7 +722,8 @@ TRAIN_EXPORT long long gputok_train_merge_run(void* ctx, long long max_steps,
   try {
     train_merge::Entry best;
     while (done < max_steps && t.vocab_len < target_len && t.pop_best(min_count, &best)) {
-      const uint32_t c = t.merge(best);
+      const int64_t c = t.merge(best);
+      if (c < 0) continue;  // dropped (SentencePiece mode)
       out[4 * done] = best.key >> 32;
       out[4 * done + 1] = best.key & 0xFFFFFFFFull;
       out[4 * done + 2] = c;

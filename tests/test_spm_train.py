@@ -128,3 +128,70 @@ def test_the_script_table_and_valid_pieces():
     invalid = ["a▁", "a1", "東a", "a" * 17, "a\x1f", "a\u2585"]
     assert [ref.is_valid_piece(p, opt) for p in valid] == [True] * len(valid)
     assert [ref.is_valid_piece(p, opt) for p in invalid] == [False] * len(invalid)
+
+
+# ---------------------------------------------------------------- gputok's trainer
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gputok_trainer_equals_sentencepiece(case, corpora, monkeypatch):
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    lines, kw = corpora[case], CASES[case][1]
+    want, _ = oracle(lines, **kw)
+    assert gspm.train_spm_bpe(lines, **kw).pieces == want
+    monkeypatch.setattr(native, "_par_min", 1)  # every step's words over three workers
+    assert gspm.train_spm_bpe(lines, threads=3, **kw).pieces == want
+
+
+@pytest.mark.parametrize("kind,vocab_size,kw", [
+    ("prose", 8000, {}), ("code", 4000, {"byte_fallback": True}),
+    ("multilingual", 8000, {"character_coverage": 1.0, "byte_fallback": True}),
+    ("emoji", 2000, {"user_defined_symbols": ["<|endoftext|>"]})])
+def test_gputok_trainer_on_real_text_and_the_model_file(kind, vocab_size, kw, tmp_path):
+    """Default-sized vocabularies on the project's corpora ($GPUTOK_CORPUS_MB sizes them); the
+    .model written loads in sentencepiece and encodes held-back text as the oracle's model."""
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    docs = testdata.corpus(kind)
+    train = [line for d in docs[1::2] for line in d.split("\n")]
+    held = docs[::2][:20]
+    want, want_bytes = oracle(train, vocab_size=vocab_size, **kw)
+    got = gspm.train_spm_bpe(train, vocab_size=vocab_size, **kw)
+    assert got.pieces == want
+    got.save(tmp_path / "m.model")
+    ours = spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+    theirs = spm.SentencePieceProcessor(model_proto=want_bytes)
+    assert ours.encode(held) == theirs.encode(held)
+    assert [ours.id_to_piece(i) for i in range(ours.get_piece_size())] == [p for p, _, _ in want]
+    mine, ref_model = spm_proto.load_model(tmp_path / "m.model"), spm_proto.parse_model(
+        want_bytes)
+    assert mine.normalizer_spec == ref_model.normalizer_spec
+    assert mine.trainer_spec.byte_fallback == ref_model.trainer_spec.byte_fallback
+
+
+def test_gputok_trainer_errors_and_files(tmp_path):
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    with pytest.raises(gspm.SpmTrainError, match="Vocabulary size too high"):
+        gspm.train_spm_bpe(["hello world"] * 3, vocab_size=100)
+    with pytest.raises(gspm.SpmTrainError, match="smaller than required_chars"):
+        gspm.train_spm_bpe(["hello world"] * 3, vocab_size=8)
+    with pytest.raises(TypeError, match="unknown option"):
+        gspm.train_spm_bpe(["hello"], vocab_size=8, model_type="unigram")
+    lines = lines_of("prose", 0.05)[:400]
+    (tmp_path / "c.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    want, _ = oracle(lines, vocab_size=500)
+    from pathlib import Path
+
+    assert gspm.train_spm_bpe(Path(tmp_path / "c.txt"), vocab_size=500).pieces == want
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "c.txt"), model_writer=out,
+                                   model_type="bpe", vocab_size=500, minloglevel=2)
+    assert spm_proto.parse_model(out.getvalue()).pieces == want  # spm_train reads lines so

@@ -48,6 +48,8 @@ def _lib(path: str):
     lib.gputok_train_words_export.argtypes = [vp, vp, vp, vp, ll, vp]
     lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, vp, ll, vp, vp, vp, ll, ll, i, i]
     lib.gputok_train_merge_new.restype = vp
+    lib.gputok_train_spm_new.argtypes = [vp, vp, vp, ll, vp, vp, ll, vp, vp, vp, ll, i, i, i, i]
+    lib.gputok_train_spm_new.restype = vp
     lib.gputok_train_merge_free.argtypes = [vp]
     lib.gputok_train_merge_run.argtypes = [vp, ll, ll, ll, vp]
     lib.gputok_train_merge_run.restype = ll

@@ -18,7 +18,8 @@ The module is one shared library made of:
   lists (``kernels/host_lists.h``: token ids as a list of int whose recurring ids share their
   object, ``stages/lists.py``);
 * BPE training's word counter and merge loop (``kernels/host_train_words.h``,
-  ``kernels/host_train_merge.h``, their own unit: ``gputok/train/native.py``).
+  ``kernels/host_train_spm.h``, ``kernels/host_train_merge.h``, their own unit:
+  ``gputok/train/native.py``, ``gputok/train/spm.py``).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library, saying so on stderr ("building the CPU kernels (one time, ~15 s)", then how long it
@@ -56,7 +57,7 @@ HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h")
 #: BPE training's host code, one unit of its own (it calls the pre-tokenizer through its export)
-TRAIN_FILES = ("host_train_words.h", "host_train_merge.h")
+TRAIN_FILES = ("host_train_words.h", "host_train_spm.h", "host_train_merge.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
