@@ -195,3 +195,38 @@ def test_gputok_trainer_errors_and_files(tmp_path):
     spm.SentencePieceTrainer.train(input=str(tmp_path / "c.txt"), model_writer=out,
                                    model_type="bpe", vocab_size=500, minloglevel=2)
     assert spm_proto.parse_model(out.getvalue()).pieces == want  # spm_train reads lines so
+
+
+def test_normalising_many_sentences_at_once():
+    from gputok.stages.charsmap import CharsMap
+    from gputok.stages.spm_norm import SpmNormalizer
+    from gputok.train import spm as gspm
+
+    lines = lines_of("multilingual", 0.05) + synthetic(11, 50) + \
+        ["", "\x00a  b", "  ", "ｱｲｳ  ", "aaa東京x", "ﬁ\u3000x"]
+    for kw in ({}, {"user_defined": ["aaa", "東京"]}, {"remove_extra_whitespaces": False},
+               {"treat_whitespace_as_suffix": True}):
+        n = SpmNormalizer(charsmap=CharsMap(gspm.charsmap_blob("nmt_nfkc")), **kw)
+        assert n.normalize_many(lines) == [n.normalize(t) for t in lines]
+
+
+@pytest.mark.parametrize("kw", [{}, {"byte_fallback": True}, {"user_defined_symbols": ["aaa", "x"]},
+                                {"treat_whitespace_as_suffix": True}])
+def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
+    import re
+    from collections import Counter
+
+    from gputok.train import spm as gspm
+
+    lines = lines_of("multilingual", 0.1) + lines_of("code", 0.05) + synthetic(12, 200) + \
+        ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb"]
+    o = gspm.SpmOptions(**kw)
+    norm = gspm._normalizer(o)
+    keys = sorted({p for p, _ in gspm.meta_pieces(o).values()}, key=lambda k: (-len(k), k))
+    meta = re.compile("|".join(map(re.escape, keys)))
+    want: Counter = Counter()
+    for s in lines:
+        if s and gspm.UNK_CHAR not in s:
+            t = meta.sub(gspm.BOUNDARY, norm.normalize(s))
+            want.update(gspm.split_into_words(t, o) if t else [])
+    assert gspm.count_words(lines, o) == want

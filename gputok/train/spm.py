@@ -25,6 +25,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from itertools import islice
 from importlib import resources
 from typing import Iterable, Iterator
 
@@ -237,22 +238,125 @@ def split_into_words(text: str, o: SpmOptions) -> list[str]:
     return words
 
 
-def count_words(sentences: Iterable[str], o: SpmOptions) -> Counter:
+def count_words(sentences: Iterable[str], o: SpmOptions, threads: "int | None" = None
+                ) -> Counter:
     """Rules 1, 2 and 4 on normalised text: the words and their counts."""
     norm = _normalizer(o)
     keys = sorted({p for p, _ in meta_pieces(o).values()}, key=lambda k: (-len(k), k))
     meta_re = re.compile("|".join(map(re.escape, keys))) if keys else None
+    usual = (o.add_dummy_prefix and o.remove_extra_whitespaces and
+             not o.treat_whitespace_as_suffix and not o.allow_whitespace_only_pieces)
     words: Counter = Counter()
+    parts = native.WordCounter(None, threads or native._threads())  # the fast path's words
     limit = o.max_sentence_length
-    for s in sentences:
-        if not s or UNK_CHAR in s or (len(s) * 4 > limit and len(s.encode("utf-8")) > limit):
-            continue
-        t = norm.normalize(s)
-        if meta_re is not None and meta_re.search(t):
-            t = meta_re.sub(BOUNDARY, t)
-        if t:
-            words.update(split_into_words(t, o))
+    batch: list[str] = []
+
+    def flush():
+        rest = batch
+        if usual:
+            rest = _count_plain(norm, batch, meta_re, parts)
+        for t in norm.normalize_many(rest):
+            if meta_re is not None and meta_re.search(t):
+                t = meta_re.sub(BOUNDARY, t)
+            if t:
+                words.update(split_into_words(t, o))
+        batch.clear()
+
+    it = iter(sentences)
+    while True:  # rule 1, a chunk at a time
+        chunk = list(islice(it, 8192))
+        if not chunk:
+            break
+        batch.extend(s for s in chunk if s and UNK_CHAR not in s and
+                     (len(s) * 4 <= limit or len(s.encode("utf-8")) <= limit))
+        flush()
+    try:
+        for w, n in parts.result().items():
+            words[w.decode("utf-8")] += n
+    finally:
+        parts.close()
     return words
+
+
+def _may_rewrite(norm, cps: np.ndarray) -> np.ndarray:
+    """Positions where a rule or a user-defined piece may start: a superset of
+    ``norm._candidates`` that costs two table lookups per character (``_rewrite_tables``)."""
+    if norm.ud_first is not None or norm.charsmap is None:
+        return norm._candidates(cps)[0]
+    single, start, second = _rewrite_tables(norm.charsmap)
+    hit = single[cps]
+    if len(cps) > 1:
+        hit[:-1] |= start[cps[:-1]] & second[cps[1:]]
+    return np.flatnonzero(hit)
+
+
+_TABLES: dict = {}
+
+
+def _rewrite_tables(cm) -> tuple:
+    """Per code point: a one-character rule; the first character of a longer key; and a
+    character whose first UTF-8 byte continues some key after its first character (found by
+    trying every byte from every node a first character reaches: for nmt_nfkc only combining
+    marks and characters of 3-4 bytes do, so a plain Latin sentence is one lookup a
+    character)."""
+    got = _TABLES.get(id(cm))
+    if got is None or got[0] is not cm:
+        from ..stages.charsmap import utf8_bytes
+
+        node1, leaf1, _value = cm._per_cp
+        nodes = np.unique(node1[node1 >= 0]).astype(np.int64)
+        units = cm.units.astype(np.int64)
+        b = np.arange(256, dtype=np.int64)
+        nxt = nodes[:, None] ^ b[None, :]
+        ok = nxt < len(units)
+        unit = np.where(ok, units[np.minimum(nxt, len(units) - 1)], 0)
+        first = np.flatnonzero((ok & ((unit & 0x800000FF) == b[None, :])).any(axis=0))
+        lead = utf8_bytes(np.arange(0x110000, dtype=np.uint32))[0][:, 0]
+        got = _TABLES[id(cm)] = (cm, (leaf1.copy(), node1 >= 0, np.isin(lead, first)))
+    return got[1]
+
+
+_MARK = SPACE.encode("utf-8")
+_RUNS = re.compile(" {2,}")
+_TRAILING = re.compile("\u2581+(?=\0|$)")
+
+
+def _count_plain(norm, batch: list, meta_re, parts) -> list:
+    """The usual settings' fast path: the sentences no rule or user-defined piece touches
+    (most of them) normalised and cut into words all at once, over the joined batch; returns
+    the others. Per sentence (U+0000 joins them; sentences holding it go the slow way): runs
+    of spaces collapse, leading and trailing spaces go and so do trailing ``▁`` (an all-space
+    sentence becomes empty and is dropped), spaces become ``▁``, meta pieces become U+001F.
+    Each sentence then starts with the dummy ``▁``: the batch's words are its pieces that start
+    with ``▁``, which the native counter ``parts`` counts (``WordCounter.add_marked``)."""
+    from ..stages.charbpe import code_points
+
+    keep = [s for s in batch if "\0" not in s]
+    others = [s for s in batch if "\0" in s]
+    joined = "\0".join(keep)
+    cand = _may_rewrite(norm, code_points(joined))
+    if len(cand):  # sentences a rule may touch go the sentence-by-sentence way
+        starts = np.zeros(len(keep) + 1, np.int64)
+        np.cumsum([len(s) + 1 for s in keep], out=starts[1:])
+        touched = np.zeros(len(keep), bool)
+        touched[np.searchsorted(starts, cand, side="right") - 1] = True
+        others += [s for s, t in zip(keep, touched.tolist()) if t]
+        joined = "\0".join(s for s, t in zip(keep, touched.tolist()) if not t)
+    if not joined:
+        return others
+    if "  " in joined:
+        joined = _RUNS.sub(" ", joined)
+    joined = joined.replace("\0 ", "\0").replace(" \0", "\0").strip(" ")
+    if SPACE + "\0" in joined or joined.endswith(SPACE):
+        joined = _TRAILING.sub("", joined)
+    while "\0\0" in joined:  # sentences left empty
+        joined = joined.replace("\0\0", "\0")
+    joined = joined.strip("\0").replace(" ", SPACE)
+    if meta_re is not None:
+        joined = meta_re.sub(BOUNDARY, joined)
+    if joined:
+        parts.add_marked((SPACE + joined.replace("\0", SPACE)).encode("utf-8"), _MARK)
+    return others
 
 
 def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]], list[str]]:
@@ -262,8 +366,9 @@ def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]]
     cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
     weight = np.repeat(np.fromiter(words.values(), np.int64, len(words)),
                        [len(w) for w in words])
-    uniq, inv = np.unique(cps, return_inverse=True)
-    counts = np.bincount(inv, weights=weight, minlength=len(uniq)).astype(np.int64)
+    per_cp = np.bincount(cps, weights=weight, minlength=0x110000)
+    uniq = np.flatnonzero(per_cp)
+    counts = per_cp[uniq].astype(np.int64)
     table = {chr(c): int(n) for c, n in zip(uniq.tolist(), counts.tolist()) if c != 0}
     listed = set(o.required_chars) - {"\x00"}
     for c in listed:
@@ -287,14 +392,29 @@ def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]]
 
 
 def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iterator[str]:
-    """The corpus as sentences: str items as they are; files as lines."""
-    from .words import _is_pathlike, corpus_texts
+    """The corpus as sentences: str items as they are; a .txt file line by line (streamed, as
+    ``spm_train`` reads it: lines end at "\\n" only); other files' documents split into lines."""
+    from .words import _check_paths, _is_pathlike, corpus_texts
 
-    if _is_pathlike(corpus) or (isinstance(corpus, (list, tuple)) and corpus
-                                and all(map(_is_pathlike, corpus))):
-        texts, _total, _unit = corpus_texts(corpus, field=field, errors=errors)
-        for doc, _n in texts:
-            yield from doc.split("\n")
+    if _is_pathlike(corpus):
+        corpus = [corpus]
+    if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
+        _check_paths(corpus)
+        for p in corpus:
+            if str(p).endswith(".txt"):
+                with open(p, "rb") as f:
+                    for i, line in enumerate(f, 1):
+                        try:
+                            yield line.rstrip(b"\n").decode("utf-8")
+                        except UnicodeDecodeError as e:
+                            if errors != "replace":
+                                raise ValueError(f"{p}:{i}: invalid UTF-8 ({e.reason} at byte "
+                                                 f"{e.start}); pass errors='replace'") from None
+                            yield line.rstrip(b"\n").decode("utf-8", "replace")
+            else:
+                texts, _total, _unit = corpus_texts([p], field=field, errors=errors)
+                for doc, _n in texts:
+                    yield from doc.split("\n")
         return
     texts, _total, _unit = corpus_texts(corpus, field=field, errors=errors)
     for t, _n in texts:
@@ -320,7 +440,7 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
     if not 1 <= o.max_sentencepiece_length <= 512:
         raise SpmTrainError("max_sentencepiece_length must be in [1, 512]")
     meta = meta_pieces(o)
-    words = count_words(sentences_of(corpus, field=field, errors=errors), o)
+    words = count_words(sentences_of(corpus, field=field, errors=errors), o, threads)
     if not words:
         raise SpmTrainError("no sentence left to train on")
     chars, seen = required_chars(words, o)
@@ -359,9 +479,9 @@ def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
     cid = {c: i for i, c in enumerate(alphabet)}
     text = "".join(words)
     cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-    lut_keys = np.array([ord(c) for c in alphabet], np.uint32)
-    order = np.argsort(lut_keys)
-    ids = order[np.searchsorted(lut_keys[order], cps)].astype(np.uint32)
+    lut = np.zeros(0x110000, np.uint32)
+    lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
+    ids = lut[cps]
     offsets = np.zeros(len(words) + 1, np.int64)
     np.cumsum([len(w) for w in words], out=offsets[1:])
     counts = np.fromiter(words.values(), np.int64, len(words))
