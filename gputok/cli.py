@@ -226,6 +226,8 @@ def cmd_train(args) -> int:
     from .export import save_hf_json, save_tiktoken
 
     out = Path(args.output)
+    if args.model_type == "spm":
+        return _train_spm(args, out)
     if out.suffix not in (".json", ".tiktoken"):
         raise ValueError(f"-o {out}: the output must end with .json (HF tokenizer.json) or "
                          ".tiktoken (ranks + a .tiktoken.json sidecar with pattern and specials)")
@@ -277,6 +279,39 @@ def cmd_train(args) -> int:
         print(f"gputok: warning: stopped at {st.vocab_size} of the {args.vocab_size} tokens asked "
               f"for: no pair occurs --min-frequency {args.min_frequency} times or more",
               file=sys.stderr)
+    return 0
+
+
+def _train_spm(args, out: Path) -> int:
+    """``gputok train --model-type spm``: SentencePiece BPE, written as a .model."""
+    from . import train as train_mod
+    from .corpus import resolve_inputs
+
+    if out.suffix != ".model":
+        raise ValueError(f"-o {out}: a SentencePiece model is written as a .model file")
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"-o {out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise ValueError(f"-o {out}: no such directory {out.parent}")
+    sources = resolve_inputs(args.inputs, field=args.field)
+    if any(s.path == "-" for s in sources):
+        raise ValueError("gputok train reads files, not standard input")
+    t0 = time.perf_counter()
+    try:
+        m = train_mod.train_spm_bpe(
+            [Path(s.path) for s in sources], vocab_size=args.vocab_size, field=args.field,
+            errors=args.errors, threads=args.threads,
+            character_coverage=args.character_coverage, byte_fallback=args.byte_fallback,
+            user_defined_symbols=args.user_defined or [], control_symbols=args.control or [],
+            normalization_rule_name=args.normalization_rule_name,
+            max_sentencepiece_length=args.max_sentencepiece_length,
+            split_digits=args.split_digits)
+        m.save(out)
+    except KeyboardInterrupt:
+        print(f"gputok: interrupted; {out} was not written", file=sys.stderr)
+        return 130
+    print(f"gputok train: {len(m.pieces)} pieces ({m.n_merges} merges) from {m.n_words} unique "
+          f"words in {time.perf_counter() - t0:.2f} s (SentencePiece BPE) -> {out}")
     return 0
 
 
@@ -431,6 +466,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one line per merge on stderr (the pair, its id, its count)")
     t.add_argument("--name", help="the encoding's name (default: the output file's stem)")
     t.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    t.add_argument("--model-type", default="bpe", choices=["bpe", "spm"],
+                   help="bpe: byte-level BPE (default); spm: SentencePiece BPE with spm_train "
+                        "--model_type=bpe's pieces and ids, written as a .model (the options "
+                        "below; sentences are lines)")
+    t.add_argument("--character-coverage", type=float, default=0.9995, help="(spm)")
+    t.add_argument("--byte-fallback", action="store_true", help="(spm)")
+    t.add_argument("--user-defined", action="append", metavar="PIECE", help="(spm, repeat)")
+    t.add_argument("--control", action="append", metavar="PIECE", help="(spm, repeat)")
+    t.add_argument("--normalization-rule-name", default="nmt_nfkc",
+                   choices=["nmt_nfkc", "identity"], help="(spm)")
+    t.add_argument("--max-sentencepiece-length", type=int, default=16, help="(spm)")
+    t.add_argument("--split-digits", action="store_true", help="(spm)")
     t.set_defaults(func=cmd_train)
 
     from .parity import add_parser as add_parity

@@ -212,3 +212,30 @@ def test_bad_word_memory_is_one_line(value, message, corpus_files, tmp_path, cap
                  str(tmp_path / "t.json"), "--max-word-memory", value, "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_train_sentencepiece_model(corpus_files, tmp_path, capsys):
+    import io
+
+    import sentencepiece as spm
+
+    paths, docs = corpus_files
+    lines = [line for d in docs for line in d.split("\n")]
+    txt = tmp_path / "lines.txt"
+    txt.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "m.model"
+    assert main(["train", "--model-type", "spm", "--vocab-size", "1200", "--byte-fallback",
+                 "--user-defined", EOT, str(txt), "-o", str(out), "-q"]) == 0
+    assert capsys.readouterr().out.startswith("gputok train: 1200 pieces")
+    want = io.BytesIO()
+    spm.SentencePieceTrainer.train(input=str(txt), model_writer=want, model_type="bpe",
+                                   vocab_size=1200, byte_fallback=True,
+                                   user_defined_symbols=[EOT], minloglevel=2)
+    ours = spm.SentencePieceProcessor(model_file=str(out))
+    theirs = spm.SentencePieceProcessor(model_proto=want.getvalue())
+    assert [ours.id_to_piece(i) for i in range(1200)] == \
+        [theirs.id_to_piece(i) for i in range(1200)]
+    assert ours.encode(docs[:5]) == theirs.encode(docs[:5])
+    assert main(["train", "--model-type", "spm", "--vocab-size", "1200", str(txt), "-o",
+                 str(tmp_path / "m.json"), "-q"]) == 2
+    assert "written as a .model" in capsys.readouterr().err

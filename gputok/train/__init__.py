@@ -43,7 +43,7 @@ from .vocab import ID_ORDERS, Vocab
 from .wordset import WordCounts
 from .words import corpus_batches, corpus_texts, count_words
 
-__all__ = ["train_bpe", "TrainStats"]
+__all__ = ["train_bpe", "train_spm_bpe", "TrainStats"]
 
 
 
@@ -184,6 +184,24 @@ def train_bpe(corpus, *, vocab_size: int, pattern: str = "cl100k", special_token
                             prune_floor=words.prune_floor, pruned_words=words.pruned_words,
                             pruned_count=words.pruned_count)
     return build_encoding(name or f"bpe{len(vocab)}", pat, vocab, merges)
+
+
+def train_spm_bpe(corpus, *, vocab_size: int = 8000, **options):
+    """SentencePiece BPE training with ``spm_train --model_type=bpe``'s pieces, scores and ids
+    (``gputok.train.spm``; the rules: ``cpu_ref/spm_train.py``). Returns an ``SpmTrained``:
+    ``.pieces``, ``.save(path)`` writes the ``.model``.
+
+    >>> m = gputok.train_spm_bpe(["low lower lowest"] * 5, vocab_size=24)
+    >>> m.pieces[3]
+    ('lo', -0.0, 1)
+    """
+    from . import native
+    from .spm import train_spm_bpe as train
+
+    ok, why = native.available()
+    if not ok:
+        raise RuntimeError(f"SentencePiece training needs the native library: {why}")
+    return train(corpus, vocab_size=vocab_size, **options)
 
 
 def _threads_default() -> int:
