@@ -198,8 +198,8 @@ def test_gputok_trainer_errors_and_files(tmp_path):
 
 
 def test_normalising_many_sentences_at_once():
-    from gputok.stages.charsmap import CharsMap
-    from gputok.stages.spm_norm import SpmNormalizer
+    from gputok.components.normalizers.charsmap import CharsMap
+    from gputok.components.normalizers.spm import SpmNormalizer
     from gputok.train import spm as gspm
 
     lines = lines_of("multilingual", 0.05) + synthetic(11, 50) + \

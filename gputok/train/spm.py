@@ -2,7 +2,7 @@
 (sentencepiece 0.2.3), written as a ``.model`` sentencepiece loads. The rules are
 ``cpu_ref/spm_train.py`` (numbered there); this is the fast path:
 
-* **Words** (rules 1-4): sentences are normalised (``stages.spm_norm``, the charsmap named by
+* **Words** (rules 1-4): sentences are normalised (``components.normalizers.spm``, the charsmap named by
   ``normalization_rule_name``), meta pieces become U+001F, the words (cut before each ``▁``)
   are counted; the characters are counted from the words, the required ones chosen by
   coverage, the others turned into U+2585 and the words counted again.
@@ -193,8 +193,8 @@ def meta_pieces(o: SpmOptions) -> dict[int, tuple[str, int]]:
 
 
 def _normalizer(o: SpmOptions):
-    from ..stages.charsmap import CharsMap
-    from ..stages.spm_norm import SpmNormalizer
+    from ..components.normalizers.charsmap import CharsMap
+    from ..components.normalizers.spm import SpmNormalizer
 
     blob = charsmap_blob(o.normalization_rule_name)
     return SpmNormalizer(charsmap=CharsMap(blob) if blob else None,
@@ -301,7 +301,7 @@ def _rewrite_tables(cm) -> tuple:
     character)."""
     got = _TABLES.get(id(cm))
     if got is None or got[0] is not cm:
-        from ..stages.charsmap import utf8_bytes
+        from ..components.normalizers.charsmap import utf8_bytes
 
         node1, leaf1, _value = cm._per_cp
         nodes = np.unique(node1[node1 >= 0]).astype(np.int64)
@@ -329,7 +329,7 @@ def _count_plain(norm, batch: list, meta_re, parts) -> list:
     sentence becomes empty and is dropped), spaces become ``▁``, meta pieces become U+001F.
     Each sentence then starts with the dummy ``▁``: the batch's words are its pieces that start
     with ``▁``, which the native counter ``parts`` counts (``WordCounter.add_marked``)."""
-    from ..stages.charbpe import code_points
+    from .._arrays import code_points
 
     keep = [s for s in batch if "\0" not in s]
     others = [s for s in batch if "\0" in s]

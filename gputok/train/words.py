@@ -118,7 +118,7 @@ def corpus_batches(corpus, *, field: str = "text", errors: str = "strict",
         from ..corpus import read_batches, resolve_inputs, total_input_bytes
 
         _check_paths(corpus)
-        sources = resolve_inputs([str(p) for p in corpus], field=field)
+        sources = resolve_inputs(list(corpus), field=field)  # (a Source passes as it is)
 
         def gen():
             for batch in read_batches(sources, field=field, errors=errors,
