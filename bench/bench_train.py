@@ -1,17 +1,29 @@
-"""BPE training: gputok vs HF tokenizers' BpeTrainer vs sentencepiece's BPE trainer.
+"""BPE training: gputok against every trainer people use, on the same corpus file, in one run.
 
-Each trainer runs in a fresh subprocess on the same corpus and vocabulary size, so its peak
-memory (``ru_maxrss``) is its own; time covers the whole training call (word counting included),
-not loading the corpus. Runs are interleaved (``--repeat`` rounds) and the best is reported,
-with every run's time listed: on a shared machine single runs vary by +-30%.
+Trainers (each in a fresh subprocess, so its peak memory, ``ru_maxrss``, is its own):
 
-gputok and HF train the same thing (a Split(pattern) + ByteLevel BPE), and their merges are
-compared: the run fails if they differ. sentencepiece trains its own kind of BPE
-(whitespace-marked pieces, byte fallback) on the same text, one paragraph per line: a reference
-point for time and memory, not for output.
+* ``gputok``      ``gputok.train_bpe(Path(corpus.jsonl))`` (HF's ids and merges)
+* ``gputok-bytes`` the same with ``id_order="bytes"`` (rustbpe's tie order)
+* ``gigatoken``   ``gigatoken.train_bpe(JsonlFileSource(...))`` (GPT-2 pattern only)
+* ``rustbpe``     ``rustbpe.Tokenizer().train_from_iterator`` (nanochat's trainer)
+* ``bpeasy``      ``bpeasy.train_bpe``
+* ``hf``          HF ``tokenizers`` ``BpeTrainer`` behind ``Split(pattern)`` + ``ByteLevel``
+* ``spm``         sentencepiece's BPE trainer (``model_type=bpe``, byte fallback) on the same
+                  text, one paragraph per line: its own kind of BPE, a reference for time and
+                  memory, not for output
 
-    python bench/bench_train.py                     # 20 MB of prose -> 32K vocab
-    python bench/bench_train.py --kind code --mb 5 --vocab-size 8000 --out results.md
+Every trainer reads the corpus from disk itself (a JSON-lines file; sentencepiece a text file):
+those that take an iterator get one that reads the file line by line. Time covers the training
+call (reading, word counting, merges), not imports. Runs are interleaved (``--repeat`` rounds;
+the best run is reported, every run listed): on a shared machine single runs vary by +-30%.
+
+Merges are compared as the learned tokens' bytes in order (the first difference is printed):
+gputok against HF and gigatoken (HF's rule), gputok-bytes against rustbpe (byte-order ties).
+The run fails if gputok's differ from HF's.
+
+    python bench/bench_train.py --mb 32 --vocab-size 32768            # prose
+    python bench/bench_train.py --kind mixed --mb 96 --vocab-size 32768
+    python bench/bench_train.py --trainers gputok gigatoken --repeat 1
 """
 
 from __future__ import annotations
@@ -29,68 +41,100 @@ from pathlib import Path
 import _common
 
 EOT = "<|endoftext|>"
+TRAINERS = ("gputok", "gputok-bytes", "gigatoken", "rustbpe", "bpeasy", "hf", "spm")
+LABELS = {"gputok": "gputok", "gputok-bytes": "gputok id_order=bytes",
+          "gigatoken": "gigatoken train_bpe", "rustbpe": "rustbpe", "bpeasy": "bpeasy",
+          "hf": "HF tokenizers BpeTrainer", "spm": "sentencepiece BPE"}
 
 
 # ---------------------------------------------------------------- workers (one per subprocess)
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _lines(path: Path):
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)["text"]
+
+
+def _pattern(name: str) -> str:
+    from cpu_ref.patterns import resolve_pattern
+
+    return resolve_pattern(name)
+
+
 def worker(args) -> dict:
     tmp = Path(args.tmp)
-    out: dict = {"trainer": args.worker}
-    if args.worker in ("gputok", "hf"):
-        docs = [json.loads(line)["text"] for line in open(tmp / "docs.jsonl", encoding="utf-8")]
-    if args.worker == "gputok":
+    docs = tmp / "docs.jsonl"
+    out: dict = {"trainer": args.worker, "threads": os.cpu_count()}
+    tokens = None  # learned tokens' bytes, in merge order
+    if args.worker in ("gputok", "gputok-bytes"):
         import gputok
         import gputok.train as gt
+        import gputok.train.native as gn
 
-        out["base_mb"] = _rss_mb()
+        gn.library()  # (built and loaded before the clock starts, as a peer's extension is)
+        order = "bytes" if args.worker == "gputok-bytes" else "hf"
         t0 = time.perf_counter()
         enc = gputok.train_bpe(docs, vocab_size=args.vocab_size, pattern=args.pattern,
                                special_tokens=[EOT], min_frequency=args.min_frequency,
-                               backend=args.backend)
+                               backend=args.backend, id_order=order)
         out["seconds"] = time.perf_counter() - t0
         st = gt.last_stats
         out.update(words_s=st.words_s, merges_s=st.merges_s, n_words=st.n_words,
-                   n_merges=st.n_merges, backend=st.backend, threads=1)
-        from cpu_ref.hf import BYTE_TO_UNICODE
+                   n_merges=st.n_merges, backend=st.backend)
+        tokens = [enc.decode_single_token_bytes(c) for _, _, c in enc.trained_merges]
+    elif args.worker == "gigatoken":
+        import gigatoken
 
-        u = lambda i: "".join(BYTE_TO_UNICODE[b] for b in enc.decode_single_token_bytes(i))  # noqa
-        merges = [[u(a), u(b)] for a, b, _ in enc.trained_merges]
+        if args.pattern != "gpt2":
+            raise SystemExit("gigatoken trains with the GPT-2 pattern only")
+        t0 = time.perf_counter()
+        _vocab, merges = gigatoken.train_bpe(gigatoken.JsonlFileSource([str(docs)]),
+                                             args.vocab_size, [EOT])
+        out["seconds"] = time.perf_counter() - t0
+        tokens = [a + b for a, b in merges]
+    elif args.worker == "rustbpe":
+        import rustbpe
+
+        tok = rustbpe.Tokenizer()
+        t0 = time.perf_counter()
+        # (no special tokens: one id fewer for merges, as gputok's specials take one)
+        tok.train_from_iterator(_lines(docs), args.vocab_size - 1, pattern=_pattern(args.pattern))
+        out["seconds"] = time.perf_counter() - t0
+        ranks = sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])
+        tokens = [bytes(b) for b, r in ranks if r >= 256]
+    elif args.worker == "bpeasy":
+        import bpeasy
+
+        t0 = time.perf_counter()
+        vocab = bpeasy.train_bpe(_lines(docs), _pattern(args.pattern), 128, args.vocab_size - 1)
+        out["seconds"] = time.perf_counter() - t0
+        tokens = [b for b, r in sorted(vocab.items(), key=lambda kv: kv[1]) if r >= 256]
     elif args.worker == "hf":
         from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-        from cpu_ref.patterns import resolve_pattern
+        from gputok.bytelevel import unspell
         from gputok.export import _onig_pattern
 
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(_onig_pattern(resolve_pattern(args.pattern))),
+            pre_tokenizers.Split(Regex(_onig_pattern(_pattern(args.pattern))),
                                  behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         trainer = trainers.BpeTrainer(vocab_size=args.vocab_size, min_frequency=args.min_frequency,
                                       special_tokens=[EOT], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        out["base_mb"] = _rss_mb()
         t0 = time.perf_counter()
-        tok.train_from_iterator(docs, trainer)
+        tok.train_from_iterator(_lines(docs), trainer)
         out["seconds"] = time.perf_counter() - t0
-        out["threads"] = os.cpu_count()
         merges = json.loads(tok.to_str())["model"]["merges"]
+        tokens = [unspell(a) + unspell(b) for a, b in merges]
     elif args.worker == "spm":
         import sentencepiece as spm
 
-        out["base_mb"] = _rss_mb()
         t0 = time.perf_counter()
         spm.SentencePieceTrainer.train(
             input=str(tmp / "lines.txt"), model_prefix=str(tmp / "spm"), model_type="bpe",
@@ -98,103 +142,128 @@ def worker(args) -> dict:
             num_threads=os.cpu_count(), max_sentence_length=1 << 16, minloglevel=2,
             user_defined_symbols=[EOT])
         out["seconds"] = time.perf_counter() - t0
-        out["threads"] = os.cpu_count()
-        merges = None
     else:
         raise SystemExit(f"unknown worker {args.worker}")
     out["peak_mb"] = _peak_mb()
-    if merges is not None:
-        (tmp / f"{args.worker}.merges.json").write_text(json.dumps(merges), encoding="utf-8")
+    if tokens is not None:
+        (tmp / f"{args.worker}.tokens.json").write_text(
+            json.dumps([t.hex() for t in tokens]), encoding="utf-8")
     return out
 
 
 # ---------------------------------------------------------------- the parent
 
-LABELS = {"gputok": "gputok ({backend} backend)", "hf": "HF tokenizers BpeTrainer",
-          "spm": "sentencepiece BPE trainer"}
+def _write_corpus(tmp: Path, kind: str, mb: float) -> tuple[int, int]:
+    kinds = ("prose", "code", "multilingual") if kind == "mixed" else (kind,)
+    parts = [_common.corpus(k, mb / len(kinds)) for k in kinds]
+    docs = [d for group in zip(*parts) for d in group]  # interleaved, as a mixed corpus is
+    docs += [d for p in parts for d in p[min(map(len, parts)):]]
+    nbytes = 0
+    with open(tmp / "docs.jsonl", "w", encoding="utf-8") as f, \
+            open(tmp / "lines.txt", "w", encoding="utf-8") as g:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+            g.writelines(line + "\n" for line in d.split("\n") if line.strip())
+            nbytes += len(d.encode("utf-8"))
+    return nbytes, len(docs)
+
+
+def _same_prefix(a: list, b: list) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def run(args) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
-    docs = _common.corpus(args.kind, args.mb)
-    nbytes = sum(len(d.encode("utf-8")) for d in docs)
-    with open(tmp / "docs.jsonl", "w", encoding="utf-8") as f:
-        for d in docs:
-            f.write(json.dumps({"text": d}) + "\n")
-    with open(tmp / "lines.txt", "w", encoding="utf-8") as f:
-        for d in docs:
-            f.writelines(line + "\n" for line in d.split("\n") if line.strip())
+    nbytes, n_docs = _write_corpus(tmp, args.kind, args.mb)
     results: dict = {}
     times: dict = {name: [] for name in args.trainers}
+    failed: dict = {}
     for _ in range(args.repeat):  # interleaved, so a noisy minute hits every trainer alike
         for name in args.trainers:
+            if name in failed:
+                continue
             cmd = [sys.executable, __file__, "--worker", name, "--tmp", str(tmp),
                    "--vocab-size", str(args.vocab_size), "--pattern", args.pattern,
                    "--min-frequency", str(args.min_frequency), "--backend", args.backend]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                raise SystemExit(f"{name} failed:\n{r.stderr[-3000:]}")
+                failed[name] = (r.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"  {LABELS[name]:<26} failed: {failed[name]}", file=sys.stderr)
+                continue
             res = json.loads(r.stdout.strip().splitlines()[-1])
             times[name].append(res["seconds"])
             if name not in results or res["seconds"] < results[name]["seconds"]:
                 results[name] = res  # the fastest run's numbers
-            print(f"  {LABELS[name].format(backend=res.get('backend', args.backend)):<28} {res['seconds']:7.2f} s  peak {res['peak_mb']:7.1f} MB",
+            print(f"  {LABELS[name]:<26} {res['seconds']:7.2f} s  peak {res['peak_mb']:7.1f} MB",
                   file=sys.stderr)
 
-    lines = []
-    same_line = ""
-    if "gputok" in results and "hf" in results:
-        ours = json.loads((tmp / "gputok.merges.json").read_text(encoding="utf-8"))
-        theirs = json.loads((tmp / "hf.merges.json").read_text(encoding="utf-8"))
-        same = next((k for k, (x, y) in enumerate(zip(ours, theirs)) if x != y),
-                    min(len(ours), len(theirs)))
-        same_line = (f"merges identical to HF: {same}/{len(theirs)} (gputok made {len(ours)})")
-        if not same == len(ours) == len(theirs):
-            raise SystemExit(f"gputok and HF merges differ at {same}: {same_line}")
+    def tokens(name):
+        p = tmp / f"{name}.tokens.json"
+        return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+    checks, bad = [], []
+    for ours, theirs in (("gputok", "hf"), ("gputok", "gigatoken"), ("gputok-bytes", "rustbpe"),
+                         ("gputok", "rustbpe"), ("gputok", "bpeasy")):
+        a, b = tokens(ours), tokens(theirs)
+        if a is None or b is None:
+            continue
+        same = _same_prefix(a, b)
+        checks.append(f"{LABELS[ours]} vs {LABELS[theirs]}: {same} identical leading merges "
+                      f"of {len(a)} / {len(b)}" + ("" if same == len(a) == len(b) else
+                                                   f" (first difference at merge {same})"))
+        if (ours, theirs) == ("gputok", "hf") and not same == len(a) == len(b):
+            bad.append(checks[-1])
+
     base = results.get("gputok", {}).get("seconds")
-    where = "a GPU" if args.backend in ("cuda", "metal") else "the CPU"
-    lines.append(f"# BPE training on {where}, {time.strftime('%Y-%m-%d')}\n")
-    lines.append(f"- machine: {_common.machine()}")
-    lines.append(f"- command: `python bench/bench_train.py {' '.join(sys.argv[1:])}`".rstrip())
-    lines.append(f"- corpus: {args.kind} (tests/testdata.py), {nbytes / 1e6:.2f} MB, "
-                 f"{len(docs)} documents; vocab_size {args.vocab_size}, pattern {args.pattern}, "
-                 f"min_frequency {args.min_frequency}, special token {EOT}")
-    if same_line:
-        lines.append(f"- {same_line}")
+    base_mb = results.get("gputok", {}).get("peak_mb")
+    lines = [f"# BPE training, {time.strftime('%Y-%m-%d')}\n",
+             f"- machine: {_common.machine()}",
+             f"- command: `python bench/bench_train.py {' '.join(sys.argv[1:])}`".rstrip(),
+             f"- corpus: {args.kind} (tests/testdata.py), {nbytes / 1e6:.2f} MB, {n_docs} "
+             f"documents, one JSON line each; vocab_size {args.vocab_size}, pattern "
+             f"{args.pattern}, min_frequency {args.min_frequency} (gputok, HF), special token "
+             f"{EOT} (rustbpe and bpeasy: none, one id fewer)"]
+    lines += [f"- merges: {c}" for c in checks]
     if "gputok" in results:
         g = results["gputok"]
         lines.append(f"- gputok phases: word counting {g['words_s']:.2f} s ({g['n_words']} unique "
                      f"words), merges {g['merges_s']:.2f} s ({g['n_merges']} merges, "
-                     f"{g['n_merges'] / max(g['merges_s'], 1e-9):.0f} merges/s)")
-    lines.append("")
-    lines.append(f"| trainer | threads | time (s), best of {args.repeat} | all runs (s) | MB/s | "
-                 "time / gputok's | peak RSS (MB) | RSS added by training (MB) |")
-    lines.append("|---|---:|---:|---|---:|---:|---:|---:|")
-    for name, r in results.items():
+                     f"{g['backend']} backend)")
+    lines += [f"- {LABELS[n]} failed: {why}" for n, why in failed.items()]
+    lines += ["", f"| trainer | time (s), best of {args.repeat} | all runs (s) | MB/s | time / "
+              "gputok's | peak RSS (MB) | RSS / gputok's |", "|---|---:|---|---:|---:|---:|---:|"]
+    for name in args.trainers:
+        r = results.get(name)
+        if r is None:
+            continue
         ratio = f"{r['seconds'] / base:.2f}x" if base else "-"
-        runs = ", ".join(f"{t:.1f}" for t in times[name])
-        label = LABELS[name].format(backend=r.get("backend", args.backend))
-        lines.append(f"| {label} | {r['threads']} | {r['seconds']:.2f} | {runs} | "
-                     f"{nbytes / 1e6 / r['seconds']:.2f} | {ratio} | {r['peak_mb']:.0f} | "
-                     f"{r['peak_mb'] - r['base_mb']:.0f} |")
-    lines.append("")
-    lines.append("Peak RSS includes the interpreter, the libraries and the corpus held as a "
-                 "list of str (HF, gputok; sentencepiece reads a file); the last column "
-                 "subtracts the RSS measured just before the training call.")
-    return "\n".join(lines) + "\n"
+        mem = f"{r['peak_mb'] / base_mb:.2f}x" if base_mb else "-"
+        runs = ", ".join(f"{t:.2f}" for t in times[name])
+        lines.append(f"| {LABELS[name]} | {r['seconds']:.2f} | {runs} | "
+                     f"{nbytes / 1e6 / r['seconds']:.2f} | {ratio} | {r['peak_mb']:.0f} | {mem} |")
+    lines += ["", f"Every trainer runs on all {os.cpu_count()} cores it finds (gputok's word "
+              "counting, gigatoken, rustbpe, HF, sentencepiece; bpeasy as it does). Peak RSS is the "
+              "whole process: interpreter, libraries and training."]
+    report = "\n".join(lines) + "\n"
+    if bad:
+        print(report)
+        raise SystemExit(f"gputok's merges differ from HF's: {bad[0]}")
+    return report
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kind", default="prose", help="corpus kind from tests/testdata.py")
-    p.add_argument("--mb", type=float, default=20.0)
-    p.add_argument("--vocab-size", type=int, default=32000)
-    p.add_argument("--pattern", default="cl100k")
+    p.add_argument("--kind", default="prose",
+                   help="corpus kind from tests/testdata.py, or mixed (prose + code + "
+                        "multilingual, a third each)")
+    p.add_argument("--mb", type=float, default=32.0)
+    p.add_argument("--vocab-size", type=int, default=32768)
+    p.add_argument("--pattern", default="gpt2", help="gpt2 (default: gigatoken's only one), "
+                   "cl100k, o200k")
     p.add_argument("--min-frequency", type=int, default=2)
-    p.add_argument("--backend", default="numpy")
+    p.add_argument("--backend", default="auto")
     p.add_argument("--repeat", type=int, default=3, help="runs per trainer; the best is reported")
-    p.add_argument("--trainers", nargs="+", default=["gputok", "hf", "spm"],
-                   choices=["gputok", "hf", "spm"])
+    p.add_argument("--trainers", nargs="+", default=list(TRAINERS), choices=TRAINERS)
     p.add_argument("--out", help="also write the report (markdown) here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)

@@ -37,7 +37,15 @@ keeps the checks):
    merge cover that string, no symbol ever crossed its edges, so its bytes were segmented exactly
    as when the first merge made the token, and that merge would already have joined them.)
 
-DESIGN.md's description (§Semantics 6) matches 1-6; 7 is an addition. HF keeps counts
+8. **The byte layout** (``id_order="bytes"``, minbpe / tiktoken / nanochat): byte ``b`` is id
+   ``b`` (or ``n + b`` with the ``n`` special tokens first, ``specials_at="start"``), merge ``k``
+   is id ``256 + k`` after them, special tokens last by default. Rule 4 is the same rule *in
+   these ids*, so ties go by byte value instead of by byte-level character: that is rustbpe's
+   (nanochat's) trainer, whose merges equal these (checked in tests/test_train_native.py).
+   Rule 7 does not apply (a learned token never takes a special token's id) and a vocabulary's
+   size still counts every id.
+
+DESIGN.md's description (§Semantics 6) matches 1-6; 7 and 8 are additions. HF keeps counts
 incrementally where this module recounts; with rule 7 limited to specials (whose ids never
 occur inside words before their merge) the two always agree, and the tests check it.
 
@@ -61,8 +69,11 @@ class TrainedBPE:
     vocab: dict[str, int]  # token string -> id (specials verbatim, others byte-level unicode)
     merges: list[tuple[int, int, int]]  # (left_id, right_id, merged_id), in merge order
     special_tokens: dict[str, int] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # id -> string (rule 8: strings may repeat)
 
     def id_to_str(self) -> dict[int, str]:
+        if self.names:
+            return dict(enumerate(self.names))
         return {i: s for s, i in self.vocab.items()}
 
     def merge_strings(self) -> list[tuple[str, str]]:
@@ -89,12 +100,16 @@ def count_words(texts: Iterable[str], pattern: str) -> Counter:
 
 
 def train_bpe(texts: Iterable[str], *, vocab_size: int, pattern: str = "cl100k",
-              special_tokens: Iterable[str] = (), min_frequency: int = 2) -> TrainedBPE:
+              special_tokens: Iterable[str] = (), min_frequency: int = 2,
+              id_order: str = "hf", specials_at: "str | None" = None) -> TrainedBPE:
     """Train byte-level BPE the way HF's ``BpeTrainer`` does (see the module docstring).
 
-    ``pattern`` is a regex or a short name (``gpt2``, ``cl100k``, ``o200k``).
+    ``pattern`` is a regex or a short name (``gpt2``, ``cl100k``, ``o200k``). ``id_order`` and
+    ``specials_at``: rule 8.
     """
     pat = patterns.resolve_pattern(pattern)
+    if specials_at is None:
+        specials_at = "start" if id_order == "hf" else "end"
 
     # rule 2: ids. ``vocab`` maps HF token strings to ids; a string already present keeps its id.
     vocab: dict[str, int] = {}
@@ -106,16 +121,29 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int, pattern: str = "cl100k",
             names.append(s)
         return vocab[s]
 
-    specials = {s: intern(s) for s in special_tokens}
-    for ch in sorted(BYTE_TO_UNICODE.values()):  # the alphabet, by mapped code point
-        intern(ch)
+    def append(s: str) -> int:  # rule 8: a new id even for a known string
+        names.append(s)
+        vocab.setdefault(s, len(names) - 1)
+        return len(names) - 1
+
+    specials: dict[str, int] = {}
+    unique_specials = list(dict.fromkeys(special_tokens))  # a repeat is skipped
+    if specials_at == "start":
+        specials = {s: (intern(s) if id_order == "hf" else append(s)) for s in unique_specials}
+    if id_order == "hf":
+        for ch in sorted(BYTE_TO_UNICODE.values()):  # the alphabet, by mapped code point
+            intern(ch)
+        byte_id = {b: vocab[BYTE_TO_UNICODE[b]] for b in range(256)}
+    else:  # rule 8: by byte value
+        byte_id = {b: append(BYTE_TO_UNICODE[b]) for b in range(256)}
+    n_last = len(unique_specials) if specials_at == "end" else 0
 
     # rule 1: words, as lists of alphabet ids, with their counts
-    words = [([vocab[BYTE_TO_UNICODE[b]] for b in w.encode("utf-8")], n)
+    words = [([byte_id[b] for b in w.encode("utf-8")], n)
              for w, n in count_words(texts, pat).items()]
 
     merges: list[tuple[int, int, int]] = []
-    while len(vocab) < vocab_size:  # rule 5: the vocabulary's size includes specials + alphabet
+    while len(names) + n_last < vocab_size:  # rule 5: the size counts every id
         # rule 3: overlapping windows, weighted by word count
         counts: Counter = Counter()
         for syms, n in words:
@@ -128,7 +156,10 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int, pattern: str = "cl100k",
         if counts[best] < max(min_frequency, 1):  # rule 5
             break
         a, b = best
-        new_id = intern(names[a] + names[b])  # rule 7: an existing string keeps its id
+        if id_order == "hf":
+            new_id = intern(names[a] + names[b])  # rule 7: an existing string keeps its id
+        else:
+            new_id = append(names[a] + names[b])
         merges.append((a, b, new_id))
         # rule 6: left to right, without overlap
         for syms, _n in words:
@@ -137,4 +168,6 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int, pattern: str = "cl100k",
                 if syms[i] == a and syms[i + 1] == b:
                     syms[i:i + 2] = [new_id]
                 i += 1
-    return TrainedBPE(vocab=vocab, merges=merges, special_tokens=specials)
+    if specials_at == "end":
+        specials = {s: append(s) for s in unique_specials}
+    return TrainedBPE(vocab=vocab, merges=merges, special_tokens=specials, names=names)

@@ -64,14 +64,18 @@ def train_ref(texts, vocab_size, pattern, specials, min_frequency):
     return r.merge_strings(), r.vocab
 
 
-def train_numpy(texts, vocab_size, pattern, specials, min_frequency):
+def train_numpy(texts, vocab_size, pattern, specials, min_frequency, backend="numpy"):
     enc = gputok.train_bpe(texts, vocab_size=vocab_size, pattern=pattern,
-                           special_tokens=specials, min_frequency=min_frequency, backend="numpy")
+                           special_tokens=specials, min_frequency=min_frequency, backend=backend)
     to_u = lambda i: "".join(BYTE_TO_UNICODE[b] for b in enc.decode_single_token_bytes(i))  # noqa
     merges = [(to_u(a), to_u(b)) for a, b, _ in enc.trained_merges]
     vocab = {to_u(i): i for i in range(enc.n_vocab) if not enc.is_special_token(i)}
     vocab.update(enc._special_tokens)
     return merges, vocab
+
+
+def train_native(texts, vocab_size, pattern, specials, min_frequency):
+    return train_numpy(texts, vocab_size, pattern, specials, min_frequency, backend="native")
 
 
 def train_device_numpy(texts, vocab_size, pattern, specials, min_frequency):
@@ -83,7 +87,10 @@ def train_device_numpy(texts, vocab_size, pattern, specials, min_frequency):
     return _strings(v, merges), dict(v.ids)
 
 
+NATIVE = __import__("gputok.train.native").train.native.available()[0]
 TRAINERS = [pytest.param(train_ref, id="cpu_ref"), pytest.param(train_numpy, id="numpy"),
+            pytest.param(train_native, id="native", marks=pytest.mark.skipif(
+                not NATIVE, reason="no C++ compiler for the native trainer")),
             pytest.param(train_device_numpy, id="device-numpy")]
 
 
@@ -177,7 +184,8 @@ def test_random_corpora_match_hf(alphabet, data, vocab_extra, min_frequency, spe
     texts = data.draw(st.lists(st.text(alphabet=alphabet, max_size=60), min_size=1, max_size=8))
     vocab_size = 256 + len(specials) + vocab_extra
     expected, hf_vocab, _ = hf_train(texts, vocab_size, WS, specials, min_frequency)
-    for trainer in (train_ref, train_numpy, train_device_numpy):
+    for trainer in (train_ref, train_numpy, train_device_numpy) + ((train_native,) if NATIVE
+                                                                    else ()):
         merges, vocab = trainer(texts, vocab_size, WS, specials, min_frequency)
         assert merges == expected, trainer.__name__
         assert vocab == hf_vocab, trainer.__name__
@@ -197,7 +205,7 @@ def _split_corpus(kind: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def _trained(kind: str, vocab_size: int, pattern: str):
     train_docs, _ = _split_corpus(kind)
     enc = gputok.train_bpe(list(train_docs), vocab_size=vocab_size, pattern=pattern,
-                           special_tokens=[EOT], backend="numpy")
+                           special_tokens=[EOT], backend="auto")
     hf_merges, hf_vocab, hf_tok = hf_train(train_docs, vocab_size, pattern, [EOT], 2)
     return enc, hf_merges, hf_vocab, hf_tok
 
@@ -269,6 +277,8 @@ def test_reference_chain_on_real_text(kind):
     docs = testdata.corpus(kind, max_mb=0.04)
     want = train_ref(docs, 350, "cl100k", [EOT], 2)
     assert train_numpy(docs, 350, "cl100k", [EOT], 2) == want
+    if NATIVE:
+        assert train_native(docs, 350, "cl100k", [EOT], 2) == want
     assert train_device_numpy(docs, 350, "cl100k", [EOT], 2) == want
     assert len(want[0]) > 50
 
@@ -349,9 +359,9 @@ def test_cuda_backend_without_gpu_says_why():
         pytest.skip("a GPU is present (the GPU tests cover this backend)")
     with pytest.raises(RuntimeError, match="cuda training backend is not available"):
         gputok.train_bpe(["hello"], vocab_size=300, backend="cuda")
-    # auto falls back to numpy
+    # auto falls back to the native CPU trainer (numpy without a compiler)
     gputok.train_bpe(["hello hello"], vocab_size=300, backend="auto")
-    assert gputok.train.last_stats.backend == "numpy"
+    assert gputok.train.last_stats.backend == ("native" if NATIVE else "numpy")
 
 
 def test_empty_and_tiny_corpora():

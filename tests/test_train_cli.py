@@ -170,3 +170,72 @@ def test_bad_input_is_one_line(argv, message, corpus_files, tmp_path, capsys):
     assert main(["train", *args, "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gputok: error: ") and message in err[0], err
+
+
+def test_byte_layout_verbose_log_and_threads(corpus_files, tmp_path, capsys):
+    from gputok.loaders.tiktoken_file import read_ranks
+
+    paths, docs = corpus_files
+    out = tmp_path / "bytes.tiktoken"
+    assert main(["train", "--vocab-size", "400", "--id-order", "bytes", "--special", EOT,
+                 "--threads", "1", "--max-word-memory", "64M", "--verbose", *map(str, paths),
+                 "-o", str(out), "-q"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 400 - 257 and err[0].startswith("merge 1: 256 = ")
+    ranks = read_ranks(out)
+    assert all(ranks[bytes([b])] == b for b in range(256)) and max(ranks.values()) == 398
+    enc = gputok.load(out)
+    want = gputok.train_bpe(docs, vocab_size=400, special_tokens=[EOT], id_order="bytes")
+    assert enc.encode_single_token(EOT) == 399 == want.encode_single_token(EOT)
+    assert enc.encode(docs[0][:2000]) == want.encode(docs[0][:2000])
+
+
+def test_an_interrupted_write_leaves_nothing(corpus_files, tmp_path, capsys, monkeypatch):
+    import gputok.export as export
+
+    paths, _ = corpus_files
+
+    def half_written(enc, path):
+        Path(path).write_text("{\"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "save_hf_json", half_written)
+    out = tmp_path / "t.json"
+    assert main(["train", "--vocab-size", "300", str(paths[1]), "-o", str(out), "-q"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value,message", [("lots", "expected bytes"), ("0", "positive")])
+def test_bad_word_memory_is_one_line(value, message, corpus_files, tmp_path, capsys):
+    assert main(["train", "--vocab-size", "300", str(corpus_files[0][1]), "-o",
+                 str(tmp_path / "t.json"), "--max-word-memory", value, "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_train_sentencepiece_model(corpus_files, tmp_path, capsys):
+    import io
+
+    import sentencepiece as spm
+
+    paths, docs = corpus_files
+    lines = [line for d in docs for line in d.split("\n")]
+    txt = tmp_path / "lines.txt"
+    txt.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "m.model"
+    assert main(["train", "--model-type", "spm", "--vocab-size", "1200", "--byte-fallback",
+                 "--user-defined", EOT, str(txt), "-o", str(out), "-q"]) == 0
+    assert capsys.readouterr().out.startswith("gputok train: 1200 pieces")
+    want = io.BytesIO()
+    spm.SentencePieceTrainer.train(input=str(txt), model_writer=want, model_type="bpe",
+                                   vocab_size=1200, byte_fallback=True,
+                                   user_defined_symbols=[EOT], minloglevel=2)
+    ours = spm.SentencePieceProcessor(model_file=str(out))
+    theirs = spm.SentencePieceProcessor(model_proto=want.getvalue())
+    assert [ours.id_to_piece(i) for i in range(1200)] == \
+        [theirs.id_to_piece(i) for i in range(1200)]
+    assert ours.encode(docs[:5]) == theirs.encode(docs[:5])
+    assert main(["train", "--model-type", "spm", "--vocab-size", "1200", str(txt), "-o",
+                 str(tmp_path / "m.json"), "-q"]) == 2
+    assert "written as a .model" in capsys.readouterr().err

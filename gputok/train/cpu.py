@@ -36,30 +36,24 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections import Counter
 from typing import Callable
 
 import numpy as np
 
 from .vocab import Vocab
+from .wordset import WordCounts
 
 _MASK = (1 << 32) - 1
 
 
-def word_arrays(words: Counter, vocab: Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Words of >= 2 bytes as flat symbol ids: ``(ids int32, offsets int64, counts int64)``."""
-    encoded = [w.encode("utf-8") for w in words]
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    counts = np.fromiter(words.values(), dtype=np.int64, count=len(encoded))
-    keep = lengths >= 2
-    if not keep.all():
-        encoded = [e for e, k in zip(encoded, keep.tolist()) if k]
-        lengths, counts = lengths[keep], counts[keep]
-    buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    ids = vocab.byte_ids[buf]
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return ids, offsets, counts
+def word_arrays(words, vocab: Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Words of >= 2 bytes as flat symbol ids: ``(ids uint32, offsets int64, counts int64)``.
+    ``words``: a ``WordCounts`` or a ``Counter`` of str."""
+    return as_word_counts(words).symbol_arrays(vocab)
+
+
+def as_word_counts(words) -> WordCounts:
+    return words if isinstance(words, WordCounts) else WordCounts.from_counter(words)
 
 
 def initial_pairs(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray
@@ -92,10 +86,13 @@ def initial_pairs(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray
     return keys[starts], pair_counts, word_starts, w2
 
 
-def train_words(words: Counter, vocab: Vocab, *, vocab_size: int, min_frequency: int,
-                on_merge: "Callable[[int], None] | None" = None) -> list[tuple[int, int, int]]:
-    """Run HF's merge loop on counted words; returns ``(left, right, merged)`` ids in order and
-    grows ``vocab`` with the merged tokens."""
+def train_words(words, vocab: Vocab, *, vocab_size: int, min_frequency: int,
+                on_merge: "Callable[[int], None] | None" = None,
+                on_log: "Callable[[int, int, int, int], None] | None" = None
+                ) -> list[tuple[int, int, int]]:
+    """Run HF's merge loop on counted words (a ``WordCounts`` or a ``Counter``); returns
+    ``(left, right, merged)`` ids in order and grows ``vocab`` with the merged tokens.
+    ``on_log(left, right, merged, count)`` sees every merge (the verbose log)."""
     ids, offsets, wcounts = word_arrays(words, vocab)
     keys, pcounts, wstarts, widx = initial_pairs(ids, offsets, wcounts)
     ids_l = ids.tolist()
@@ -120,13 +117,14 @@ def train_words(words: Counter, vocab: Vocab, *, vocab_size: int, min_frequency:
     gc.disable()
     try:
         return _merge_loop(word_syms, wcount, counts, heap, seq, vocab, vocab_size,
-                           max(min_frequency, 1), on_merge)
+                           max(min_frequency, 1), on_merge, on_log)
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _merge_loop(word_syms, wcount, counts, heap, seq, vocab, vocab_size, min_count, on_merge):
+def _merge_loop(word_syms, wcount, counts, heap, seq, vocab, vocab_size, min_count, on_merge,
+                on_log):
     heappop, heappush = heapq.heappop, heapq.heappush
     merges: list[tuple[int, int, int]] = []
     while len(vocab) < vocab_size and heap:
@@ -142,6 +140,8 @@ def _merge_loop(word_syms, wcount, counts, heap, seq, vocab, vocab_size, min_cou
         a, b = key >> 32, key & _MASK
         new = vocab.merge(a, b)
         merges.append((a, b, new))
+        if on_log is not None:
+            on_log(a, b, new, cur)
         # HF leaves the merged pair's own count as is (stale, but never queued again); so do we
         gained: dict[int, list[int]] = {}
         if isinstance(where, np.ndarray):

@@ -1,10 +1,14 @@
-"""Word counting: the corpus streamed through the pre-tokenizer stage; only unique words are kept.
+"""The corpus input of training, and the Python word counter.
+
+``corpus_texts`` and ``corpus_batches`` turn every accepted corpus form into texts (for the
+Python counter below) or packed batches (for the native counter, ``native.py``).
 
 A *word* is one piece of the pre-tokenizer (HF ``Split(pattern, behavior="isolated")``: the
 matches and any unmatched gaps between them). Documents are read one batch at a time, split, and
 counted into one ``Counter``; the corpus itself is never held in memory, only its vocabulary of
 words (a few hundred thousand words for tens of MB of text, growing slowly after that).
 
+The Python counter (patterns the native pre-tokenizer does not know, and the numpy backend).
 Performance notes (20 MB, one core): the vectorised scanner (``gputok.stages.scan``, for the
 patterns it knows) counts prose at ~10 MB/s, 2.5x ``regex.findall`` per document (~4 MB/s);
 ``Counter.update`` per document's piece list is a C loop and not worth replacing. Batches of
@@ -22,8 +26,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..stages.pack import fix_surrogates
+import numpy as np
+
+from ..stages.pack import Documents, Packed, fix_surrogates
 from ..stages.pretok import Pretokenizer, PretokSpec, Split
+
+
+BATCH_BYTES = 2 << 20  # text per batch of the native counter (2 MB: see native.py)
 
 
 def _is_pathlike(x) -> bool:
@@ -71,8 +80,8 @@ def _str_texts(texts: Iterable) -> Iterator[tuple[str, int]]:
         yield fix_surrogates(t), 1
 
 
-def _file_texts(paths, field, errors):
-    from ..corpus import CorpusError, iter_documents, total_input_bytes
+def _check_paths(paths) -> None:
+    from ..corpus import CorpusError
 
     for p in map(Path, paths):  # fail before any work, not halfway through the corpus
         if not p.exists():
@@ -80,11 +89,65 @@ def _file_texts(paths, field, errors):
         if p.is_dir():
             raise CorpusError(f"{p}: is a directory (pass the files, e.g. {p}/*.jsonl)")
 
+
+def _file_texts(paths, field, errors):
+    from ..corpus import iter_documents, total_input_bytes
+
+    _check_paths(paths)
+
     def gen():
         for doc, consumed, _where in iter_documents(paths, field=field, errors=errors):
             yield ("" if doc is None else doc), consumed
 
     return gen(), total_input_bytes(paths), "B"
+
+
+def corpus_batches(corpus, *, field: str = "text", errors: str = "strict",
+                   batch_bytes: int = BATCH_BYTES
+                   ) -> tuple[Iterator[tuple], "int | None", str]:
+    """The corpus as packed batches for the native counter: an iterator of ``(buf, offsets,
+    progress_units)`` (documents ``buf[offsets[d]:offsets[d + 1]]``, valid UTF-8), the total of
+    the units when known and their name, as ``corpus_texts``. Files are read by the corpus
+    readers (``gputok.corpus.read_batches``, the native JSON-lines reader where it applies);
+    texts are packed about ``batch_bytes`` at a time."""
+    if isinstance(corpus, (str, bytes)):
+        corpus_texts(corpus)  # raises the same error
+    if _is_pathlike(corpus):
+        corpus = [corpus]
+    if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
+        from ..corpus import read_batches, resolve_inputs, total_input_bytes
+
+        _check_paths(corpus)
+        sources = resolve_inputs(list(corpus), field=field)  # (a Source passes as it is)
+
+        def gen():
+            for batch in read_batches(sources, field=field, errors=errors,
+                                      batch_bytes=batch_bytes, packed=True):
+                if isinstance(batch.texts, Packed):
+                    yield batch.texts.buf, batch.texts.offsets, batch.progress
+                else:  # an Arrow column
+                    buf, off = Documents(batch.texts, errors=errors).packed()
+                    yield buf, off, batch.progress
+
+        return gen(), total_input_bytes(corpus), "B"
+    texts, total, unit = corpus_texts(corpus, field=field, errors=errors)
+
+    def packed():
+        batch: list[str] = []
+        units = size = 0
+        for text, n in texts:
+            batch.append(text)
+            units += n
+            size += len(text)
+            if size >= batch_bytes:
+                buf, off = Documents(batch).packed()
+                yield buf, off, units
+                batch, units, size = [], 0, 0
+        if batch or units:
+            buf, off = Documents(batch).packed() if batch else (b"", np.zeros(1, np.int64))
+            yield buf, off, units
+
+    return packed(), total, unit
 
 
 def batch_splitter(pattern: str) -> Callable[[list[str]], Iterable[list[str]]]:

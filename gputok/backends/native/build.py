@@ -16,7 +16,10 @@ The module is one shared library made of:
   ``packed=True``, what ``gputok encode`` reads with), the str packer (``kernels/host_pack.h``:
   Python str documents as UTF-8 without the interpreter's lock, ``stages/pack.py``) and the id
   lists (``kernels/host_lists.h``: token ids as a list of int whose recurring ids share their
-  object, ``stages/lists.py``).
+  object, ``stages/lists.py``);
+* BPE training's word counter and merge loop (``kernels/host_train_words.h``,
+  ``kernels/host_train_spm.h``, ``kernels/host_train_merge.h``, their own unit:
+  ``gputok/train/native.py``, ``gputok/train/spm.py``).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library, saying so on stderr ("building the CPU kernels (one time, ~15 s)", then how long it
@@ -55,6 +58,8 @@ HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
                    if f not in ("encode_scan.cu", "encode_merge_huge.cu"))
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
+#: BPE training's host code, one unit of its own (it calls the pre-tokenizer through its export)
+TRAIN_FILES = ("host_train_words.h", "host_train_spm.h", "host_train_merge.h")
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
@@ -167,6 +172,9 @@ def translation_units() -> dict[str, str]:
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
         f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
         f'#line 1 "host_lists.h"\n{_read("host_lists.h")}')
+    # BPE training (gputok/train/native.py): word counting and the merge loop
+    units["host_train.cpp"] = _unit_text("".join(f'#line 1 "{x}"\n{_read(x)}\n'
+                                                 for x in TRAIN_FILES))
     return units
 
 

@@ -62,7 +62,12 @@ class SpmNormalizer:
         (a user-defined piece is a "rewrite" to itself: it is one unit, never rewritten)."""
         if self.charsmap is None and self.ud_regex is None:
             return [(text, False)]
-        cps = code_points(text)
+        cand, value = self._candidates(code_points(text))
+        return self._units_at(text, cand.tolist(), value.tolist())
+
+    def _candidates(self, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions where a rule or a user-defined piece may start, and the one-character
+        rule's value there (-1: search)."""
         cm = self.charsmap
         if cm is not None:
             cand, value = cm.candidates(cps)
@@ -77,12 +82,16 @@ class SpmNormalizer:
                 cand = np.concatenate([cand, ud])
                 order = np.argsort(cand, kind="stable")
                 cand, value = cand[order], value[order]
-        if not len(cand):
+        return cand, value
+
+    def _units_at(self, text: str, cand: list, value: list) -> list:
+        if not cand:
             return [(text, False)]
+        cm = self.charsmap
         units: list = []
         pos = 0
         ud_regex = self.ud_regex
-        for c, v in zip(cand.tolist(), value.tolist()):
+        for c, v in zip(cand, value):
             if c < pos:
                 continue  # inside the previous rule's match (or a duplicate candidate)
             m = ud_regex.match(text, c) if ud_regex is not None else None
@@ -110,11 +119,45 @@ class SpmNormalizer:
         counters["normalize.segments"] += len(texts)
         return [self.normalize(t) for t in texts]
 
+    def normalize_many(self, texts: list) -> list:
+        """``[normalize(t) for t in texts]``, the rule candidates found in one vectorised pass
+        over all of them (training normalises hundreds of thousands of short sentences, where
+        a pass per sentence costs more than the sentence). Texts are joined with U+0000, which
+        no rule key holds (keys are NUL-terminated), so no match crosses from one to the next;
+        a text holding U+0000 itself is normalised alone."""
+        if self.charsmap is None and self.ud_regex is None:
+            return [self._finish([(t, False)]) if t else "" for t in texts]
+        plain = [t for t in texts if "\0" not in t]
+        joined = "\0".join(plain)
+        cand, value = self._candidates(code_points(joined))
+        starts = np.zeros(len(plain) + 1, np.int64)
+        np.cumsum([len(t) + 1 for t in plain], out=starts[1:])
+        cut = np.searchsorted(cand, starts).tolist()
+        cand_l, value_l = cand.tolist(), value.tolist()
+        out, k = [], 0
+        for t in texts:
+            if "\0" in t:
+                out.append(self.normalize(t))
+                continue
+            a, b, base = cut[k], cut[k + 1], int(starts[k])
+            k += 1
+            if not t:
+                out.append("")
+            elif a == b:
+                out.append(self._finish([(t, False)]))
+            else:
+                out.append(self._finish(self._units_at(
+                    t, [c - base for c in cand_l[a:b]], value_l[a:b])))
+        return out
+
     def normalize(self, text: str) -> str:
         """The normalised sentence (see the module docstring)."""
         if not text:
             return ""
-        units = self._units(text)
+        return self._finish(self._units(text))
+
+    def _finish(self, units: list) -> str:
+        """The whitespace pass over a sentence's units."""
         if self.collapse:
             # sentencepiece first skips leading characters that normalise to exactly " "; if
             # that is all of them, the sentence is empty (no dummy prefix either)

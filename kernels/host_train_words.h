@@ -1,0 +1,514 @@
+// host_train_words.h: host only. The word counter of BPE training (gputok/train/native.py):
+// documents in, unique words and their counts out, on every core. A translation unit of the
+// native CPU device's library (gputok/backends/native_build.py), not a kernel.
+//
+// A batch of documents (UTF-8, back to back, with their offsets) is cut into ranges of whole
+// documents of about TRAIN_RANGE_BYTES (256 KB); worker threads take ranges in turn. For each range a
+// worker runs the pre-tokenizer the encoder runs (gputok_native_chunk_pretok: the same kernels,
+// the same pinned Unicode class tables; one segment per document, so no word crosses a
+// document) and counts every piece (a *word*, HF's Split isolated: the pattern's matches and
+// the gaps between them; the supported patterns leave no gaps) in its own table, whose keys
+// point into the batch. At the end of the batch each worker moves its table into the shared
+// one, shard by shard (64 shards by hash, a lock each: workers rarely wait on each other, and
+// the shared table never holds a word twice).
+//
+// THE PRUNE RULE (bounded memory): when the shared table's bytes pass the budget after a batch,
+// every word counted at most `floor` times so far is dropped, floor = 1, 2, 4, ... until the
+// table is under half the budget; the floor stays (words seen again start from 0, so their
+// counts are low by what was dropped). Merges equal HF's only when nothing was dropped; the
+// caller reads `pruned` and says so. With no pruning the counts are exact.
+//
+// Performance notes: the pre-tokenizer is ~60% of a core's time on prose and the table ~30%
+// (one probe per piece, most of them hits on a few thousand common words that stay in cache).
+// Ranges of 1 MB keep a worker's workspace (6 bytes per byte) at ~6 MB. Tried and dropped:
+// one shared table under a single lock (the second core waited ~25% of the time on it).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+extern "C" long long gputok_native_chunk_pretok(
+    const unsigned char* buf, long long n, const unsigned* mpos, const unsigned char* mbits,
+    long long n_marks, const unsigned char* cls_table, const unsigned char* letters,
+    unsigned n_letters, int o200k, int gpt2, int digit_group, int end_whole, unsigned char* mark,
+    unsigned char* cls, unsigned* ent);
+
+#ifndef TRAIN_EXPORT
+#define TRAIN_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
+
+namespace train_words {
+
+constexpr long long TRAIN_RANGE_BYTES = 256 << 10;
+constexpr int SHARD_BITS = 6;
+constexpr int N_SHARDS = 1 << SHARD_BITS;
+constexpr unsigned char SEG_START = 1, SEG_END = 2;  // ENC_SEG_START / ENC_SEG_END
+
+// The first min(n, 8) bytes of p as a little-endian word, zero above them; `end` is the end of
+// the readable buffer (a whole 8-byte load where it fits).
+inline uint64_t head_word(const uint8_t* p, size_t n, const uint8_t* end) {
+  uint64_t w = 0;
+  if (p + 8 <= end) {
+    std::memcpy(&w, p, 8);
+    if (n < 8) w &= (1ull << (8 * n)) - 1;
+  } else {
+    std::memcpy(&w, p, n < 8 ? n : 8);
+  }
+  return w;
+}
+
+// THE WORD HASH: the words' bytes 8 at a time (the last word zero-padded), each multiplied in
+// and folded; the length mixed in first. The top SHARD_BITS pick the shard, the bits below
+// them the shard's slot, the high 32 are kept as the slot's tag.
+inline uint64_t word_hash(const uint8_t* p, size_t n, uint64_t head) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+  h = (h ^ (head * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+  for (size_t i = 8; i < n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i < 8 ? n - i : 8);
+    h ^= h >> 29;
+    h = (h ^ (w * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+  }
+  h ^= h >> 32;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 29);
+}
+
+inline uint64_t word_hash(const uint8_t* p, size_t n) {
+  return word_hash(p, n, head_word(p, n, p + n));
+}
+
+// A worker's table for one batch: 16-byte slots whose words are offsets into the batch (no
+// copies); a word of up to 8 bytes compares as one masked load.
+struct Local {
+  struct Slot {
+    uint32_t tag;    // the hash's high 32 bits
+    uint32_t off;    // the word: base[off .. off + len)
+    uint32_t len;
+    uint32_t count;  // (0: free) a batch is < 4 GB, so a count in it fits
+  };
+  std::vector<Slot> slots;
+  size_t used = 0;
+  const uint8_t* base = nullptr;  // the batch
+  const uint8_t* end = nullptr;
+
+  void reset(size_t cap) {
+    slots.assign(cap, Slot{0, 0, 0, 0});
+    used = 0;
+  }
+  uint64_t hash_of(const Slot& e) const { return word_hash(base + e.off, e.len); }
+  void add(const uint8_t* p, uint32_t len) {
+    if (slots.empty()) reset(1 << 14);
+    const uint64_t head = head_word(p, len, end);
+    const uint64_t h = word_hash(p, len, head);
+    const uint32_t tag = (uint32_t)(h >> 32);
+    const size_t mask = slots.size() - 1;
+    for (size_t s = h & mask;; s = (s + 1) & mask) {
+      Slot& e = slots[s];
+      if (e.count == 0) {
+        e = Slot{tag, (uint32_t)(p - base), len, 1};
+        if (++used * 4 > slots.size() * 3) grow();
+        return;
+      }
+      if (e.tag == tag && e.len == len) {
+        const uint8_t* q = base + e.off;
+        if (len <= 8 ? head_word(q, len, end) == head : std::memcmp(q, p, len) == 0) {
+          ++e.count;
+          return;
+        }
+      }
+    }
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots);
+    slots.assign(old.size() * 2, Slot{0, 0, 0, 0});
+    const size_t mask = slots.size() - 1;
+    for (const Slot& e : old) {
+      if (!e.count) continue;
+      size_t s = hash_of(e) & mask;
+      while (slots[s].count) s = (s + 1) & mask;
+      slots[s] = e;
+    }
+  }
+};
+
+// One shard of the shared table. Words live in `arena` as (u32 length, bytes); a slot holds the
+// hash's high 32 bits, the word's arena offset and its count (0: free).
+struct Shard {
+  struct Slot {
+    uint32_t tag;
+    uint32_t off;
+    int64_t count;
+  };
+  std::mutex mu;
+  std::vector<Slot> slots;
+  std::vector<uint8_t> arena;
+  size_t used = 0;
+
+  size_t bytes() const { return slots.capacity() * sizeof(Slot) + arena.capacity(); }
+  uint32_t len_at(uint32_t off) const {
+    uint32_t n;
+    std::memcpy(&n, arena.data() + off, 4);
+    return n;
+  }
+  void add(uint64_t h, const uint8_t* p, uint32_t len, int64_t c) {
+    if (slots.empty()) slots.assign(1 << 10, Slot{0, 0, 0});
+    size_t mask = slots.size() - 1;
+    const uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t s = (h >> SHARD_BITS) & mask;; s = (s + 1) & mask) {
+      Slot& e = slots[s];
+      if (e.count == 0) {
+        if (arena.size() + 4 + len > 0xFFFFFFFFull) throw std::length_error("shard arena");
+        e.tag = tag;
+        e.off = (uint32_t)arena.size();
+        e.count = c;
+        arena.resize(arena.size() + 4 + len);
+        std::memcpy(arena.data() + e.off, &len, 4);
+        std::memcpy(arena.data() + e.off + 4, p, len);
+        if (++used * 4 > slots.size() * 3) rehash(slots.size() * 2);
+        return;
+      }
+      if (e.tag == tag && len_at(e.off) == len &&
+          std::memcmp(arena.data() + e.off + 4, p, len) == 0) {
+        e.count += c;
+        return;
+      }
+    }
+  }
+  // Rebuild with `cap` slots, keeping the words whose count is above `floor` (0: all).
+  void rehash(size_t cap, int64_t floor = 0, int64_t* dropped_words = nullptr,
+              int64_t* dropped_count = nullptr) {
+    std::vector<Slot> old;
+    old.swap(slots);
+    std::vector<uint8_t> old_arena;
+    if (floor > 0) old_arena.swap(arena);
+    slots.assign(cap, Slot{0, 0, 0});
+    used = 0;
+    size_t mask = cap - 1;
+    for (const Slot& e : old) {
+      if (!e.count) continue;
+      Slot f = e;
+      if (floor > 0) {
+        if (e.count <= floor) {
+          ++*dropped_words;
+          *dropped_count += e.count;
+          continue;
+        }
+        uint32_t n;
+        std::memcpy(&n, old_arena.data() + e.off, 4);
+        f.off = (uint32_t)arena.size();
+        arena.insert(arena.end(), old_arena.begin() + e.off, old_arena.begin() + e.off + 4 + n);
+      }
+      // the slot from the same hash bits add() used: the tag's bits are the hash's high 32,
+      // the index bits are not kept, so recompute them from the word
+      const uint8_t* w = arena.data() + f.off + 4;
+      const uint64_t h = word_hash(w, len_at(f.off));
+      size_t s = (h >> SHARD_BITS) & mask;
+      while (slots[s].count) s = (s + 1) & mask;
+      slots[s] = f;
+      ++used;
+    }
+    if (floor > 0) arena.shrink_to_fit();
+  }
+};
+
+struct Counter {
+  Shard shards[N_SHARDS];
+  // pre-tokenizer tables (the encoder's, for one pattern; owned by the caller)
+  const uint8_t* cls_table;
+  const uint8_t* letters;
+  uint32_t n_letters;
+  int o200k, gpt2, digit_group, end_whole;
+  int threads;
+  int64_t budget;  // bytes of the shared table before THE PRUNE RULE (0: none)
+  int64_t floor = 0;
+  int64_t pruned_words = 0, pruned_count = 0;
+  int64_t pieces = 0;
+
+  size_t bytes() const {
+    size_t b = 0;
+    for (const Shard& s : shards) b += s.bytes();
+    return b;
+  }
+  int64_t n_words() const {
+    int64_t n = 0;
+    for (const Shard& s : shards) n += (int64_t)s.used;
+    return n;
+  }
+};
+
+struct Workspace {
+  std::vector<uint8_t> mark, cls;
+  std::vector<uint32_t> ent, mpos;
+  std::vector<uint8_t> mbits;
+  Local local;
+};
+
+// Count the pieces of documents [d0, d1) of the batch into `local`.
+inline int64_t count_range(const Counter& c, Workspace& ws, const uint8_t* buf,
+                           const int64_t* off, int64_t d0, int64_t d1) {
+  const int64_t base = off[d0], n = off[d1] - base;
+  if (n <= 0) return 0;
+  ws.mpos.clear();
+  ws.mbits.clear();
+  for (int64_t d = d0; d < d1; ++d) {
+    if (off[d + 1] == off[d]) continue;
+    const uint32_t s = (uint32_t)(off[d] - base), e = (uint32_t)(off[d + 1] - base);
+    if (!ws.mpos.empty() && ws.mpos.back() == s) {
+      ws.mbits.back() |= SEG_START;
+    } else {
+      ws.mpos.push_back(s);
+      ws.mbits.push_back(SEG_START);
+    }
+    ws.mpos.push_back(e);
+    ws.mbits.push_back(SEG_END);
+  }
+  const size_t m = (size_t)n + 2;
+  if (ws.mark.size() < m) {
+    ws.mark.resize(m);
+    ws.cls.resize(m);
+    ws.ent.resize(m);
+  }
+  const long long k = gputok_native_chunk_pretok(
+      buf + base, n, ws.mpos.data(), ws.mbits.data(), (long long)ws.mpos.size(), c.cls_table,
+      c.letters, c.n_letters, c.o200k, c.gpt2, c.digit_group, c.end_whole, ws.mark.data(),
+      ws.cls.data(), ws.ent.data());
+  // ent[0 .. k) are the entries' starts, the last one the sentinel (n)
+  const uint32_t* ent = ws.ent.data();
+  const uint8_t* p = buf + base;
+  for (long long e = 0; e + 1 < k; ++e) ws.local.add(p + ent[e], ent[e + 1] - ent[e]);
+  return k > 0 ? k - 1 : 0;
+}
+
+inline void flush(Counter& c, Local& local, int first_shard) {
+  // group the entries by shard, then take each shard's lock once
+  std::vector<uint32_t> start(N_SHARDS + 1, 0);
+  std::vector<uint64_t> hash(local.used);
+  std::vector<uint32_t> which(local.used);
+  size_t k = 0;
+  for (uint32_t i = 0; i < local.slots.size(); ++i) {
+    if (!local.slots[i].count) continue;
+    hash[k] = local.hash_of(local.slots[i]);
+    which[k] = i;
+    ++start[(hash[k] >> (64 - SHARD_BITS)) + 1];
+    ++k;
+  }
+  for (int s = 0; s < N_SHARDS; ++s) start[s + 1] += start[s];
+  std::vector<uint32_t> order(start[N_SHARDS]);
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  for (size_t j = 0; j < k; ++j) order[fill[hash[j] >> (64 - SHARD_BITS)]++] = (uint32_t)j;
+  for (int k = 0; k < N_SHARDS; ++k) {
+    const int s = (first_shard + k) & (N_SHARDS - 1);
+    if (start[s] == start[s + 1]) continue;
+    std::lock_guard<std::mutex> g(c.shards[s].mu);
+    for (uint32_t j = start[s]; j < start[s + 1]; ++j) {
+      const Local::Slot& e = local.slots[which[order[j]]];
+      c.shards[s].add(hash[order[j]], local.base + e.off, e.len, e.count);
+    }
+  }
+  local.slots.clear();
+  local.slots.shrink_to_fit();
+  local.used = 0;
+}
+
+inline void prune(Counter& c) {
+  if (c.budget <= 0 || (int64_t)c.bytes() <= c.budget) return;
+  while ((int64_t)c.bytes() > c.budget / 2) {
+    c.floor = c.floor ? 2 * c.floor : 1;
+    for (Shard& s : c.shards) {
+      size_t keep = 0;
+      for (const Shard::Slot& e : s.slots) keep += e.count > c.floor;
+      size_t cap = 1 << 10;
+      while (cap * 3 < keep * 4 + 4) cap *= 2;
+      s.rehash(cap, c.floor, &c.pruned_words, &c.pruned_count);
+      s.slots.shrink_to_fit();
+    }
+    if (c.n_words() == 0) break;
+  }
+}
+
+}  // namespace train_words
+
+// A counter for one pre-tokenizer (the encoder's tables for the pattern; they must outlive it).
+TRAIN_EXPORT void* gputok_train_words_new(const unsigned char* cls_table,
+                                          const unsigned char* letters, unsigned n_letters,
+                                          int o200k, int gpt2, int digit_group, int end_whole,
+                                          int threads, long long budget) {
+  auto* c = new train_words::Counter();
+  c->cls_table = cls_table;
+  c->letters = letters;
+  c->n_letters = n_letters;
+  c->o200k = o200k;
+  c->gpt2 = gpt2;
+  c->digit_group = digit_group;
+  c->end_whole = end_whole;
+  c->threads = threads < 1 ? 1 : threads;
+  c->budget = budget;
+  return c;
+}
+
+TRAIN_EXPORT void gputok_train_words_free(void* ctx) {
+  delete static_cast<train_words::Counter*>(ctx);
+}
+
+// Count the words of documents buf[off[d] .. off[d + 1]) for d < n_docs (a batch < 4 GB).
+// Returns 0, or -1 when memory ran out (the counter is then unusable).
+TRAIN_EXPORT int gputok_train_words_add(void* ctx, const unsigned char* buf,
+                                        const long long* off, long long n_docs) {
+  using namespace train_words;
+  Counter& c = *static_cast<Counter*>(ctx);
+  // ranges of whole documents of about TRAIN_RANGE_BYTES
+  std::vector<int64_t> cuts{0};
+  for (int64_t d = 0; d < n_docs; ++d)
+    if (off[d + 1] - off[cuts.back()] >= TRAIN_RANGE_BYTES) cuts.push_back(d + 1);
+  if (cuts.back() != n_docs) cuts.push_back(n_docs);
+  const int64_t n_ranges = (int64_t)cuts.size() - 1;
+  if (n_ranges <= 0) return 0;
+  std::atomic<int64_t> next{0}, pieces{0};
+  std::atomic<int> failed{0};
+  auto work = [&](int t) {
+    try {
+      Workspace ws;
+      ws.local.base = buf;
+      ws.local.end = buf + off[n_docs];
+      int64_t mine = 0;
+      for (int64_t r; (r = next.fetch_add(1)) < n_ranges;)
+        mine += count_range(c, ws, buf, (const int64_t*)off, cuts[r], cuts[r + 1]);
+      pieces += mine;
+      ws.mark.clear();
+      ws.mark.shrink_to_fit();
+      ws.cls.clear();
+      ws.cls.shrink_to_fit();
+      ws.ent.clear();
+      ws.ent.shrink_to_fit();
+      flush(c, ws.local, t * (N_SHARDS / 8));
+    } catch (const std::exception&) {
+      failed = 1;
+    }
+  };
+  const int nt = (int)std::min<int64_t>(c.threads, n_ranges);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  if (failed) return -1;
+  c.pieces += pieces;
+  try {
+    prune(c);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return 0;
+}
+
+// Count the words of a text in which every word starts with the byte string `mark` (and the
+// text with a mark): SentencePiece training's words, "▁" and the characters up to the next
+// "▁" (gputok/train/spm.py cuts and normalises the sentences; this counts). n < 4 GB.
+TRAIN_EXPORT int gputok_train_words_add_marked(void* ctx, const unsigned char* buf, long long n,
+                                               const unsigned char* mark, int mark_len) {
+  using namespace train_words;
+  Counter& c = *static_cast<Counter*>(ctx);
+  if (n <= 0 || mark_len <= 0) return 0;
+  auto next_mark = [&](long long from) -> long long {  // the first mark at `from` or after
+    while (from + mark_len <= n) {
+      const void* hit = std::memchr(buf + from, mark[0], (size_t)(n - from));
+      if (!hit) return n;
+      from = (const unsigned char*)hit - buf;
+      if (from + mark_len <= n && std::memcmp(buf + from, mark, (size_t)mark_len) == 0)
+        return from;
+      ++from;
+    }
+    return n;
+  };
+  // ranges of about TRAIN_RANGE_BYTES, cut where a word starts
+  std::vector<long long> cuts{0};
+  while (cuts.back() < n) {
+    const long long at = cuts.back() + TRAIN_RANGE_BYTES;
+    cuts.push_back(at >= n ? n : next_mark(at));
+  }
+  const long long n_ranges = (long long)cuts.size() - 1;
+  std::atomic<long long> next{0}, pieces{0};
+  std::atomic<int> failed{0};
+  auto work = [&](int t) {
+    try {
+      Local local;
+      local.base = buf;
+      local.end = buf + n;
+      long long mine = 0;
+      for (long long r; (r = next.fetch_add(1)) < n_ranges;) {
+        long long a = cuts[r];
+        const long long end = cuts[r + 1];
+        while (a < end) {
+          const long long b = next_mark(a + mark_len);
+          const long long stop = b < end ? b : end;
+          local.add(buf + a, (uint32_t)(stop - a));
+          ++mine;
+          a = stop;
+        }
+      }
+      pieces += mine;
+      flush(c, local, t * (N_SHARDS / 8));
+    } catch (const std::exception&) {
+      failed = 1;
+    }
+  };
+  const int nt = (int)std::min<long long>(c.threads, n_ranges);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  if (failed) return -1;
+  c.pieces += pieces;
+  try {
+    prune(c);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return 0;
+}
+
+// [unique words, their bytes, table bytes, pieces counted, floor, words pruned, count pruned]
+TRAIN_EXPORT void gputok_train_words_stats(void* ctx, long long* out) {
+  auto& c = *static_cast<train_words::Counter*>(ctx);
+  long long bytes = 0;
+  for (const auto& s : c.shards)
+    for (const auto& e : s.slots)
+      if (e.count) bytes += s.len_at(e.off);
+  out[0] = c.n_words();
+  out[1] = bytes;
+  out[2] = (long long)c.bytes();
+  out[3] = c.pieces;
+  out[4] = c.floor;
+  out[5] = c.pruned_words;
+  out[6] = c.pruned_count;
+}
+
+// Every word (stats' counts of them): bytes back to back, offsets (n + 1), counts; words of
+// fewer than `min_len` bytes are left out (and `out_n` says how many were written). The
+// shards are released as they are copied.
+TRAIN_EXPORT void gputok_train_words_export(void* ctx, unsigned char* bytes, long long* offsets,
+                                            long long* counts, long long min_len,
+                                            long long* out_n) {
+  auto& c = *static_cast<train_words::Counter*>(ctx);
+  long long k = 0, at = 0;
+  offsets[0] = 0;
+  for (auto& s : c.shards) {
+    for (const auto& e : s.slots) {
+      if (!e.count) continue;
+      const uint32_t n = s.len_at(e.off);
+      if ((long long)n < min_len) continue;
+      std::memcpy(bytes + at, s.arena.data() + e.off + 4, n);
+      at += n;
+      counts[k] = e.count;
+      offsets[++k] = at;
+    }
+    std::vector<train_words::Shard::Slot>().swap(s.slots);
+    std::vector<uint8_t>().swap(s.arena);
+    s.used = 0;
+  }
+  *out_n = k;
+}

@@ -1,0 +1,232 @@
+"""SentencePiece BPE training: ``cpu_ref.spm_train`` (the rules) and gputok's trainer
+(``gputok.train.spm``) against ``sentencepiece.SentencePieceTrainer`` (``model_type=bpe``, which
+runs offline): pieces, scores, types and ids equal, on the project's corpora and synthetic ones
+(CJK, emoji, code, runs, ties), with default options and the ones that change the result; the
+written ``.model`` loads in sentencepiece and encodes as the oracle's does.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import testdata
+from conftest import fuzz_examples
+from cpu_ref import spm_proto
+from cpu_ref import spm_train as ref
+
+spm = pytest.importorskip("sentencepiece")
+
+
+def oracle(lines, **kw):
+    """(pieces, model bytes) from sentencepiece's trainer, or the error it raised."""
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=out,
+                                   model_type="bpe", minloglevel=2, num_threads=2, **kw)
+    return spm_proto.parse_model(out.getvalue()).pieces, out.getvalue()
+
+
+def lines_of(kind: str, mb: float) -> list[str]:
+    return [line for d in testdata.corpus(kind, max_mb=mb) for line in d.split("\n")]
+
+
+def synthetic(seed: int, n: int = 300) -> list[str]:
+    """CJK, kana, emoji, digits, code and runs: scripts, ties and repeated pieces."""
+    rng = random.Random(seed)
+    atoms = ["東京", "大学", "ひらがな", "カタカナー", "한국어", "😀", "👍🏽", "🇯🇵", "1234", "１２",
+             "def f(x):", "x+=1;", "aaaa", "aaa", "ーー", "...", "é", "e\u0301", "Ωμέγα", "abc",
+             "\t", "  ", "x", "foo_bar", "<s>", "</s>", "<0x41>"]
+    return [" ".join(rng.choice(atoms) + rng.choice(["", "", "s", "ed"])
+                     for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+CASES = {
+    "prose": (lambda: lines_of("prose", 0.03)[:100], dict(vocab_size=300)),
+    "code": (lambda: lines_of("code", 0.02)[:300], dict(vocab_size=400)),
+    "multilingual": (lambda: lines_of("multilingual", 0.02), dict(vocab_size=800)),
+    "emoji": (lambda: lines_of("emoji", 0.01), dict(vocab_size=600)),
+    "synthetic": (lambda: synthetic(1), dict(vocab_size=180)),
+    "byte_fallback_full_coverage": (lambda: synthetic(2), dict(
+        vocab_size=430, byte_fallback=True, character_coverage=1.0)),
+    "coverage_0_98": (lambda: lines_of("multilingual", 0.01), dict(
+        vocab_size=600, character_coverage=0.98)),
+    "user_defined_and_control": (lambda: synthetic(3), dict(
+        vocab_size=170, user_defined_symbols=["aaa", "東京", "<x>"],
+        control_symbols=["<ctl>", "<s>"], bos_id=-1)),
+    "split_digits_no_script_split": (lambda: synthetic(4), dict(
+        vocab_size=250, split_digits=True, split_by_unicode_script=False)),
+    "numbers_join": (lambda: synthetic(5), dict(vocab_size=200, split_by_number=False)),
+    "whitespace_suffix": (lambda: synthetic(6), dict(
+        vocab_size=190, treat_whitespace_as_suffix=True)),
+    "whitespace_only_pieces": (lambda: synthetic(7), dict(
+        vocab_size=190, allow_whitespace_only_pieces=True, remove_extra_whitespaces=False)),
+    "identity_no_dummy_prefix": (lambda: synthetic(8), dict(
+        vocab_size=200, normalization_rule_name="identity", add_dummy_prefix=False)),
+    "short_pieces_short_lines": (lambda: lines_of("prose", 0.01)[:150], dict(
+        vocab_size=300, max_sentencepiece_length=4, max_sentence_length=200)),
+    "ids_moved": (lambda: synthetic(9), dict(
+        vocab_size=430, unk_id=3, bos_id=0, eos_id=-1, pad_id=1, byte_fallback=True)),
+    "zero_count_merges": (lambda: ["aaaa bbb", "ab ba"] * 3, dict(vocab_size=21)),
+}
+
+
+@pytest.fixture(scope="module")
+def corpora():
+    return {name: make() for name, (make, _kw) in CASES.items()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reference_equals_sentencepiece(case, corpora):
+    lines, kw = corpora[case], CASES[case][1]
+    want, _ = oracle(lines, **kw)
+    got = ref.train_spm_bpe(lines, ref.SpmOptions(**kw))
+    assert got == want
+
+
+@settings(max_examples=fuzz_examples(25), deadline=None)
+@given(data=st.data(), alphabet=st.sampled_from(["ab ", "aab\u3042 ", "xy1 ー", "é😀 a"]),
+       extra=st.integers(0, 30))
+def test_reference_on_random_text(data, alphabet, extra):
+    lines = data.draw(st.lists(st.text(alphabet=alphabet, min_size=1, max_size=40), min_size=1,
+                               max_size=12))
+    try:
+        ref_chars = ref.prepare_words(lines, ref.SpmOptions(vocab_size=10 ** 6))[1]
+    except ref.SpmTrainError:
+        return
+    kw = dict(vocab_size=3 + len(ref_chars) + extra, character_coverage=1.0)
+    try:
+        want, _ = oracle(lines, **kw)
+    except RuntimeError as e:
+        with pytest.raises(ref.SpmTrainError, match="Vocabulary size too high"):
+            ref.train_spm_bpe(lines, ref.SpmOptions(**kw))
+        assert "Vocabulary size too high" in str(e)
+        return
+    assert ref.train_spm_bpe(lines, ref.SpmOptions(**kw)) == want
+
+
+def test_errors_match_sentencepiece():
+    lines = ["hello world"] * 3
+    with pytest.raises(RuntimeError, match="Vocabulary size too high"):
+        oracle(lines, vocab_size=100)
+    with pytest.raises(ref.SpmTrainError, match="Vocabulary size too high"):
+        ref.train_spm_bpe(lines, ref.SpmOptions(vocab_size=100))
+    with pytest.raises(RuntimeError, match="smaller than required_chars"):
+        oracle(lines, vocab_size=8)
+    with pytest.raises(ref.SpmTrainError, match="smaller than required_chars"):
+        ref.train_spm_bpe(lines, ref.SpmOptions(vocab_size=8))
+
+
+def test_the_script_table_and_valid_pieces():
+    opt = ref.SpmOptions()
+    assert [ref.script(c) for c in "a東ひ1\u0301Ω"] == \
+        ["Latin", "Han", "Hiragana", "Common", "Inherited", "Greek"]
+    valid = ["▁abc", "東京ひら", "e\u0301", "12", "..."]
+    invalid = ["a▁", "a1", "東a", "a" * 17, "a\x1f", "a\u2585"]
+    assert [ref.is_valid_piece(p, opt) for p in valid] == [True] * len(valid)
+    assert [ref.is_valid_piece(p, opt) for p in invalid] == [False] * len(invalid)
+
+
+# ---------------------------------------------------------------- gputok's trainer
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gputok_trainer_equals_sentencepiece(case, corpora, monkeypatch):
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    lines, kw = corpora[case], CASES[case][1]
+    want, _ = oracle(lines, **kw)
+    assert gspm.train_spm_bpe(lines, **kw).pieces == want
+    monkeypatch.setattr(native, "_par_min", 1)  # every step's words over three workers
+    assert gspm.train_spm_bpe(lines, threads=3, **kw).pieces == want
+
+
+@pytest.mark.parametrize("kind,vocab_size,kw", [
+    ("prose", 8000, {}), ("code", 4000, {"byte_fallback": True}),
+    ("multilingual", 8000, {"character_coverage": 1.0, "byte_fallback": True}),
+    ("emoji", 2000, {"user_defined_symbols": ["<|endoftext|>"]})])
+def test_gputok_trainer_on_real_text_and_the_model_file(kind, vocab_size, kw, tmp_path):
+    """Default-sized vocabularies on the project's corpora ($GPUTOK_CORPUS_MB sizes them); the
+    .model written loads in sentencepiece and encodes held-back text as the oracle's model."""
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    docs = testdata.corpus(kind)
+    train = [line for d in docs[1::2] for line in d.split("\n")]
+    held = docs[::2][:20]
+    want, want_bytes = oracle(train, vocab_size=vocab_size, **kw)
+    got = gspm.train_spm_bpe(train, vocab_size=vocab_size, **kw)
+    assert got.pieces == want
+    got.save(tmp_path / "m.model")
+    ours = spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+    theirs = spm.SentencePieceProcessor(model_proto=want_bytes)
+    assert ours.encode(held) == theirs.encode(held)
+    assert [ours.id_to_piece(i) for i in range(ours.get_piece_size())] == [p for p, _, _ in want]
+    mine, ref_model = spm_proto.load_model(tmp_path / "m.model"), spm_proto.parse_model(
+        want_bytes)
+    assert mine.normalizer_spec == ref_model.normalizer_spec
+    assert mine.trainer_spec.byte_fallback == ref_model.trainer_spec.byte_fallback
+
+
+def test_gputok_trainer_errors_and_files(tmp_path):
+    from gputok.train import native, spm as gspm
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    with pytest.raises(gspm.SpmTrainError, match="Vocabulary size too high"):
+        gspm.train_spm_bpe(["hello world"] * 3, vocab_size=100)
+    with pytest.raises(gspm.SpmTrainError, match="smaller than required_chars"):
+        gspm.train_spm_bpe(["hello world"] * 3, vocab_size=8)
+    with pytest.raises(TypeError, match="unknown option"):
+        gspm.train_spm_bpe(["hello"], vocab_size=8, model_type="unigram")
+    lines = lines_of("prose", 0.05)[:400]
+    (tmp_path / "c.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    want, _ = oracle(lines, vocab_size=500)
+    from pathlib import Path
+
+    assert gspm.train_spm_bpe(Path(tmp_path / "c.txt"), vocab_size=500).pieces == want
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "c.txt"), model_writer=out,
+                                   model_type="bpe", vocab_size=500, minloglevel=2)
+    assert spm_proto.parse_model(out.getvalue()).pieces == want  # spm_train reads lines so
+
+
+def test_normalising_many_sentences_at_once():
+    from gputok.components.normalizers.charsmap import CharsMap
+    from gputok.components.normalizers.spm import SpmNormalizer
+    from gputok.train import spm as gspm
+
+    lines = lines_of("multilingual", 0.05) + synthetic(11, 50) + \
+        ["", "\x00a  b", "  ", "ｱｲｳ  ", "aaa東京x", "ﬁ\u3000x"]
+    for kw in ({}, {"user_defined": ["aaa", "東京"]}, {"remove_extra_whitespaces": False},
+               {"treat_whitespace_as_suffix": True}):
+        n = SpmNormalizer(charsmap=CharsMap(gspm.charsmap_blob("nmt_nfkc")), **kw)
+        assert n.normalize_many(lines) == [n.normalize(t) for t in lines]
+
+
+@pytest.mark.parametrize("kw", [{}, {"byte_fallback": True}, {"user_defined_symbols": ["aaa", "x"]},
+                                {"treat_whitespace_as_suffix": True}])
+def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
+    import re
+    from collections import Counter
+
+    from gputok.train import spm as gspm
+
+    lines = lines_of("multilingual", 0.1) + lines_of("code", 0.05) + synthetic(12, 200) + \
+        ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb"]
+    o = gspm.SpmOptions(**kw)
+    norm = gspm._normalizer(o)
+    keys = sorted({p for p, _ in gspm.meta_pieces(o).values()}, key=lambda k: (-len(k), k))
+    meta = re.compile("|".join(map(re.escape, keys)))
+    want: Counter = Counter()
+    for s in lines:
+        if s and gspm.UNK_CHAR not in s:
+            t = meta.sub(gspm.BOUNDARY, norm.normalize(s))
+            want.update(gspm.split_into_words(t, o) if t else [])
+    assert gspm.count_words(lines, o) == want
