@@ -983,7 +983,7 @@ def test_arguments_are_checked_before_a_launch():
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
     assert path.exists() and set(units) == {"encode_kernels.cpp", "host_runtime.cpp",
-                                            "host_jsonl.cpp"}
+                                            "host_jsonl.cpp", "host_train.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     # found by the sources' stamp without expanding the units; a touched file, a new stamp
