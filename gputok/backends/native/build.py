@@ -16,7 +16,10 @@ The module is one shared library made of:
   ``packed=True``, what ``gputok encode`` reads with), the str packer (``kernels/host_pack.h``:
   Python str documents as UTF-8 without the interpreter's lock, ``stages/pack.py``) and the id
   lists (``kernels/host_lists.h``: token ids as a list of int whose recurring ids share their
-  object, ``stages/lists.py``).
+  object, ``stages/lists.py``);
+* the per-document pass (``kernels/cpu_encode.h`` and the batch over threads it ends with:
+  pre-tokenization, a piece cache and the merge rule fused, one document at a time; the shared
+  rules expanded in its own unit).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library, saying so on stderr ("building the CPU kernels (one time, ~15 s)", then how long it
@@ -53,6 +56,8 @@ from .. import kernels
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES if f != "encode_scan.cu")
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
+#: the per-document pass, a unit of its own (the shared rules it includes expanded there)
+CPU_FILE = "cpu_encode.h"
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
@@ -142,6 +147,10 @@ def translation_units() -> dict[str, str]:
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
         f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
         f'#line 1 "host_lists.h"\n{_read("host_lists.h")}')
+    units["cpu_encode.cpp"] = _unit_text(
+        f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "<constants>"\n'
+        f'{kernels.defines_block(tuple(kernels.kernel_constants().items()))}'
+        f'#line 1 "{CPU_FILE}"\n{kernels.sources((CPU_FILE,))}')
     return units
 
 

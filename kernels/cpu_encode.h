@@ -1,0 +1,282 @@
+// cpu_encode.h: host only. The native CPU device's per-document pass for byte-level BPE: one
+// thread takes a document (or a part of one cut where a piece starts in every parse) from its
+// first byte to its last ids in a single pass, where the chunk pipeline (kernels/host_chunk.h,
+// the GPU's kernels run in order) writes and reads an array per stage for a whole chunk:
+//
+//   for each piece the pattern matcher finds (kernels/cpu_text.h: THE CL / O200K MATCHER over
+//   the bytes, the classes looked up as it goes)
+//     one byte         the one-byte block (EncWholeTable)
+//     2-24 bytes       the piece cache (kernels/cpu_cache.h, shared by the threads, kept from
+//                      batch to batch), else as below and then cached
+//     else             the whole-token lookup (THE BYTES HASH, EncWholeTable), else the merge
+//                      rule: enc_merge_step for a piece under ENC_LONG_PIECE bytes (THE
+//                      COMPARATOR over a run of priorities), enc_merge_long_piece for a longer
+//                      one (O(L log L): the runs, the rounds, the block heaps)
+//     the ids go straight to the output.
+//
+// Every rule is the shared one (kernels/common/*.h); only the order of the work and where it
+// is kept differ from the chunk pipeline. The batch entry points (threads, documents, specials)
+// are in kernels/cpu_batch.h.
+//
+// Performance notes: see the "tried and dropped" notes next to each step below.
+#pragma once
+
+#include "common/encode_rules.h"
+#include "common/o200k_rules.h"
+#include "cpu_text.h"
+#include "cpu_cache.h"
+
+#ifndef ENC_HOST_EXPORT
+#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
+
+// The words that describe a model to this pass (NativeDevice._cpu_tab): the tables' addresses,
+// then the scalars, as host_chunk.h's ENC_TAB_* with the longest whole token's length after.
+enum {
+  ENC_CPU_TAB_W_SLOTS,
+  ENC_CPU_TAB_W_TOK_BYTES,
+  ENC_CPU_TAB_T_SLOTS,
+  ENC_CPU_TAB_BYTE_IDS,
+  ENC_CPU_TAB_JOIN,
+  ENC_CPU_TAB_CLS_TABLE,
+  ENC_CPU_TAB_LETTERS,
+  ENC_CPU_TAB_W_BITS,
+  ENC_CPU_TAB_T_BITS,
+  ENC_CPU_TAB_N_LETTERS,
+  ENC_CPU_TAB_O200K,
+  ENC_CPU_TAB_GPT2,
+  ENC_CPU_TAB_DIGIT_GROUP,
+  ENC_CPU_TAB_END_WHOLE,
+  ENC_CPU_TAB_W_MAX_LEN,
+  ENC_CPU_TAB_NIBBLES,
+  ENC_CPU_TAB_WORDS
+};
+
+struct EncCpuModel {
+  EncMergeTable t;
+  EncWholeTable w;
+  const enc_u32* byte_ids;
+  const enc_u32* join;
+  const enc_u8* cls_table;
+  const enc_u8* letters;
+  enc_u32 n_letters;
+  int o200k, gpt2, digit_group, end_whole;
+  enc_u32 w_max_len;  // no token is longer: a longer piece skips the whole-token lookup
+  const enc_u8* nibbles;  // THE ASCII NIBBLES of the class table (cpu_text.h)
+};
+
+inline EncCpuModel enc_cpu_model(const enc_u64* tab) {
+  EncCpuModel m;
+  m.t.slots = reinterpret_cast<const enc_u64*>(tab[ENC_CPU_TAB_T_SLOTS]);
+  m.t.bits = (enc_u32)tab[ENC_CPU_TAB_T_BITS];
+  m.w.slots = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_W_SLOTS]);
+  m.w.tok_bytes = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_W_TOK_BYTES]);
+  m.w.bits = (enc_u32)tab[ENC_CPU_TAB_W_BITS];
+  m.byte_ids = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_BYTE_IDS]);
+  m.join = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_JOIN]);
+  m.cls_table = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_CLS_TABLE]);
+  m.letters = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_LETTERS]);
+  m.n_letters = (enc_u32)tab[ENC_CPU_TAB_N_LETTERS];
+  m.o200k = (int)tab[ENC_CPU_TAB_O200K];
+  m.gpt2 = (int)tab[ENC_CPU_TAB_GPT2];
+  m.digit_group = (int)tab[ENC_CPU_TAB_DIGIT_GROUP];
+  m.end_whole = (int)tab[ENC_CPU_TAB_END_WHOLE];
+  m.w_max_len = (enc_u32)tab[ENC_CPU_TAB_W_MAX_LEN];
+  m.nibbles = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_NIBBLES]);
+  return m;
+}
+
+// A thread's workspace: a short piece's run (enc_merge_step, in L1), a long piece's arrays
+// (grown to the longest piece met, kept), and the cache counts of its pieces.
+struct EncCpuWork {
+  enc_u32 ids[ENC_LONG_PIECE];
+  enc_u32 pr[ENC_LONG_PIECE];
+  enc_u32* w32 = nullptr;  // where, nxt, prv (len each), size (units)
+  enc_u64* w64 = nullptr;  // heap (len), tree (2 units)
+  enc_u64 long_cap = 0;
+  enc_u64 lookups = 0, hits = 0, inserts = 0;
+  EncCpuBuf text;  // the text being encoded, padded (cpu_text.h)
+  ~EncCpuWork() {
+    free(w32);
+    free(w64);
+  }
+  // room for a long piece of len bytes; false without memory
+  bool reserve_long(enc_u64 len) {
+    if (len <= long_cap) return true;
+    free(w32);
+    free(w64);
+    const enc_u64 units = len / ENC_LONG_PIECE + 2;
+    w32 = static_cast<enc_u32*>(malloc(4 * (3 * len + units)));
+    w64 = static_cast<enc_u64*>(malloc(8 * (len + 2 * units)));
+    long_cap = (w32 != nullptr && w64 != nullptr) ? len : 0;
+    return long_cap != 0;
+  }
+};
+
+// The ids of a piece that is not in the cache: a whole token, else merged. Returns the count,
+// or -1 without memory for a long piece's workspace. out has room for len ids. hash: THE BYTES
+// HASH of the piece when has_hash.
+__forceinline__ int enc_cpu_solve(const EncCpuModel& m, EncCpuWork& wk, const enc_u8* p,
+                                  enc_u32 len, enc_u64 hash, bool has_hash, enc_u32* out) {
+  if (m.w.bits != 0 && len <= m.w_max_len) {
+    const enc_u32 id = enc_whole_lookup(m.w, p, len, has_hash ? hash : enc_bytes_hash(p, len));
+    if (id != ENC_NO_MERGE) {
+      out[0] = id;
+      return 1;
+    }
+  }
+  if (len < ENC_LONG_PIECE) {
+    EncMergeRun r;
+    enc_merge_short_begin(m.t, r, p, m.byte_ids, wk.ids, wk.pr, len);
+    r.roomy = true;  // (wk's arrays: ENC_LONG_PIECE each, see encode_merge.cu's lanes)
+    while (enc_merge_step(m.t, r)) {
+    }
+    for (enc_u32 k = 0; k < r.len; ++k) out[k] = wk.ids[k];
+    return (int)r.len;
+  }
+  if (!wk.reserve_long(len)) return -1;
+  EncLongWork ws;
+  ws.where = wk.w32;
+  ws.nxt = wk.w32 + len;
+  ws.prv = wk.w32 + 2 * (enc_u64)len;
+  ws.size = wk.w32 + 3 * (enc_u64)len;
+  ws.heap = wk.w64;
+  ws.tree = wk.w64 + len;
+  return (int)enc_merge_long_piece(m.t, p, m.byte_ids, m.join, out, ws, 0, len);
+}
+
+// One piece's ids into out (room for len + ENC_CPU_SLOT_IDS ids): their count, or -1 (no
+// memory). p is in a text buffer (its padding follows the text: cpu_text.h).
+__forceinline__ int enc_cpu_piece(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                  const enc_u8* p, enc_u32 len, enc_u32* out) {
+  if (len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
+    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + p[0]];
+    if (id != ENC_NO_MERGE) {
+      out[0] = id;
+      return 1;
+    }
+  }
+  if (c != nullptr && len >= 2 && len <= ENC_CPU_KEY_BYTES) {
+    EncCpuKey k;
+    enc_cpu_key(p, len, k);
+    ++wk.lookups;
+    const int got = enc_cpu_cache_get(c, k, len, out);
+    if (got >= 0) {
+      ++wk.hits;
+      return got;
+    }
+    const int n = enc_cpu_solve(m, wk, p, len, enc_cpu_key_hash(k, len), true, out);
+    if (n > 0 && n <= ENC_CPU_SLOT_IDS) {
+      enc_cpu_cache_put(c, k, len, out, (enc_u32)n);
+      ++wk.inserts;
+    }
+    return n;
+  }
+  return enc_cpu_solve(m, wk, p, len, 0, false, out);
+}
+
+// The ids of one segment (a text with no special token in it, in a text buffer) into out (room
+// for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
+// end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
+// memory); *end_at: where the last piece ended (stop, unless one ran past it).
+template <class T>
+enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                            enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+  enc_i64 i = 0;
+  while (i < stop) {
+    enc_i64 e = enc_cpu_match(t, i);
+    if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
+    const int got = enc_cpu_piece(m, c, wk, t.buf + i, (enc_u32)(e - i), out);
+    if (got < 0) return nullptr;
+    out += got;
+    i = e;
+  }
+  *end_at = i;
+  return out;
+}
+
+template <class T>
+enc_u32* enc_cpu_segment(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                         enc_u32* out) {
+  enc_i64 end_at = 0;
+  return enc_cpu_segment_to(m, c, wk, t, t.n, out, &end_at);
+}
+
+// The text type of the model's family over buf[0 .. n).
+template <class T>
+__forceinline__ T enc_cpu_text(const EncCpuModel& m, const enc_u8* buf, enc_i64 n) {
+  T t;
+  t.buf = buf;
+  t.n = n;
+  t.cls_table = m.cls_table;
+  t.letters = m.letters;
+  t.n_letters = m.n_letters;
+  t.gpt2 = m.gpt2;
+  t.digit_group = m.digit_group;
+  t.end_whole = m.end_whole;
+  t.nibbles = m.nibbles;
+  return t;
+}
+
+// One segment of n bytes at buf (in a text buffer): the end of its ids in out, or nullptr (no
+// memory).
+inline enc_u32* enc_cpu_encode(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                               const enc_u8* buf, enc_i64 n, enc_u32* out) {
+  if (m.o200k) return enc_cpu_segment(m, c, wk, enc_cpu_text<EncCpuO2Text>(m, buf, n), out);
+  return enc_cpu_segment(m, c, wk, enc_cpu_text<EncCpuClText>(m, buf, n), out);
+}
+
+inline EncCpuWork& enc_cpu_work() {
+  thread_local EncCpuWork wk;
+  return wk;
+}
+
+// The cache's counts, added from a thread's workspace (after a text or a batch's unit).
+inline void enc_cpu_count(EncCpuCache* c, EncCpuWork& wk) {
+  if (c != nullptr && wk.lookups) {
+    __atomic_fetch_add(&c->lookups, wk.lookups, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->hits, wk.hits, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->inserts, wk.inserts, __ATOMIC_RELAXED);
+  }
+  wk.lookups = wk.hits = wk.inserts = 0;
+}
+
+// ---------------------------------------------------------------- entry points (ctypes)
+// (the batch over threads: cpu_batch.h, at the end of this file)
+
+ENC_HOST_EXPORT void* gputok_cpu_cache_new(unsigned long long slots) {
+  return enc_cpu_cache_new(slots ? slots : ENC_CPU_CACHE_SLOTS);
+}
+
+ENC_HOST_EXPORT void gputok_cpu_cache_free(void* cache) {
+  enc_cpu_cache_free(static_cast<EncCpuCache*>(cache));
+}
+
+// out[0..4): slots, lookups, hits, inserts.
+ENC_HOST_EXPORT void gputok_cpu_cache_stats(const void* cache, unsigned long long* out) {
+  const EncCpuCache* c = static_cast<const EncCpuCache*>(cache);
+  out[0] = c->mask + 1;
+  out[1] = __atomic_load_n(&c->lookups, __ATOMIC_RELAXED);
+  out[2] = __atomic_load_n(&c->hits, __ATOMIC_RELAXED);
+  out[3] = __atomic_load_n(&c->inserts, __ATOMIC_RELAXED);
+}
+
+// One text of n bytes (valid UTF-8, one segment: no special token) on the calling thread: its
+// ids into out (room for n + ENC_CPU_SLOT_IDS); returns their count, or -1 without memory.
+// cache: the model's piece cache, or nullptr.
+ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
+                                                 const unsigned long long* tab, void* cache,
+                                                 unsigned* out) {
+  const EncCpuModel m = enc_cpu_model(tab);
+  EncCpuCache* c = static_cast<EncCpuCache*>(cache);
+  EncCpuWork& wk = enc_cpu_work();
+  enc_u8* text = wk.text.room((enc_u64)n);
+  if (text == nullptr) return -1;
+  memcpy(text, buf, (size_t)n);
+  wk.text.pad((enc_u64)n);
+  enc_u32* end = enc_cpu_encode(m, c, wk, text, n, out);
+  enc_cpu_count(c, wk);
+  return end == nullptr ? -1 : (long long)(end - out);
+}
+
+#include "cpu_batch.h"
