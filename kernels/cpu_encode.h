@@ -96,10 +96,9 @@ struct EncCpuWork {
   enc_u64 long_cap = 0;
   enc_u64 lookups = 0, hits = 0, inserts = 0;
   EncCpuBuf text;  // the text being encoded, padded (cpu_text.h)
-  ~EncCpuWork() {
-    free(w32);
-    free(w64);
-  }
+  struct EncCpuWindow* window;  // the segment loop's (cpu_window.h)
+  EncCpuWork();
+  ~EncCpuWork();
   // room for a long piece of len bytes; false without memory
   bool reserve_long(enc_u64 len) {
     if (len <= long_cap) return true;
@@ -145,54 +144,14 @@ __forceinline__ int enc_cpu_solve(const EncCpuModel& m, EncCpuWork& wk, const en
   return (int)enc_merge_long_piece(m.t, p, m.byte_ids, m.join, out, ws, 0, len);
 }
 
-// One piece's ids into out (room for len + ENC_CPU_SLOT_IDS ids): their count, or -1 (no
-// memory). p is in a text buffer (its padding follows the text: cpu_text.h).
-__forceinline__ int enc_cpu_piece(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
-                                  const enc_u8* p, enc_u32 len, enc_u32* out) {
-  if (len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
-    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + p[0]];
-    if (id != ENC_NO_MERGE) {
-      out[0] = id;
-      return 1;
-    }
-  }
-  if (c != nullptr && len >= 2 && len <= ENC_CPU_KEY_BYTES) {
-    EncCpuKey k;
-    enc_cpu_key(p, len, k);
-    ++wk.lookups;
-    const int got = enc_cpu_cache_get(c, k, len, out);
-    if (got >= 0) {
-      ++wk.hits;
-      return got;
-    }
-    const int n = enc_cpu_solve(m, wk, p, len, enc_cpu_key_hash(k, len), true, out);
-    if (n > 0 && n <= ENC_CPU_SLOT_IDS) {
-      enc_cpu_cache_put(c, k, len, out, (enc_u32)n);
-      ++wk.inserts;
-    }
-    return n;
-  }
-  return enc_cpu_solve(m, wk, p, len, 0, false, out);
-}
+#include "cpu_window.h"
 
-// The ids of one segment (a text with no special token in it, in a text buffer) into out (room
-// for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
-// end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
-// memory); *end_at: where the last piece ended (stop, unless one ran past it).
-template <class T>
-enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
-                            enc_i64 stop, enc_u32* out, enc_i64* end_at) {
-  enc_i64 i = 0;
-  while (i < stop) {
-    enc_i64 e = enc_cpu_match(t, i);
-    if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
-    const int got = enc_cpu_piece(m, c, wk, t.buf + i, (enc_u32)(e - i), out);
-    if (got < 0) return nullptr;
-    out += got;
-    i = e;
-  }
-  *end_at = i;
-  return out;
+inline EncCpuWork::EncCpuWork() : window(new EncCpuWindow) {}
+
+inline EncCpuWork::~EncCpuWork() {
+  free(w32);
+  free(w64);
+  delete window;
 }
 
 template <class T>

@@ -104,8 +104,28 @@ def find_compiler() -> tuple["str | None", str]:
                   "backend runs instead")
 
 
+@functools.lru_cache(maxsize=None)
+def isa_flags() -> tuple:
+    """``-mssse3`` where this machine's x86-64 CPU has SSSE3 (the per-document pass's class
+    scans, 16 bytes a step: kernels/cpu_text.h), else nothing. Part of the flags, so of the
+    library's key: a machine without it builds a library of its own."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return ("-mssse3",) if "ssse3" in line.split() else ()
+    except OSError:
+        pass
+    return ()
+
+
 def flags() -> tuple:
-    return BASE_FLAGS + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", "")))
+    return (BASE_FLAGS + isa_flags()
+            + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", ""))))
 
 
 _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.M)
