@@ -7,11 +7,11 @@
 // result. Only what fits a slot is cached: pieces of 2 to ENC_CPU_KEY_BYTES bytes with at most
 // ENC_CPU_SLOT_IDS ids (a longer or rarer piece is looked up or merged every time).
 //
-// Layout: a power of two of 64-byte slots (one cache line each), direct-mapped by a mix of the
-// piece's bytes (enc_cpu_key): [meta: sequence (32 bits) | length << 32 | id count << 40, the piece's bytes
-// as three zero-padded little-endian words, eight ids]. Eviction: a piece takes its slot from
-// whatever piece held it (the most recent piece wins), so the table never grows past its size
-// (ENC_CPU_CACHE_SLOTS by default, the `cache_slots` knob of the native device).
+// Layout: a power of two of 64-byte slots (one cache line each), two to a bucket chosen by a mix
+// of the piece's bytes (enc_cpu_key). A slot: [meta: sequence (32 bits) | length << 32 | id
+// count << 40, the piece's bytes as three zero-padded little-endian words, eight ids]. The
+// table never grows past its size (ENC_CPU_CACHE_SLOTS by default; the native device's
+// `cache_slots` knob, $GPUTOK_PIECE_CACHE); eviction: see enc_cpu_cache_put.
 //
 // Concurrency: each slot is a sequence lock. A reader loads the meta word (acquire), the key
 // and the ids (relaxed), then the meta word again after an acquire fence: an odd or changed
@@ -21,8 +21,9 @@
 // sequence (release). Readers write nothing, so the hot slots stay shared in every core's
 // cache; a write happens only on a miss.
 //
-// Performance notes: direct-mapped, one line a probe (the whole-token table's probe is two
-// lines in a table of several MB: its slot, then the token's bytes).
+// Performance notes: a probe reads one line, two at most (the whole-token table's probe is two
+// lines in a table of several MB: its slot, then the token's bytes). Direct-mapped, 2-6% of
+// o200k prose's pieces missed a warm cache of 64-256K slots on conflicts alone.
 #pragma once
 
 #include <cstdlib>
@@ -97,17 +98,17 @@ __forceinline__ enc_u64 enc_cpu_key_hash(const EncCpuKey& k, enc_u32 len) {
   return enc_bytes_hash_end(h);
 }
 
+// The piece's bucket: two neighbouring slots (one 128-byte pair of lines).
 __forceinline__ EncCpuSlot* enc_cpu_slot(const EncCpuCache* c, const EncCpuKey& k) {
-  return c->slots + ((k.mix >> 32) & c->mask);
+  return c->slots + ((k.mix >> 32) & c->mask & ~(enc_u64)1);
 }
 
-// The cached ids of the piece (len bytes, key k) into out[0 .. ENC_CPU_SLOT_IDS): their count,
-// or -1. The slot's key and ids are read with plain loads and used only if the sequence is
-// unchanged after them (the acquire fence orders the loads before that check): a copy of a
-// slot being rewritten is thrown away, never used.
-__forceinline__ int enc_cpu_cache_get(const EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
-                                      enc_u32* out) {
-  const EncCpuSlot* s = enc_cpu_slot(c, k);
+// Slot s's ids for the piece (len bytes, key k) into out[0 .. ENC_CPU_SLOT_IDS): their count,
+// or -1. The key and ids are read with plain loads and used only if the sequence is unchanged
+// after them (the acquire fence orders the loads before that check): a copy of a slot being
+// rewritten is thrown away, never used.
+__forceinline__ int enc_cpu_slot_get(const EncCpuSlot* s, const EncCpuKey& k, enc_u32 len,
+                                     enc_u32* out) {
   const enc_u64 m0 = __atomic_load_n(&s->meta, __ATOMIC_ACQUIRE);
   // an even sequence and this length (the count above them is the slot's)
   if ((m0 & 0xFF00000001ull) != ((enc_u64)len << 32)) return -1;
@@ -118,11 +119,17 @@ __forceinline__ int enc_cpu_cache_get(const EncCpuCache* c, const EncCpuKey& k, 
   return (int)((m0 >> 40) & 0xFFu);
 }
 
-// Cache the piece's count ids (count <= ENC_CPU_SLOT_IDS, 2 <= len <= ENC_CPU_KEY_BYTES); a
-// slot another writer holds is left to it. out[0 .. ENC_CPU_SLOT_IDS) is read (its tail unused).
-__forceinline__ void enc_cpu_cache_put(EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
-                                       const enc_u32* ids, enc_u32 count) {
-  EncCpuSlot* s = enc_cpu_slot(c, k);
+// The cached ids of the piece: its bucket's first slot, then its second.
+__forceinline__ int enc_cpu_cache_get(const EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
+                                      enc_u32* out) {
+  const EncCpuSlot* s = enc_cpu_slot(c, k);
+  const int got = enc_cpu_slot_get(s, k, len, out);
+  return got >= 0 ? got : enc_cpu_slot_get(s + 1, k, len, out);
+}
+
+// Write a piece into slot s unless another writer holds it.
+__forceinline__ void enc_cpu_slot_put(EncCpuSlot* s, const EncCpuKey& k, enc_u32 len,
+                                      const enc_u32* ids, enc_u32 count) {
   enc_u64 m = __atomic_load_n(&s->meta, __ATOMIC_RELAXED);
   if (m & 1u) return;
   const enc_u32 seq = (enc_u32)m;
@@ -130,11 +137,24 @@ __forceinline__ void enc_cpu_cache_put(EncCpuCache* c, const EncCpuKey& k, enc_u
                                    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return;
   __atomic_thread_fence(__ATOMIC_RELEASE);  // the odd sequence before any of the new contents
-  for (int j = 0; j < ENC_CPU_KEY_BYTES / 8; ++j) __atomic_store_n(&s->key[j], k.w[j], __ATOMIC_RELAXED);
+  for (int j = 0; j < ENC_CPU_KEY_BYTES / 8; ++j)
+    __atomic_store_n(&s->key[j], k.w[j], __ATOMIC_RELAXED);
   for (enc_u32 j = 0; j < ENC_CPU_SLOT_IDS; ++j)  // (the ids past count: whatever ids holds)
     __atomic_store_n(&s->ids[j], ids[j], __ATOMIC_RELAXED);
   const enc_u64 meta = (enc_u64)(seq + 2u) | ((enc_u64)len << 32) | ((enc_u64)count << 40);
   __atomic_store_n(&s->meta, meta, __ATOMIC_RELEASE);
+}
+
+// Cache the piece's count ids (count <= ENC_CPU_SLOT_IDS, 2 <= len <= ENC_CPU_KEY_BYTES;
+// ids[0 .. ENC_CPU_SLOT_IDS) is read, its tail unused). Eviction: a bucket's first slot keeps
+// the first piece it took (an empty first slot takes the piece); every later piece of that
+// bucket takes the second slot from the one before. The pieces met first in a text are mostly
+// its frequent ones, which so stay; the rare ones churn through the second slot.
+__forceinline__ void enc_cpu_cache_put(EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
+                                       const enc_u32* ids, enc_u32 count) {
+  EncCpuSlot* s = enc_cpu_slot(c, k);
+  const bool first_empty = ((__atomic_load_n(&s->meta, __ATOMIC_RELAXED) >> 32) & 0xFFu) == 0;
+  enc_cpu_slot_put(first_empty ? s : s + 1, k, len, ids, count);
 }
 
 // A cache of `slots` slots (rounded up to a power of two, at least 64), empty: every slot's

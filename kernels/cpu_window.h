@@ -209,25 +209,25 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
   EncCpuFound ring[ENC_CPU_AHEAD];
   EncCpuWindow& w = *wk.window;
   w.count = w.n_miss = 0;
-  unsigned head = 0, pending = 0;
+  unsigned found = 0, done = 0;  // pieces found, pieces looked up (ring indices mod AHEAD)
   enc_i64 i = 0;
   while (true) {
-    if (i < stop && pending < ENC_CPU_AHEAD) {  // find the next piece
+    if (i < stop) {  // find the next piece; its cache slot on its way
       enc_i64 e = enc_cpu_match(t, i);
       if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
-      EncCpuFound& f = ring[(head + pending) & (ENC_CPU_AHEAD - 1)];
+      EncCpuFound& f = ring[found++ & (ENC_CPU_AHEAD - 1)];
       f.s = i;
       f.len = (enc_u32)(e - i);
       if (enc_cpu_cached(c, f.len)) {
         enc_cpu_key(t.buf + i, f.len, f.k);
         ENC_PREFETCH(enc_cpu_slot(c, f.k));
       }
-      ++pending;
       i = e;
-      continue;
+      if (found - done < ENC_CPU_AHEAD) continue;
+    } else if (found == done) {
+      break;
     }
-    if (pending == 0) break;
-    const EncCpuFound& f = ring[head];  // the oldest found piece
+    const EncCpuFound& f = ring[done++ & (ENC_CPU_AHEAD - 1)];  // the oldest found piece
     if (f.len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
       out = enc_cpu_flush(m, c, wk, w, t.buf, out);
       const int got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, 0, false, out);
@@ -238,8 +238,6 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
       if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
         out = enc_cpu_flush(m, c, wk, w, t.buf, out);
     }
-    head = (head + 1) & (ENC_CPU_AHEAD - 1);
-    --pending;
   }
   out = enc_cpu_flush(m, c, wk, w, t.buf, out);
   *end_at = i;
