@@ -4,8 +4,9 @@
 //
 //   find       the matcher finds ENC_CPU_AHEAD pieces before the first is looked up, each
 //              one's cache slot prefetched as it is found
-//   look up    a piece of one byte takes the one-byte block; a cached piece its slot's ids;
-//              anything else waits in the window as a miss
+//   look up    a piece of one byte takes the one-byte block; a cached piece its slot's ids (a
+//              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
+//              a miss
 //   solve      at ENC_CPU_MISSES misses or ENC_CPU_WINDOW pieces (or the segment's end, or a
 //              long piece): every miss's
 //              whole-token slot is prefetched (THE BYTES HASH), then its token bytes, then it is
@@ -41,8 +42,13 @@ __forceinline__ bool enc_cpu_cached(const EncCpuCache* c, enc_u32 len) {
 struct EncCpuFound {
   enc_i64 s;
   enc_u32 len;
-  EncCpuKey k;
+  EncCpuKey k;  // a piece for the slots: its key
+  enc_u64 h;    // a piece for the long tier: THE BYTES HASH
 };
+
+#ifndef ENC_CPU_LONG_HITS
+#define ENC_CPU_LONG_HITS 4096  // ids of the long tier's answers a window holds
+#endif
 
 // A window of pieces (each shorter than ENC_LONG_PIECE) from a first miss on, and the answers
 // found so far (a miss's start and length are kept; a hit's ids only).
@@ -54,6 +60,8 @@ struct EncCpuWindow {
   enc_u32* at[ENC_CPU_WINDOW];  // where they are
   EncCpuKey k[ENC_CPU_WINDOW];
   enc_u32 hit[ENC_CPU_WINDOW][ENC_CPU_SLOT_IDS];
+  enc_u32 long_hit[ENC_CPU_LONG_HITS];  // the long tier's answers (waiting behind a miss)
+  enc_u32 long_used = 0;
   enc_u32 miss[ENC_CPU_MISSES];  // the misses' window indices
   enc_u32 miss_all[ENC_CPU_MISSES];
   enc_u32 n_miss = 0;
@@ -77,8 +85,9 @@ inline void enc_cpu_solve_window(const EncCpuModel& m, EncCpuCache* c, EncCpuWor
     w.at[j] = dst;
     dst += w.len[j];
     if (!whole || w.len[j] > m.w_max_len) continue;
-    w.h[j] = enc_cpu_cached(c, w.len[j]) ? enc_cpu_key_hash(w.k[j], w.len[j])
-                                         : enc_bytes_hash(base + w.s[j], w.len[j]);
+    if (!enc_cpu_long(c, w.len[j]))  // (the long tier's pieces have theirs)
+      w.h[j] = enc_cpu_cached(c, w.len[j]) ? enc_cpu_key_hash(w.k[j], w.len[j])
+                                           : enc_bytes_hash(base + w.s[j], w.len[j]);
     ENC_PREFETCH(m.w.slots + 4 * enc_whole_home(m.w, w.h[j]));
   }
   if (whole) {
@@ -134,8 +143,19 @@ inline void enc_cpu_solve_window(const EncCpuModel& m, EncCpuCache* c, EncCpuWor
   }
   for (enc_u32 q = 0; q < w.n_miss; ++q) {  // the answers into the cache
     const enc_u32 j = w.miss_all[q];
-    if (!enc_cpu_cached(c, w.len[j]) || w.n[j] > ENC_CPU_SLOT_IDS) continue;
-    enc_cpu_cache_put(c, w.k[j], w.len[j], w.at[j], w.n[j]);
+    if (enc_cpu_long(c, w.len[j])) {
+      enc_cpu_long_put(c, w.h[j], base + w.s[j], w.len[j], w.at[j], w.n[j]);
+      ++wk.inserts;
+      continue;
+    }
+    if (!enc_cpu_cached(c, w.len[j])) continue;
+    if (w.n[j] > ENC_CPU_SLOT_IDS) {  // in the long tier, its slot saying so (0 ids)
+      const enc_u64 h = enc_cpu_key_hash(w.k[j], w.len[j]);
+      enc_cpu_long_put(c, h, base + w.s[j], w.len[j], w.at[j], w.n[j]);
+      enc_cpu_cache_put(c, w.k[j], w.len[j], w.at[j], 0);
+    } else {
+      enc_cpu_cache_put(c, w.k[j], w.len[j], w.at[j], w.n[j]);
+    }
     ++wk.inserts;
   }
 }
@@ -152,6 +172,7 @@ inline enc_u32* enc_cpu_flush(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& 
   }
   w.count = 0;
   w.n_miss = 0;
+  w.long_used = 0;
   return out;
 }
 
@@ -178,14 +199,34 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       return out;
     }
   }
-  if (enc_cpu_cached(c, f.len)) {
+  if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+    w.h[j] = f.h;
     ++wk.lookups;
-    const int got = enc_cpu_cache_get(c, f.k, f.len, dst);
+    enc_u32* at = j ? w.long_hit + w.long_used : out;
+    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
     if (got >= 0) {
       ++wk.hits;
       if (j == 0) return out + got;
+      w.long_used += (enc_u32)got;
       w.n[j] = (enc_u32)got;
-      w.at[j] = w.hit[j];
+      w.at[j] = at;
+      w.count = j + 1;
+      return out;
+    }
+  } else if (enc_cpu_cached(c, f.len)) {
+    ++wk.lookups;
+    int got = enc_cpu_cache_get(c, f.k, f.len, dst);
+    enc_u32* at = w.hit[j];
+    if (got == 0) {  // the slot says: more ids than it holds, in the long tier
+      at = j ? w.long_hit + w.long_used : out;
+      got = enc_cpu_long_get(c, enc_cpu_key_hash(f.k, f.len), base + f.s, f.len, at);
+      if (got > 0) w.long_used += j ? (enc_u32)got : 0u;
+    }
+    if (got > 0) {
+      ++wk.hits;
+      if (j == 0) return out + got;
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
       w.count = j + 1;
       return out;
     }
@@ -221,6 +262,9 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
       if (enc_cpu_cached(c, f.len)) {
         enc_cpu_key(t.buf + i, f.len, f.k);
         ENC_PREFETCH(enc_cpu_slot(c, f.k));
+      } else if (enc_cpu_long(c, f.len)) {
+        f.h = enc_bytes_hash(t.buf + i, f.len);
+        ENC_PREFETCH(enc_cpu_long_home(c, f.h));
       }
       i = e;
       if (found - done < ENC_CPU_AHEAD) continue;
@@ -230,10 +274,17 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
     const EncCpuFound& f = ring[done++ & (ENC_CPU_AHEAD - 1)];  // the oldest found piece
     if (f.len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
       out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-      const int got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, 0, false, out);
-      if (got < 0) return nullptr;
+      const bool tier = enc_cpu_long(c, f.len);
+      int got = tier ? enc_cpu_long_get(c, f.h, t.buf + f.s, f.len, out) : -1;
+      if (got < 0) {
+        got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, f.h, tier, out);
+        if (got < 0) return nullptr;
+        if (tier) enc_cpu_long_put(c, f.h, t.buf + f.s, f.len, out, (enc_u32)got);
+      }
       out += got;
     } else {
+      // (room for the long tier's answer: at most one id a byte)
+      if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
       out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
       if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
         out = enc_cpu_flush(m, c, wk, w, t.buf, out);

@@ -94,6 +94,26 @@ def test_cache_is_used_and_bounded():
     assert (b["hits"] - a["hits"]) / (b["lookups"] - a["lookups"]) > 0.95
 
 
+def test_long_tier_answers_long_pieces():
+    """Pieces of 25..1024 bytes (a CJK clause, a long word) and short ones of more ids than a
+    slot holds come from the long tier the second time; with no room left, nothing is kept
+    and the ids stay exact."""
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    tables = plan_of(enc).tables
+    texts = ["\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8" * 7 + "\u3002",
+             " " + "supercalifragilistic" * 3, "\U0001F600\U0001F44D\U0001F3FD" * 3,
+             "\u0928\u092e\u0938\u094d\u0924\u0947 " * 20, "x" * 1000 + " y", "z" * 1100]
+    for slots in (1 << 12, 64):  # room, and a tier that fills at once
+        p = cpu(1, slots)
+        for rep in range(3):
+            a = p.cache_stats(tables)
+            for t in texts:
+                assert p.encode_text(tables, t.encode()).tolist() == tk.encode_ordinary(t)
+            b = p.cache_stats(tables)
+            if rep and slots > 64:
+                assert b["hits"] - a["hits"] == b["lookups"] - a["lookups"] > 0
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
 def test_batch_matches_tiktoken(name, threads, corpora):
