@@ -238,4 +238,95 @@ ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
   return end == nullptr ? -1 : (long long)(end - out);
 }
 
+// ---------------------------------------------------------------- one str to one list
+
+// (the str layout, the packer and the list builder: host_pack.h and host_lists.h, another unit)
+extern "C" void gputok_str_layout(const long long* obj, long long n, int state_off, int len_off,
+                                  int ascii_head, int compact_head, long long* addr,
+                                  signed char* kind, long long* units, long long* len);
+extern "C" long long gputok_pack_utf8(const long long* addr, const signed char* kind,
+                                      const long long* units, long long n, unsigned char* dst);
+extern "C" void* gputok_id_list(const void* ids, int width, long long n, const void* api,
+                                long long items_at);
+namespace enc_lists {
+struct PyApi {  // (host_lists.h's: the interpreter's functions the list builder calls)
+  void* (*list_new)(long long);
+  void* (*long_from)(unsigned long);
+  void (*incref)(void*);
+  void (*decref)(void*);
+};
+}  // namespace enc_lists
+
+// A thread's ids of one text, grown to the longest met.
+struct EncCpuIds {
+  enc_u32* ids = nullptr;
+  enc_u64 cap = 0;
+  ~EncCpuIds() { free(ids); }
+  enc_u32* room(enc_u64 n) {
+    if (n > cap) {
+      free(ids);
+      cap = n + (n >> 3);
+      ids = static_cast<enc_u32*>(malloc(4 * cap));
+      if (ids == nullptr) cap = 0;
+    }
+    return ids;
+  }
+};
+
+// What gputok_cpu_encode_str needs besides the str (NativeDevice's, per model): the str layout
+// (StrLayout's state and length offsets, an ASCII and a compact str's heads), the model's words
+// and cache, the list builder's (IdLists': its interpreter functions, the list's item offset),
+// and None's address (a str this does not take gets None back, with a reference).
+enum {
+  ENC_CPU_STR_STATE_OFF,
+  ENC_CPU_STR_LEN_OFF,
+  ENC_CPU_STR_ASCII_HEAD,
+  ENC_CPU_STR_COMPACT_HEAD,
+  ENC_CPU_STR_TAB,
+  ENC_CPU_STR_CACHE,
+  ENC_CPU_STR_API,
+  ENC_CPU_STR_ITEMS_AT,
+  ENC_CPU_STR_NONE,
+  ENC_CPU_STR_WORDS
+};
+
+// One Python str (obj; no active token in it) to the list of its ids, in one call with the
+// interpreter's lock held (ctypes.PyDLL): its characters read where CPython keeps them, the ids
+// made on this thread, the list built by host_lists.h. A new reference to the list; None (a
+// new reference) for a str this does not take (a surrogate, characters that live elsewhere:
+// the caller encodes it its way); NULL with no exception set: no memory. For a short text: a
+// long one's caller releases the lock for the encoding (gputok_cpu_encode_text), the work then
+// worth more than a call.
+ENC_HOST_EXPORT void* gputok_cpu_encode_str(const void* obj, const unsigned long long* ctx) {
+  const long long o = (long long)(__UINTPTR_TYPE__)obj;
+  long long addr = 0, units = 0, len = 0;
+  signed char kind = 0;
+  gputok_str_layout(&o, 1, (int)ctx[ENC_CPU_STR_STATE_OFF], (int)ctx[ENC_CPU_STR_LEN_OFF],
+                    (int)ctx[ENC_CPU_STR_ASCII_HEAD], (int)ctx[ENC_CPU_STR_COMPACT_HEAD], &addr,
+                    &kind, &units, &len);
+  if (len < 0) {
+    void* none = reinterpret_cast<void*>(ctx[ENC_CPU_STR_NONE]);
+    reinterpret_cast<const enc_lists::PyApi*>(ctx[ENC_CPU_STR_API])->incref(none);
+    return none;
+  }
+  const EncCpuModel m = enc_cpu_model(reinterpret_cast<const enc_u64*>(ctx[ENC_CPU_STR_TAB]));
+  EncCpuCache* c = reinterpret_cast<EncCpuCache*>(ctx[ENC_CPU_STR_CACHE]);
+  EncCpuWork& wk = enc_cpu_work();
+  thread_local EncCpuIds ids;
+  enc_u8* text = wk.text.room((enc_u64)len);
+  enc_u32* out = ids.room((enc_u64)len + ENC_CPU_SLOT_IDS);
+  if (text == nullptr || out == nullptr) return nullptr;
+  if (kind == 0)
+    memcpy(text, reinterpret_cast<const void*>(addr), (size_t)len);
+  else
+    gputok_pack_utf8(&addr, &kind, &units, 1, text);
+  wk.text.pad((enc_u64)len);
+  enc_u32* end = enc_cpu_encode(m, c, wk, text, len, out);
+  enc_cpu_count(c, wk);
+  if (end == nullptr) return nullptr;
+  return gputok_id_list(out, 4, (long long)(end - out),
+                        reinterpret_cast<const void*>(ctx[ENC_CPU_STR_API]),
+                        (long long)ctx[ENC_CPU_STR_ITEMS_AT]);
+}
+
 #include "cpu_batch.h"

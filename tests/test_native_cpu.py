@@ -239,3 +239,31 @@ def test_ascii_nibbles():
     for b in range(128):
         for c in range(16):
             assert bool(nib[c, b & 15] >> (b >> 4) & 1) == (cls[b] == c)
+
+
+def test_encode_str_one_call():
+    """A short str straight to its list (read where CPython keeps it, listed natively); a
+    lone surrogate or a long text is left to the caller (None)."""
+    import ctypes
+
+    from gputok.stages import lists, pack
+
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    tables = plan_of(enc).tables
+    p = cpu(1)
+    layout, builder = pack.str_layout(), lists._builder
+    assert layout is not None and builder is not None
+    assert p.encode_str(tables, "hello") is None  # (no use_python yet)
+    p.use_python(ctypes.PyDLL(native.library().path), layout, builder)
+    texts = EDGE + tricky_texts(200, seed=3) + ["caf\xe9", "\u4e2d\u6587 x", "\U0001F600!"]
+    for t in texts:
+        if len(t) > p.STR_LOCKED_MAX:
+            assert p.encode_str(tables, t) is None
+            continue
+        got = p.encode_str(tables, t)
+        if any(0xD800 <= ord(ch) < 0xE000 for ch in t):
+            assert got is None
+        else:
+            assert type(got) is list and got == tk.encode_ordinary(t), t
+    assert p.encode_str(tables, "x \ud83d y") is None
+    assert p.encode_str(tables, "a" * (p.STR_LOCKED_MAX + 1)) is None

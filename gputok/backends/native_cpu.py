@@ -109,6 +109,7 @@ class CpuPass:
         lib.gputok_cpu_batch_free.argtypes = [vp]
         lib.gputok_cpu_batch_free.restype = None
         self.lib = lib
+        self._encode_str = None  # (str_layout, lists): encode_str's one call (use_python)
         self.threads = max(1, int(threads))
         self.cache_slots = cache_slots_default() if cache_slots is None else int(cache_slots)
         if self.cache_slots < 0:
@@ -171,6 +172,43 @@ class CpuPass:
         if got < 0:
             raise MemoryError(f"no memory to encode a text of {len(data)} bytes")
         return out[:got]
+
+    def use_python(self, py_lib, layout, lists) -> None:
+        """Let ``encode_str`` make a str's list in one call: ``py_lib`` the library loaded with
+        ``ctypes.PyDLL`` (its calls hold the interpreter's lock), ``layout`` a usable
+        ``pack.StrLayout``, ``lists`` a usable ``stages.lists.IdLists``."""
+        fn = py_lib.gputok_cpu_encode_str
+        fn.argtypes = [ctypes.py_object, ctypes.c_void_p]
+        fn.restype = ctypes.py_object
+        self._encode_str = (fn, (layout.STATE_OFF, layout.LEN_OFF, layout.ascii_head,
+                                 layout.compact_head), lists._api_at, lists.ITEMS_AT)
+        self._str_ctx: dict = {}  # id(tables) -> (weak reference, words, their address)
+
+    #: the longest text (characters) ``encode_str`` encodes holding the interpreter's lock
+    STR_LOCKED_MAX = 1 << 12
+
+    def encode_str(self, tables, text: str) -> "list | None":
+        """One str's ids as a list (no active token in it): one call that reads the str where
+        CPython keeps it and builds the list (``use_python``), for a text of at most
+        ``STR_LOCKED_MAX`` characters. None: a longer one (its encoding is then worth releasing
+        the interpreter's lock: ``encode_text``), one it does not take (a lone surrogate), or no
+        ``use_python``."""
+        if self._encode_str is None or len(text) > self.STR_LOCKED_MAX:
+            return None
+        got = self._str_ctx.get(id(tables))
+        if got is None or got[0]() is not tables:
+            got = self._str_ctx[id(tables)] = self._ctx_for(tables)
+        try:
+            return self._encode_str[0](text, got[2])
+        except ValueError:  # (a NULL result with no exception set: no memory for the ids)
+            raise MemoryError(f"no memory to encode a text of {len(text)} characters") from None
+
+    def _ctx_for(self, tables) -> tuple:
+        m = self.model(tables)
+        _, layout, api_at, items_at = self._encode_str
+        words = (ctypes.c_uint64 * 9)(*layout, m.address, m.cache or 0, api_at, items_at,
+                                      id(None))
+        return weakref.ref(tables), words, ctypes.addressof(words), m
 
     def encode_batch(self, tables, model, docs: pack.Documents, active: frozenset,
                      refused: frozenset, out_dtype, nfc_bits=None) -> tuple:
