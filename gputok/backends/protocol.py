@@ -48,6 +48,8 @@ Members that come with a capability (the base class raises for a device that lac
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
+    per_doc_pass()                    with ``per_doc``: the per-document pass (its batches and
+                                      texts: ``runners/perdoc.py``)
 
 ``NativeDevice`` (``native/``) documents the one-call members' arguments.
 """
@@ -89,6 +91,9 @@ class Capabilities:
     call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
     ``kernels``: the encode kernels it has a form of (None: every one).
     ``dedup``: whether it can run the piece dedup (a 64-bit compare-and-swap per piece).
+    ``per_doc``: ``per_doc_pass()`` encodes byte-level BPE a document at a time, each start to
+    end on one thread, with a piece cache kept from batch to batch (the native CPU's:
+    ``native/perdoc.py``); the runner in front of the others where it takes a batch or a text.
     """
 
     host_memory: bool = False
@@ -105,6 +110,7 @@ class Capabilities:
     normal_forms: tuple = FORMS
     kernels: "frozenset | None" = None
     dedup: bool = True
+    per_doc: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +204,8 @@ class Device:
 
     def spm_text_call(self, t, up: dict, out_dtype):
         raise self._lacks("spm_text_call", "spm_inline")
+    def per_doc_pass(self):
+        raise self._lacks("per_doc_pass", "per_doc")
 
 
 #: the members every device implements itself (the tests check each device against this)

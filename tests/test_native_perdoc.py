@@ -1,4 +1,5 @@
-"""The native CPU device's per-document pass (``gputok.backends.native_cpu``, kernels/cpu_*.h).
+"""The native CPU device's per-document pass (``gputok.backends.native.perdoc``, kernels/cpu_*.h,
+and its runner, ``backends/runners/perdoc.py``).
 
 Its ids against tiktoken and HF tokenizers: one text at a time and in batches, on 1-3 threads,
 with the piece cache (big, tiny: evictions on every other piece, and none), on the edge cases,
@@ -20,7 +21,7 @@ import testdata
 from conftest import NAMED, hf_encoding, hf_oracle, tiktoken_oracle
 from devicekit import EDGE, corpus_snippets, tricky_texts
 from gputok.backends import get_backend, native
-from gputok.backends.native_cpu import CpuPass, ascii_nibbles
+from gputok.backends.native.perdoc import PerDocPass, ascii_nibbles
 from gputok.specials import DisallowedSpecialError
 from gputok.stages.pack import Documents, Packed
 
@@ -34,11 +35,11 @@ def plan_of(enc):
     return plan
 
 
-def cpu(threads: int = 1, cache_slots=None) -> CpuPass:
-    return CpuPass(native.library().lib, threads, cache_slots)
+def cpu(threads: int = 1, cache_slots=None) -> PerDocPass:
+    return PerDocPass(native.library(), threads, cache_slots)
 
 
-def batch(p: CpuPass, enc, docs, allowed=frozenset(), refused=frozenset(), nfc=None):
+def batch(p: PerDocPass, enc, docs, allowed=frozenset(), refused=frozenset(), nfc=None):
     plan = plan_of(enc)
     active = enc.model.active_tokens(frozenset(allowed))
     ids, off, flagged = p.encode_batch(plan.tables, enc.model, Documents(docs), active,
@@ -244,17 +245,10 @@ def test_ascii_nibbles():
 def test_encode_str_one_call():
     """A short str straight to its list (read where CPython keeps it, listed natively); a
     lone surrogate or a long text is left to the caller (None)."""
-    import ctypes
-
-    from gputok.stages import lists, pack
-
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     tables = plan_of(enc).tables
     p = cpu(1)
-    layout, builder = pack.str_layout(), lists._builder
-    assert layout is not None and builder is not None
-    assert p.encode_str(tables, "hello") is None  # (no use_python yet)
-    p.use_python(ctypes.PyDLL(native.library().path), layout, builder)
+    assert p._encode_str is not None  # (the library's str layout and list builder check out)
     texts = EDGE + tricky_texts(200, seed=3) + ["caf\xe9", "\u4e2d\u6587 x", "\U0001F600!"]
     for t in texts:
         if len(t) > p.STR_LOCKED_MAX:
@@ -267,3 +261,54 @@ def test_encode_str_one_call():
             assert type(got) is list and got == tk.encode_ordinary(t), t
     assert p.encode_str(tables, "x \ud83d y") is None
     assert p.encode_str(tables, "a" * (p.STR_LOCKED_MAX + 1)) is None
+
+
+# ---------------------------------------------------------------- through the backend
+
+@pytest.fixture
+def backend():
+    return native.create(2, cache_slots=1 << 12)
+
+
+def test_backend_batches_take_the_pass(backend, corpora):
+    from gputok.stages import counters
+
+    for name in ("cl100k_base", "o200k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        for kind, docs in corpora.items():
+            docs = docs[:60]
+            before = counters["device.per_doc_batches"]
+            ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=backend)
+            assert counters["device.per_doc_batches"] == before + 1
+            assert_docs([ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))],
+                        tk.encode_ordinary_batch(docs), docs)
+            assert enc.encode_ordinary_batch(docs, backend=backend) == \
+                tk.encode_ordinary_batch(docs)
+    # the default contract: a special token's text is refused, naming the document
+    enc = gputok.get_encoding("cl100k_base")
+    with pytest.raises(DisallowedSpecialError, match="document 1"):
+        enc.encode_batch(["fine", "not <|endoftext|> fine"], backend=backend)
+
+
+def test_backend_texts_take_the_pass(backend):
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    texts = EDGE + tricky_texts(100, seed=11) + list(corpus_snippets()) + long_texts()[:2]
+    for t in texts:
+        assert enc.encode_ordinary(t, backend=backend) == tk.encode_ordinary(t)
+        assert enc.encode(t, disallowed_special=(), backend=backend) == \
+            tk.encode(t, disallowed_special=())
+    t = "hi <|endoftext|> there " * 3
+    assert enc.encode(t, allowed_special="all", backend=backend) == \
+        tk.encode(t, allowed_special="all")
+
+
+def test_backend_flagged_documents_take_the_pipeline(backend):
+    from gputok.stages import counters
+
+    enc, hf = hf_encoding("qwen2"), hf_oracle("qwen2")
+    docs = list(corpus_snippets()) + ["e\u0301 combining", "\u1100\u1161 hangul", "plain"]
+    before = counters["device.per_doc_flagged"]
+    ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=backend)
+    assert counters["device.per_doc_flagged"] > before
+    got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+    assert_docs(got, [hf.encode(d, add_special_tokens=False).ids for d in docs], docs)

@@ -1,6 +1,6 @@
 """The native CPU device's per-document pass: byte-level BPE in the shape that is fast on a CPU.
 
-The chunk pipeline (``native.py``, ``kernels/host_chunk.h``) runs the GPU's kernels in order
+The chunk pipeline (``calls.py``, ``kernels/host_chunk.h``) runs the GPU's kernels in order
 over a chunk, each stage writing an array the next one reads. This pass (``kernels/cpu_encode.h``,
 ``kernels/cpu_batch.h``) takes one document at a time from its first byte to its ids on one
 thread: the pattern matcher finds a piece, the piece cache (``kernels/cpu_cache.h``: piece bytes
@@ -10,13 +10,13 @@ output. The rules are the shared ones (``kernels/common/*.h``); a batch runs on 
 with no interpreter in the loop, the documents read where Python keeps them (str code units,
 bytes, a packed buffer), long ones sliced where a piece starts in every parse.
 
-``CpuPass`` holds the pass's entry points in the loaded library and, per model (its uploaded
+``PerDocPass`` holds the pass's entry points in the loaded library and, per model (its uploaded
 ``Tables``), the words that describe the model to the pass and the model's piece cache
 (``cache_slots`` slots of 64 bytes; ``$GPUTOK_PIECE_CACHE`` sets the default: 0 turns the
-cache off). It takes a model whose pieces the native device cuts itself (``plan.mode ==
-"device"``), with no normaliser or one normal form (documents the quick check flags are
-encoded by the chunk pipeline instead, ``flagged``), and active tokens without HF's
-``lstrip``/``rstrip``.
+cache off). ``runners/perdoc.py`` decides which batches and texts take it: a model whose pieces
+the native device cuts itself (``plan.mode == "device"``), with no normaliser or one normal
+form (documents the quick check flags are encoded by the chunk pipeline instead, ``flagged``),
+and active tokens without HF's ``lstrip``/``rstrip``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import weakref
 
 import numpy as np
 
-from ..stages import pack
-from ..specials import disallowed_error
+from ...stages import pack
+from ...specials import disallowed_error
 
 CACHE_SLOTS = 1 << 18  # the piece cache's default size (64-byte slots: 16 MB at most, its
 #                       pages taken as pieces are cached; 64K slots missed 2-7% of the pieces of
@@ -88,10 +88,12 @@ class _Tokens:
             self.ids, self.active = np.zeros(1, np.uint32), np.zeros(1, np.uint8)
 
 
-class CpuPass:
-    """The per-document pass of one loaded native library (see the module docstring)."""
+class PerDocPass:
+    """The per-document pass of one loaded native library (``library._Library``: its entry
+    points, str packer and id lists; see the module docstring) on ``threads`` threads."""
 
-    def __init__(self, lib, threads: int, cache_slots: "int | None" = None):
+    def __init__(self, library, threads: int, cache_slots: "int | None" = None):
+        lib = library.lib
         vp, ll, i, u = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_uint
         lib.gputok_cpu_cache_new.argtypes = [ctypes.c_ulonglong]
         lib.gputok_cpu_cache_new.restype = vp
@@ -109,7 +111,11 @@ class CpuPass:
         lib.gputok_cpu_batch_free.argtypes = [vp]
         lib.gputok_cpu_batch_free.restype = None
         self.lib = lib
+        self.packer = library.packer  # (None: str documents are packed by Python)
+        self.utf8_check = library.utf8_check
         self._encode_str = None  # (str_layout, lists): encode_str's one call (use_python)
+        if library.packer is not None and library.lister is not None:
+            self.use_python(ctypes.PyDLL(library.path), library.packer, library.lister)
         self.threads = max(1, int(threads))
         self.cache_slots = cache_slots_default() if cache_slots is None else int(cache_slots)
         if self.cache_slots < 0:
@@ -218,7 +224,7 @@ class CpuPass:
         first in document order raises ``disallowed_error``)."""
         m = self.model(tables)
         n_docs = len(docs)
-        located = _located(docs)
+        located = _located(docs, self.packer, self.utf8_check)
         addr, kind, units, nbytes = located[:4]
         toks = self._tokens_for(model, active, refused - active)
         total, status = ctypes.c_longlong(0), ctypes.c_int(0)
@@ -261,22 +267,22 @@ def _in_huge_pages(a: np.ndarray) -> np.ndarray:
 
     if a.nbytes < HUGE_COPY_MIN or _os.environ.get("GPUTOK_CPU_NO_HUGE"):
         return a
-    from .host_pool import huge_block
+    from ..host_pool import huge_block
 
     out = huge_block(a.nbytes).view(a.dtype)
     out[...] = a.reshape(-1)
     return out
 
 
-def _located(docs: pack.Documents) -> tuple:
+def _located(docs: pack.Documents, layout, utf8_check) -> tuple:
     """(addr, kind, units, nbytes, references) of a batch as gputok_cpu_batch_run reads it:
-    str documents where CPython keeps them (``pack.StrLayout``), else the packed UTF-8."""
+    str documents where CPython keeps them (``layout``: a ``pack.StrLayout``, or None), else the
+    packed UTF-8."""
     strs = docs.strs()
-    layout = pack.str_layout() if strs is not None else None
-    got = layout.units(strs) if layout is not None else None
+    got = layout.units(strs) if layout is not None and strs is not None else None
     if got is not None:
         return got
-    buf, off = docs.packed()
+    buf, off = docs.packed(utf8_check)
     off = np.asarray(off, np.int64)
     data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(1, np.uint8)
     n = len(off) - 1
