@@ -365,9 +365,10 @@ inline bool enc_cpu_plan(EncCpuBatch& B) {
     }
     enc_u64 a = 0;
     while (a < n) {
-      enc_u64 b = a + ENC_CPU_PART_MAX >= n
-                      ? n
-                      : (enc_u64)enc_cpu::cut_at(B.m, src, (enc_i64)n, (enc_i64)(a + ENC_CPU_PART_MAX));
+      const enc_u64 b =
+          a + ENC_CPU_PART_MAX >= n
+              ? n
+              : (enc_u64)enc_cpu::cut_at(B.m, src, (enc_i64)n, (enc_i64)(a + ENC_CPU_PART_MAX));
       B.parts.push_back(EncCpuPart{d, a, b});
       B.unit_end.push_back(B.parts.size());
       a = b;

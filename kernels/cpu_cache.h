@@ -1,6 +1,7 @@
 // cpu_cache.h: host only. The piece cache of the native CPU device's per-document pass
 // (kernels/cpu_encode.h): a piece's bytes -> its ids, one table per model shared by every
-// worker thread and kept from batch to batch (NativeDevice keeps it with the model's tables).
+// worker thread and kept from batch to batch (gputok/backends/native/perdoc.py keeps one per
+// model).
 //
 // A piece's ids are a function of its bytes alone (the whole-token lookup, then the merge rule),
 // so a cached answer is the answer: the cache changes how often the work is done, never its
@@ -8,11 +9,11 @@
 // ids; the long tier (below) pieces of up to ENC_CPU_LONG_MAX bytes (a CJK clause is one piece
 // of tens of bytes, whose merge is the costliest per byte); others are solved every time.
 //
-// Layout: a power of two of 64-byte slots (one cache line each), ENC_CPU_WAYS to a bucket chosen
-// by a mix of the piece's bytes (enc_cpu_key). A slot: [meta: sequence (32 bits) | length << 32 | id
-// count << 40, the piece's bytes as three zero-padded little-endian words, eight ids]. The
-// table never grows past its size (ENC_CPU_CACHE_SLOTS by default; the native device's
-// `cache_slots` knob, $GPUTOK_PIECE_CACHE); eviction: see enc_cpu_cache_put.
+// Layout: a power of two of 64-byte slots (one cache line each), ENC_CPU_WAYS to a bucket
+// chosen by a mix of the piece's bytes (enc_cpu_key). A slot: [meta: sequence (32 bits) |
+// length << 32 | id count << 40, the piece's bytes as three zero-padded little-endian words,
+// eight ids]. The table never grows past its size (ENC_CPU_CACHE_SLOTS by default; the native
+// device's `cache_slots` knob, $GPUTOK_PIECE_CACHE); eviction: see enc_cpu_cache_put.
 //
 // Concurrency: each slot is a sequence lock. A reader loads the meta word (acquire), the key
 // and the ids (relaxed), then the meta word again after an acquire fence: an odd or changed

@@ -144,8 +144,8 @@ def long_texts() -> list:
     multi = "".join(testdata.corpus("multilingual", max_mb=0.4))
     code = "\n".join(testdata.corpus("code", max_mb=0.4))
     blob = base64.b64encode(rng.randbytes(300_000)).decode()
-    mixed = "".join(rng.choice(["a", "Z", " ", "  ", "\n", "1", "22", "'s", "é", "中", "😀", "\t"])
-                    for _ in range(400_000))
+    mixed = "".join(rng.choice(["a", "Z", " ", "  ", "\n", "1", "22", "'s", "\xe9", "\u4e2d",
+                                "\U0001F600", "\t"]) for _ in range(400_000))
     return [prose, multi, code, blob, "a" * 300_001, " " * 200_003 + "x", "\n" * 150_000,
             "x" * 140_000 + " " + "y" * 140_000, mixed]
 
@@ -162,6 +162,23 @@ def test_long_documents_are_sliced_exactly(name):
     raw = [d.encode() for d in docs]
     got, _ = batch(cpu(2), enc, raw)
     assert_docs(got, want, docs)
+
+
+def test_big_batch_tables_in_huge_pages():
+    """A batch of HUGE_BATCH_MIN bytes or more has its model's big tables copied into 2 MB
+    pages first; the ids stay tiktoken's, before and after."""
+    from gputok.backends.native import perdoc
+
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    docs = testdata.corpus("prose", max_mb=1.2)
+    want = [tk.encode_ordinary(d) for d in docs]
+    p = cpu(2)
+    m = p.model(plan_of(enc).tables)
+    got, _ = batch(p, enc, docs[:20])
+    assert not m.huge and got == want[:20]
+    big = docs * (perdoc.HUGE_BATCH_MIN // sum(len(d.encode()) for d in docs) + 1)
+    got, _ = batch(p, enc, big)
+    assert m.huge and got == want * (len(big) // len(docs))
 
 
 def test_every_str_width_and_input_form():

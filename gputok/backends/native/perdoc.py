@@ -62,12 +62,41 @@ def ascii_nibbles(cls_table: np.ndarray) -> np.ndarray:
 
 
 class _Model:
-    """A model's words (ENC_CPU_TAB_*), the arrays they point at, and its piece cache."""
+    """A model's words (ENC_CPU_TAB_*), the arrays they point at, and its piece cache. The words
+    first point at the tables as mapped; ``in_huge_pages`` copies the big ones into 2 MB pages
+    for the batches after (the words before stay valid: their arrays are kept)."""
 
-    def __init__(self, words, keep: tuple, cache: "int | None", free):
-        self.words, self.keep, self.cache = words, keep, cache
-        self.address = ctypes.addressof(words)
+    def __init__(self, tables, cache: "int | None", free):
+        a, sc = tables.arrays, tables.scalars
+        if "cls_table" not in a or "letters" not in a:
+            raise ValueError("the per-document pass needs the pattern's class tables (pieces cut "
+                             "on the device)")
+        self.tables = [a[k] for k in ("w_slots", "w_tok_bytes", "t_slots", "byte_ids", "join",
+                                      "cls_table", "letters")]
+        self.nibbles = ascii_nibbles(np.asarray(a["cls_table"]))
+        o200k = bool(sc.get("o200k"))
+        self.scalars = (int(sc["w_bits"]), int(sc["t_bits"]), int(sc.get("n_letters", 0)),
+                        int(o200k), 0 if o200k else int(sc.get("gpt2", 0)),
+                        0 if o200k else int(sc.get("digit_group", 0)),
+                        0 if o200k else int(sc.get("end_whole", 0)), int(sc.get("w_max_len", 0)))
+        self.cache = cache
+        self.huge = False
+        self.keep: list = []
+        self._set_words()
         self._finalizer = weakref.finalize(self, free, cache) if cache else None
+
+    def _set_words(self) -> None:
+        words = (ctypes.c_uint64 * TAB_WORDS)(*(x.ctypes.data for x in self.tables),
+                                              *self.scalars, self.nibbles.ctypes.data)
+        self.keep.append((words, tuple(self.tables)))  # (a call may still read the words before)
+        self.words, self.address = words, ctypes.addressof(words)
+
+    def in_huge_pages(self) -> None:
+        """The tables of ``HUGE_COPY_MIN`` bytes or more copied into 2 MB pages (once)."""
+        if not self.huge:
+            self.huge = True
+            self.tables = [_in_huge_pages(x) for x in self.tables]
+            self._set_words()
 
 
 class _Tokens:
@@ -129,25 +158,10 @@ class PerDocPass:
         got = self._models.get(id(tables))
         if got is not None and got[0]() is tables:
             return got[1]
-        a, sc = tables.arrays, tables.scalars
-        if "cls_table" not in a or "letters" not in a:
-            raise ValueError("the per-document pass needs the pattern's class tables (pieces cut "
-                             "on the device)")
-        nibbles = ascii_nibbles(np.asarray(a["cls_table"]))
-        keep = tuple(_in_huge_pages(a[k]) for k in ("w_slots", "w_tok_bytes", "t_slots",
-                                                     "byte_ids", "join", "cls_table",
-                                                     "letters")) + (nibbles,)
-        o200k = bool(sc.get("o200k"))
-        words = (ctypes.c_uint64 * TAB_WORDS)(
-            *(x.ctypes.data for x in keep[:7]), int(sc["w_bits"]), int(sc["t_bits"]),
-            int(sc.get("n_letters", 0)), int(o200k),
-            0 if o200k else int(sc.get("gpt2", 0)), 0 if o200k else int(sc.get("digit_group", 0)),
-            0 if o200k else int(sc.get("end_whole", 0)), int(sc.get("w_max_len", 0)),
-            nibbles.ctypes.data)
         cache = self.lib.gputok_cpu_cache_new(self.cache_slots) if self.cache_slots else None
         if self.cache_slots and not cache:
             raise MemoryError(f"no memory for a piece cache of {self.cache_slots} slots")
-        m = _Model(words, keep, cache, self.lib.gputok_cpu_cache_free)
+        m = _Model(tables, cache, self.lib.gputok_cpu_cache_free)
         self._models[id(tables)] = (weakref.ref(tables), m)
         return m
 
@@ -226,11 +240,14 @@ class PerDocPass:
         n_docs = len(docs)
         located = _located(docs, self.packer, self.utf8_check)
         addr, kind, units, nbytes = located[:4]
+        total_bytes = int(nbytes.sum())
+        if total_bytes >= HUGE_BATCH_MIN:
+            m.in_huge_pages()
         toks = self._tokens_for(model, active, refused - active)
         total, status = ctypes.c_longlong(0), ctypes.c_int(0)
         bad = (ctypes.c_ulonglong * 3)()
         flags = np.zeros(max(n_docs, 1), np.uint8)
-        threads = self.threads if int(nbytes.sum()) >= (1 << 16) else 1
+        threads = self.threads if total_bytes >= (1 << 16) else 1
         batch = self.lib.gputok_cpu_batch_run(
             addr.ctypes.data, kind.ctypes.data, units.ctypes.data, nbytes.ctypes.data, n_docs,
             m.address, m.cache, toks.count, toks.bytes.ctypes.data, toks.off.ctypes.data,
@@ -255,6 +272,9 @@ class PerDocPass:
 
 
 HUGE_COPY_MIN = 1 << 20  # bytes: a table this big is copied into 2 MB pages (_in_huge_pages)
+HUGE_BATCH_MIN = 1 << 22  # bytes of text: a batch this big has its model's tables copied first
+#                           (~20 MB for o200k, ~5-10 ms: a single text or a small batch in a
+#                           fresh process would pay more for the copy than the pages save it)
 
 
 def _in_huge_pages(a: np.ndarray) -> np.ndarray:
