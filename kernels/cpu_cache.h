@@ -62,7 +62,9 @@ static_assert(sizeof(EncCpuSlot) == 64, "one cache line a slot");
 #define ENC_CPU_LONG_PROBES 8
 #endif
 
-struct EncCpuCache {
+// (the fields every probe reads first, in their own cache line; the ones threads write after
+// them, each in another: a write would otherwise take the readers' line from every core)
+struct alignas(64) EncCpuCache {
   EncCpuSlot* slots;
   enc_u64 mask;  // slots - 1
   void* map;     // the mapping the slots are in
@@ -74,12 +76,13 @@ struct EncCpuCache {
   enc_u64 long_mask;
   enc_u32* arena;
   enc_u64 arena_words;
-  enc_u64 arena_used;  // (bumped atomically; offset 0 is no entry)
   void* long_map;
   enc_u64 long_map_bytes;
+  alignas(64) enc_u64 arena_used;  // (bumped atomically; offset 0 is no entry)
   // (counted by the batches, not by each probe: a shared counter would be written by every
   // thread on every piece)
-  enc_u64 lookups, hits, inserts;
+  alignas(64) enc_u64 lookups;
+  enc_u64 hits, inserts;
 };
 
 // The piece's bytes as the slot keeps them: three little-endian words, zero-padded. The slot
@@ -292,8 +295,10 @@ inline void enc_cpu_cache_free(EncCpuCache* c) {
 inline EncCpuCache* enc_cpu_cache_new(enc_u64 slots) {
   enc_u64 n = 64;
   while (n < slots) n <<= 1;
-  EncCpuCache* c = static_cast<EncCpuCache*>(calloc(1, sizeof(EncCpuCache)));
-  if (c == nullptr) return nullptr;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 64, sizeof(EncCpuCache)) != 0) return nullptr;
+  memset(mem, 0, sizeof(EncCpuCache));
+  EncCpuCache* c = static_cast<EncCpuCache*>(mem);
   c->slots = static_cast<EncCpuSlot*>(enc_cpu_pages(n * sizeof(EncCpuSlot), &c->map,
                                                     &c->map_bytes));
   c->mask = n - 1;
