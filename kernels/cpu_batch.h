@@ -1,7 +1,8 @@
 // cpu_batch.h: host only. A batch of documents through the per-document pass (cpu_encode.h) on
-// every thread, with no interpreter in the loop: NativeDevice's CPU runner calls
-// gputok_cpu_batch_run (the ids made, each thread's in its own memory), sizes the output by
-// the count it returns, then gputok_cpu_batch_take (the ids copied into place, in parallel).
+// every thread, with no interpreter in the loop: gputok/backends/native/perdoc.py
+// (PerDocPass.encode_batch) calls gputok_cpu_batch_run (the ids made, each thread's in its own
+// memory), sizes the output by the count it returns, then gputok_cpu_batch_take (the ids
+// copied into place, in parallel).
 //
 // A document is (address, kind, units, UTF-8 bytes): kind 0 is UTF-8 already (bytes, an ASCII
 // str's own characters, a packed buffer's slice), kind 1, 2 or 4 a str's code units (PEP 393,
@@ -49,36 +50,48 @@ extern "C" int gputok_native_launch(void (*call)(void**), unsigned grid, unsigne
 extern "C" long long gputok_pack_utf8(const long long* addr, const signed char* kind,
                                       const long long* units, long long n, unsigned char* dst);
 
-// The model's tokens to find (gputok/backends/native_cpu.py, _Specials): their UTF-8 one after
+// The model's tokens to find (gputok/backends/native/perdoc.py, _Tokens): their UTF-8 one after
 // another (off[k] .. off[k + 1]), longest first, their ids, and whether each is active (cut
-// out, its id emitted) or disallowed (refused).
+// out, its id emitted) or disallowed (refused). The two kinds are looked for apart, as split.py
+// does: the refused ones in the text as given (a refused token that overlaps an active one's
+// occurrence is found all the same), then the active ones.
 struct EncCpuSpecials {
   const enc_u8* bytes;
   const enc_u32* off;
   const enc_u32* ids;
   const enc_u8* active;
   enc_u32 count;
-  enc_u64 first[4];  // bitmap of the tokens' first bytes
+  enc_u32 n_kind[2];     // refused, active
+  enc_u64 first[2][4];   // bitmaps of each kind's first bytes
 };
 
 inline void enc_cpu_specials_init(EncCpuSpecials& s) {
-  for (int k = 0; k < 4; ++k) s.first[k] = 0;
+  for (int w = 0; w < 2; ++w) {
+    s.n_kind[w] = 0;
+    for (int k = 0; k < 4; ++k) s.first[w][k] = 0;
+  }
   for (enc_u32 k = 0; k < s.count; ++k) {
+    const int w = s.active[k] ? 1 : 0;
     const enc_u8 b = s.bytes[s.off[k]];
-    s.first[b >> 6] |= 1ull << (b & 63);
+    s.first[w][b >> 6] |= 1ull << (b & 63);
+    ++s.n_kind[w];
   }
 }
 
-// The first token at or after i in buf[0 .. n): its position (n: none) and index in *tok.
-// Leftmost first; at one position the first token in order that matches (the longest).
-inline enc_i64 enc_cpu_find_special(const EncCpuSpecials& s, const enc_u8* buf, enc_i64 i,
-                                    enc_i64 n, enc_u32* tok) {
+// The first token of a kind (1: active, 0: refused) at or after i in buf[0 .. n): its position
+// (n: none) and index in *tok. Leftmost first; at one position the first token in order that
+// matches (the longest).
+inline enc_i64 enc_cpu_find_special(const EncCpuSpecials& s, int kind, const enc_u8* buf,
+                                    enc_i64 i, enc_i64 n, enc_u32* tok) {
+  if (!s.n_kind[kind]) return n;
+  const enc_u64* first = s.first[kind];
   for (; i < n; ++i) {
     const enc_u8 b = buf[i];
-    if (!((s.first[b >> 6] >> (b & 63)) & 1)) continue;
+    if (!((first[b >> 6] >> (b & 63)) & 1)) continue;
     for (enc_u32 k = 0; k < s.count; ++k) {
       const enc_u32 a = s.off[k], len = s.off[k + 1] - a;
-      if ((enc_i64)len <= n - i && memcmp(buf + i, s.bytes + a, len) == 0) {
+      if ((s.active[k] != 0) == (kind != 0) && (enc_i64)len <= n - i &&
+          memcmp(buf + i, s.bytes + a, len) == 0) {
         *tok = k;
         return i;
       }
@@ -205,19 +218,20 @@ inline enc_u8* load(const EncCpuBatch& B, const enc_u8* wide, enc_u64 d, enc_u64
 // nullptr (failed, or a refused token: recorded in B).
 inline enc_u32* encode_text(EncCpuBatch& B, EncCpuWork& wk, enc_u64 d, enc_u64 base,
                             enc_u8* text, enc_i64 n, enc_i64 stop, enc_u32* out) {
+  enc_u32 tok = 0;
+  const enc_i64 refused = enc_cpu_find_special(B.sp, 0, text, 0, stop, &tok);
+  if (refused < stop) {  // keep the first in document order
+    std::lock_guard<std::mutex> lk(B.bad_lock);
+    if (d < B.bad_doc.load()) {
+      B.bad_pos = base + (enc_u64)refused;
+      B.bad_tok = tok;
+      B.bad_doc.store(d);
+    }
+    return nullptr;
+  }
   enc_i64 i = 0;
   while (i < stop) {
-    enc_u32 tok = 0;
-    const enc_i64 s = B.sp.count ? enc_cpu_find_special(B.sp, text, i, stop, &tok) : stop;
-    if (s < stop && !B.sp.active[tok]) {  // refused: keep the first in document order
-      std::lock_guard<std::mutex> lk(B.bad_lock);
-      if (d < B.bad_doc.load()) {
-        B.bad_pos = base + (enc_u64)s;
-        B.bad_tok = tok;
-        B.bad_doc.store(d);
-      }
-      return nullptr;
-    }
+    const enc_i64 s = enc_cpu_find_special(B.sp, 1, text, i, stop, &tok);
     if (s > i) {  // the segment [i, s): its end padded while it is encoded
       enc_u8 keep[ENC_CPU_PAD];
       const enc_i64 seg_end = s < stop ? s : n;  // a slice's segment sees its lookahead
@@ -407,7 +421,7 @@ ENC_HOST_EXPORT void* gputok_cpu_batch_run(const long long* addr, const signed c
   try {
     B->m = enc_cpu_model(tab);
     B->cache = static_cast<EncCpuCache*>(cache);
-    B->sp = EncCpuSpecials{sp_bytes, sp_off, sp_ids, sp_active, sp_count, {0, 0, 0, 0}};
+    B->sp = EncCpuSpecials{sp_bytes, sp_off, sp_ids, sp_active, sp_count, {0, 0}, {}};
     enc_cpu_specials_init(B->sp);
     B->nfc_bits = nfc_bits;
     B->addr = addr;

@@ -30,7 +30,7 @@
 #define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))
 #endif
 
-// The words that describe a model to this pass (NativeDevice._cpu_tab): the tables' addresses,
+// The words that describe a model to this pass (native/perdoc.py, _Model): the tables' addresses,
 // then the scalars, as host_chunk.h's ENC_TAB_* with the longest whole token's length after.
 enum {
   ENC_CPU_TAB_W_SLOTS,

@@ -227,6 +227,23 @@ def test_special_tokens_active_and_refused():
     assert "'<|fim_middle|>'" in str(e.value)
 
 
+def test_refused_tokens_are_found_apart_from_active_ones():
+    """A refused token whose occurrence overlaps an active one's is refused all the same (the
+    disallowed check runs on the text as given, as split.py's does)."""
+    ranks = {bytes([b]): b for b in range(256)}
+    enc = gputok.Encoding("tiny:overlap", pat_str=tiktoken_oracle("cl100k_base")._pat_str,
+                          mergeable_ranks=ranks, special_tokens={"<a>": 256, "a><b": 257})
+    p = cpu(1)
+    text = "x<a><b>y"
+    with pytest.raises(DisallowedSpecialError, match="'a><b'"):
+        enc.encode(text, allowed_special={"<a>"}, backend="numpy")
+    with pytest.raises(DisallowedSpecialError, match="'a><b'"):
+        batch(p, enc, ["fine", text], allowed={"<a>"}, refused=frozenset({"a><b"}))
+    got, _ = batch(p, enc, [text], allowed={"<a>"})
+    assert got == [enc.encode(text, allowed_special={"<a>"}, disallowed_special=(),
+                              backend="numpy")]
+
+
 def test_hf_added_tokens_llama3():
     enc, hf = hf_encoding("llama3"), hf_oracle("llama3")
     assert not enc.model.normalizer
