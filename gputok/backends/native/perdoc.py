@@ -213,22 +213,31 @@ class PerDocPass:
         ``STR_LOCKED_MAX`` characters. None: a longer one (its encoding is then worth releasing
         the interpreter's lock: ``encode_text``), one it does not take (a lone surrogate), or no
         ``use_python``."""
-        if self._encode_str is None or len(text) > self.STR_LOCKED_MAX:
+        got = self.str_encoder(tables)
+        if got is None or len(text) > self.STR_LOCKED_MAX:
+            return None
+        try:
+            return got[0](text, got[1])
+        except ValueError:  # (a NULL result with no exception set: no memory for the ids)
+            raise MemoryError(f"no memory to encode a text of {len(text)} characters") from None
+
+    def str_encoder(self, tables) -> "tuple | None":
+        """(fn, ctx, ...) where ``fn(text, ctx)`` is ``encode_str``'s one call for this model's
+        tables (a caller that keeps it saves the lookups: ~1 us of a 100-character text's few),
+        or None without ``use_python``. The tuple keeps what ctx points at alive."""
+        if self._encode_str is None:
             return None
         got = self._str_ctx.get(id(tables))
         if got is None or got[0]() is not tables:
             got = self._str_ctx[id(tables)] = self._ctx_for(tables)
-        try:
-            return self._encode_str[0](text, got[2])
-        except ValueError:  # (a NULL result with no exception set: no memory for the ids)
-            raise MemoryError(f"no memory to encode a text of {len(text)} characters") from None
+        return got[1:]
 
     def _ctx_for(self, tables) -> tuple:
         m = self.model(tables)
-        _, layout, api_at, items_at = self._encode_str
+        fn, layout, api_at, items_at = self._encode_str
         words = (ctypes.c_uint64 * 9)(*layout, m.address, m.cache or 0, api_at, items_at,
                                       id(None))
-        return weakref.ref(tables), words, ctypes.addressof(words), m
+        return weakref.ref(tables), fn, ctypes.addressof(words), words, m
 
     def encode_batch(self, tables, model, docs: pack.Documents, active: frozenset,
                      refused: frozenset, out_dtype, nfc_bits=None) -> tuple:
