@@ -24,6 +24,10 @@ peer one thread (the per-core table).
 
     python bench/bench_cpu.py                                # every cell, all threads
     python bench/bench_cpu.py --threads 1 --cells o200k/prose
+
+The corpus job (``gputok encode`` of a JSONL file to shards, against gigatoken's
+``encode_files`` and the other peers' minimal scripts) is ``bench_e2e.py``: its 96 MB form is
+``python bench/bench_e2e.py --encoding o200k_base --mb 32`` (three kinds of 32 MB).
 """
 
 from __future__ import annotations
