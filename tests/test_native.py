@@ -42,6 +42,12 @@ from devicekit import (EDGE, PATTERNS, _regex_classes, assert_same, check_byte_b
                        run_merge, specials_of, tiny_encoding, tricky_texts)
 
 _ok, _why = native.available()
+
+
+def create(*args, **options):
+    """The native backend without its per-document pass: this file tests the chunk pipeline
+    (the pass has test_native_perdoc.py)."""
+    return native.create(*args, per_doc=False, **options)
 pytestmark = pytest.mark.skipif(not _ok, reason=f"native backend unavailable: {_why}")
 
 # (id, threads, elements per block, max blocks)
@@ -53,7 +59,7 @@ LAYOUT_IDS = [x[0] for x in LAYOUTS]
 
 def device(layout: str = "1-thread") -> native.NativeDevice:
     _, threads, block, max_blocks = next(x for x in LAYOUTS if x[0] == layout)
-    dev = native.NativeDevice(threads, poison=True)
+    dev = native.NativeDevice(threads, poison=True, per_doc=False)
     dev.block, dev.max_blocks = block, max_blocks
     return dev
 
@@ -66,7 +72,7 @@ def backend(layout: str = "1-thread", **options) -> DeviceBackend:
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_scan_matches_numpy(threads):
-    dev = native.NativeDevice(threads)
+    dev = native.NativeDevice(threads, per_doc=False)
     rng = np.random.default_rng(threads)
     for n in (0, 1, 5, (1 << 18) - 1, 1 << 18, (1 << 18) + 7, 3_000_001):
         for exclusive in (False, True):
@@ -187,7 +193,7 @@ def test_merge_reads_the_byte_blocks(key, monkeypatch):
     want = enc.encode_batch(docs, disallowed_special=(), backend="numpy")
 
     def batch():
-        be = native.create(threads=2, chunk_bytes=5000)
+        be = create(threads=2, chunk_bytes=5000)
         calls = []
         real = be.dev.chunk_inline
         be.dev.chunk_inline = lambda *a: (calls.append(1), real(*a))[1]
@@ -249,7 +255,7 @@ def test_pipeline_matches_hf_tokenizers(key):
     ("qwen2", set())])
 def test_fallbacks_are_exactly_the_host_stages(name, expected):
     enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
-    be = native.create(threads=2)
+    be = create(threads=2)
     docs = ["e\u0301t\u00e9 caf\u0065\u0301 ", "plain text", ""]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
@@ -265,7 +271,7 @@ def test_every_kernel_runs_on_real_volumes():
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     docs = [d for kind in testdata.KINDS for d in testdata.corpus(kind)]
     docs += ["<|endoftext|> x " + "a" * 5000, "ab" * 300 + "<|endoftext|>"]
-    be = native.create(threads=2, chunk_bytes=1 << 20)
+    be = create(threads=2, chunk_bytes=1 << 20)
     ids, off = be.encode(enc.model, Documents(docs), frozenset(["<|endoftext|>"]), frozenset())
     expect = tk.encode_batch(docs, allowed_special={"<|endoftext|>"}, num_threads=2)
     got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
@@ -304,7 +310,7 @@ def test_every_kernel_runs_on_real_volumes():
 
 def test_profile_marks_are_stream_timestamps():
     enc = gputok.get_encoding("cl100k_base")
-    be = native.create(threads=2, chunk_bytes=5000)
+    be = create(threads=2, chunk_bytes=5000)
     be.profile = []
     be.encode(enc.model, Documents(e2e_docs()), frozenset(), frozenset())
     assert len(be.profile) >= 2
@@ -420,7 +426,7 @@ def test_a_text_of_a_few_pieces_merges_them_on_the_device(monkeypatch):
     every way."""
     from gputok.stages import counters
 
-    be = native.create(threads=2, one_call_max=0)  # (else short texts: one call)
+    be = create(threads=2, one_call_max=0)  # (else short texts: one call)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     few = ["a" * 20_000, " " * 9000 + "end", "\U0001F600" * 4000, "x " + "7" * 30 + "b" * 5000,
            "\n" * 3000 + "tail", "a" * 1000, "ab " + "\u00e9" * 700]
@@ -476,7 +482,7 @@ def test_a_long_ascii_run_is_cut_by_the_ascii_regex(monkeypatch):
     assert Pretokenizer(PretokSpec((Split(r"[a-z]+"),), "tiktoken")).split_few("ab!cd", 16) is None
     assert Pretokenizer(PretokSpec((Split(r"[a-z]*|."),), "tiktoken")).split_few("ab!cd",
                                                                                  16) is None
-    be = native.create(threads=2)
+    be = create(threads=2)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     for text in ("a" * (3 << 20), "x " + " " * 100_000 + "y"):  # (tiktoken: a longer space run
         # overflows its regex stack)
@@ -493,7 +499,7 @@ def test_a_long_ascii_text_merges_from_its_own_characters(monkeypatch):
     host give their own bytes and the same ids."""
     from gputok.stages import pack
 
-    be = native.create(threads=2)
+    be = create(threads=2)
     be.dev.poison = True
     import sys
     seen: list = []
@@ -579,7 +585,7 @@ def test_a_short_text_is_one_device_call(monkeypatch):
     normaliser (Qwen2's NFC) or a shorter text take the other paths. Ids as the oracles'."""
     from gputok.stages import counters
 
-    be = native.create(threads=2)
+    be = create(threads=2)
     be.dev.poison = True
     docs = e2e_docs()
     base = " ".join(docs)
@@ -634,7 +640,7 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
     for name in ("cl100k_base", "o200k_base", "r50k_base"):
         enc = gputok.get_encoding(name)
         for dedup in (True, False):
-            be = native.create(threads=2, dedup=dedup)
+            be = create(threads=2, dedup=dedup)
             be.dev.poison = True
             plan = be.model_plan(enc.model)
             spe = be.stages.dedup_slots_per_entry if dedup else 0.0
@@ -653,7 +659,7 @@ def test_a_short_text_in_one_call_is_the_chunk_sequence(monkeypatch):
                 ran2 = {k: v - a.get(k, 0) for k, v in be.dev.launches.items() if v != a.get(k, 0)}
                 assert got.dtype == want.dtype and got.tolist() == want.tolist(), (name, text[:9])
                 assert ran == ran2 and int(doc[1]) == len(got)
-    be = native.create(threads=2)
+    be = create(threads=2)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     text = base[:5000]
     calls: list = []
@@ -673,7 +679,7 @@ def test_a_short_text_sends_its_misses_to_the_device_when_there_are_many(monkeyp
     misses merge in Python; either way the ids are tiktoken's and the cache is filled."""
     from gputok.stages import counters, dedup
 
-    be = native.create(threads=2, one_call_max=0)  # (else short texts: one call)
+    be = create(threads=2, one_call_max=0)  # (else short texts: one call)
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
     text = " ".join(e2e_docs())[:1500]
     enc.model.piece_cache.clear()
@@ -709,7 +715,7 @@ def test_a_batch_of_one_big_chunk_runs_on_every_thread():
 
     enc = gputok.get_encoding("cl100k_base")
     blob = base64.b64encode(random.Random(3).randbytes(600_000)).decode()
-    be = native.create(threads=2)
+    be = create(threads=2)
     ids, off = be.encode(enc.model, Documents([blob]), frozenset(), frozenset())
     assert ids.tolist() == tiktoken_oracle("cl100k_base").encode_ordinary(blob)
     assert not be.dev._streams  # no stream was made
@@ -720,7 +726,7 @@ class _StreamsOnly(native.NativeDevice):
 
     def __init__(self, *args, **options):
         super().__init__(*args, **options)
-        self.caps = replace(self.caps, chunk_workers=0)
+        self.caps = replace(self.caps, chunk_workers=0, per_doc=False)
 
 
 def test_chunk_workers_match_the_streams_and_one_thread():
@@ -737,7 +743,7 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     docs = [d for i, d in enumerate(docs) for d in ((d, "", "") if i % 5 == 0 else (d,))]
     docs += ["", ""] * 50
     ran_on = []
-    workers = native.create(threads=2, chunk_bytes=1500)
+    workers = create(threads=2, chunk_bytes=1500)
     real = workers.chunk.whole
 
     def spy(*a):
@@ -748,7 +754,7 @@ def test_chunk_workers_match_the_streams_and_one_thread():
     workers.chunk.whole = spy
     streams = DeviceBackend(_StreamsOnly(2, poison=True), name="native", chunk_bytes=1500,
                             dedup=True)
-    one = native.create(threads=1, chunk_bytes=1500)
+    one = create(threads=1, chunk_bytes=1500)
     got = {}
     for name, be in (("workers", workers), ("streams", streams), ("one", one)):
         before = counters["device.chunks"]
@@ -775,10 +781,10 @@ def test_chunk_cap_grows_with_the_chunk_workers():
     device's workers unless told."""
     assert [native.chunk_bytes_for(w) for w in (0, 1, 2, 3, 8, 16)] == \
         [1 << 18, 1 << 18, 1 << 18, 3 << 17, 1 << 20, 1 << 20]
-    assert native.create(threads=2).chunk_bytes == 1 << 18
-    assert native.create(threads=1).chunk_bytes == 1 << 18  # (no workers: one stream)
-    assert native.create(threads=12).chunk_bytes == 1 << 20
-    assert native.create(threads=2, chunk_bytes=5000).chunk_bytes == 5000
+    assert create(threads=2).chunk_bytes == 1 << 18
+    assert create(threads=1).chunk_bytes == 1 << 18  # (no workers: one stream)
+    assert create(threads=12).chunk_bytes == 1 << 20
+    assert create(threads=2, chunk_bytes=5000).chunk_bytes == 5000
 
 
 def test_chunk_workers_chunks_are_guided():
@@ -812,7 +818,7 @@ def test_heavy_kernels_of_a_one_chunk_batch_are_cut_for_every_thread():
     import base64
     import random
 
-    be = native.create(threads=2)
+    be = create(threads=2)
     dev = be.dev
     dev.caps = replace(dev.caps, inline_max_bytes=0)  # no lone chunk in one call
     assert dev.launch_shape("encode_merge_short", 2500) == ((8,), (313,))  # 4 a thread
@@ -847,7 +853,7 @@ def test_a_chunk_runs_as_one_call_where_it_can(layout, monkeypatch):
     poisoned workspace); a normaliser check (Qwen2) or a profile keeps the launches."""
     threads, chunk = {"short-text": (2, None), "chunk-workers": (2, 5000),
                       "one-thread": (1, 5000)}[layout]
-    be = native.create(threads=threads, **({"chunk_bytes": chunk} if chunk else {}))
+    be = create(threads=threads, **({"chunk_bytes": chunk} if chunk else {}))
     be.dev.poison = True
     calls = []
     real = be.dev.chunk_inline
@@ -881,7 +887,7 @@ def test_a_long_single_text_gives_its_idle_workspace_back_before_the_list(monkey
     import base64
     import random
 
-    be = native.create(threads=2)
+    be = create(threads=2)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     pool = be.dev.pool
     sizes = []
@@ -908,7 +914,7 @@ def test_long_piece_workspace_only_for_chunks_with_long_pieces():
     short = [d for d in e2e_docs() if all(len(p.encode()) < LONG_PIECE for p in split(d))]
     assert len(short) > 20
     for docs, launched in ((short, False), (short + ["x" + "a" * (2 * LONG_PIECE)], True)):
-        be = native.create(threads=1)
+        be = create(threads=1)
         ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
         assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == \
             [tk.encode_ordinary(d) for d in docs]
@@ -920,10 +926,10 @@ def test_a_worker_out_of_memory_retries_with_smaller_chunks():
     the finished prefix of the batch and runs the rest with half the budget: ids unchanged."""
     enc = gputok.get_encoding("cl100k_base")
     docs = [d.encode() for d in e2e_docs() * 4]  # (bytes: packed as one batch first)
-    want = native.create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
+    want = create(threads=1, chunk_bytes=6000).encode(enc.model, Documents(docs),
                                                              frozenset(), frozenset())
     # (half of 6000 is still a device chunk)
-    be = native.create(threads=2, chunk_bytes=6000, min_chunk=1000)
+    be = create(threads=2, chunk_bytes=6000, min_chunk=1000)
     real, calls = be.dev.chunk_inline, []
 
     def fails_once(tables, hc, *rest):
@@ -983,7 +989,7 @@ def test_arguments_are_checked_before_a_launch():
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
     assert path.exists() and set(units) == {"encode_kernels.cpp", "host_runtime.cpp",
-                                            "host_jsonl.cpp", "host_train.cpp"}
+                                            "host_jsonl.cpp", "host_train.cpp", "cpu_encode.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     # found by the sources' stamp without expanding the units; a touched file, a new stamp
@@ -1075,14 +1081,14 @@ def test_auto_takes_native_when_there_is_no_gpu(monkeypatch):
 
 def _encode_in_child(queue):
     enc = gputok.get_encoding("cl100k_base")
-    be = native.create(threads=2, chunk_bytes=2000)  # streams made again in this process
+    be = create(threads=2, chunk_bytes=2000)  # streams made again in this process
     ids, off = be.encode(enc.model, Documents(EDGE * 3), frozenset(), frozenset())
     queue.put((ids.tolist(), off.tolist()))
 
 
 def test_a_forked_child_gets_its_own_workers():
     enc = gputok.get_encoding("cl100k_base")
-    be = native.create(threads=2, chunk_bytes=2000)
+    be = create(threads=2, chunk_bytes=2000)
     ids, off = be.encode(enc.model, Documents(EDGE * 3), frozenset(), frozenset())  # streams up
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
@@ -1127,7 +1133,7 @@ def test_a_giant_line_runs_as_ordinary_chunks(name):
         sp = sorted(enc.special_tokens_set)[0]
         docs = [line, "short", line[:200_000] + sp + " " + line[200_000:400_000], ""]
         want = tk.encode_batch(docs, allowed_special={sp}, num_threads=2)
-    be = native.create(threads=2, chunk_bytes=40_000)
+    be = create(threads=2, chunk_bytes=40_000)
     before = counters["device.chunks"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
@@ -1160,7 +1166,7 @@ def test_a_blob_without_spaces_is_cut_where_letters_meet_digits(name):
     else:
         enc = gputok.get_encoding(name)
         want = tiktoken_oracle(name).encode_ordinary_batch(docs, num_threads=2)
-    be = native.create(threads=2, chunk_bytes=40_000)
+    be = create(threads=2, chunk_bytes=40_000)
     for doc, ids in zip(docs, want):
         before = counters["device.chunks"]
         got, off = be.encode(enc.model, Documents([doc]), frozenset(), frozenset())
@@ -1256,7 +1262,7 @@ def test_short_pieces_ending_at_an_unreadable_page_are_read_within_theirs(name):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
-    be = native.create(threads=1)
+    be = create(threads=1)
     for tail in ["a", " é", "end", "zq!", " 12", "xyzw", " qwxz", "\u4e2d\u6587", "qqqqqqq"]:
         m = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         view = ctypes.c_char.from_buffer(m)
@@ -1290,7 +1296,7 @@ def test_str_batches_are_packed_chunk_by_chunk_with_the_same_ids(packer, monkeyp
     native.library()  # (loads the library: the native packer where this CPython's layout fits)
 
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
-    be = native.create(threads=2, chunk_bytes=4000)
+    be = create(threads=2, chunk_bytes=4000)
     if packer == "python":  # (the native backend as it is where the packer cannot work)
         monkeypatch.setattr(be, "tools", replace(be.tools, packer=None))
     else:
@@ -1359,7 +1365,7 @@ def test_streamed_chunks_take_their_places_in_order_whoever_finishes_first(slow,
     from gputok.stages.emit import Placement
 
     enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
-    be = native.create(threads=2, chunk_bytes=100_000)
+    be = create(threads=2, chunk_bytes=100_000)
     docs = e2e_docs()  # ~17 KB in 77 documents: 1.2 MB in documents of ~3 KB
     docs = ["\n".join(docs[i % 77:] + docs[:i % 77])[:3000] for i in range(400)]
     want = tk.encode_ordinary_batch(docs, num_threads=2)
@@ -1441,7 +1447,7 @@ def test_str_batches_chunk_by_chunk_fuzzed(seed):
     for name in ("cl100k_base", "o200k_base"):
         enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
         budget = rng.choice([1500, 4000, 9000])
-        be = native.create(threads=2, chunk_bytes=budget)
+        be = create(threads=2, chunk_bytes=budget)
         docs = [doc(budget) for _ in range(rng.randint(20, 120))]
         before = counters["device.streamed_batches"]
         ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
@@ -1523,7 +1529,7 @@ def test_id_lists_are_tolist_with_shared_ints():
     from gputok.stages import lists
 
     builder = native.library().lister
-    assert builder is not None and native.create(threads=1).tools.lister is builder
+    assert builder is not None and create(threads=1).tools.lister is builder
     rng = np.random.default_rng(5)
     for dtype, top in ((np.uint16, 2**16 - 1), (np.uint32, 2**32 - 1)):
         for n in (0, 1, lists.NATIVE_MIN - 1, lists.NATIVE_MIN, 1000, 300_000):
@@ -1581,7 +1587,7 @@ def test_long_runs_come_back_with_shared_ints():
     path; a long base64 text, the batch path) are tiktoken's, their recurring ids one object
     each: the list is 8 bytes an id, not 40."""
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
-    be = native.create(threads=2)
+    be = create(threads=2)
     for text in ("a" * 200_000, "\U0001F600" * 50_000, "x " + "=" * 100_001):
         got = enc.encode_ordinary(text, backend=be)
         assert got == tk.encode_ordinary(text)
@@ -1606,7 +1612,7 @@ def test_few_pieces_cut_on_the_device(key):
     from gputok.stages import counters
 
     enc, tk = gputok.get_encoding(key), tiktoken_oracle(key)
-    be = native.create(threads=2)
+    be = create(threads=2)
     seg = np.array([SEG_START, SEG_END], np.uint8)
     texts = ["\U0001F600" * 3000, "x \u00e9 " + "\U0001F600" * 3000 + " \u4e2d\n",
              "\u4e2d" * 4000 + "\U0001F600" * 2000, "\u00e9" * 5000, "\u3000" * 3000 + "a",
@@ -1629,13 +1635,13 @@ def test_few_pieces_cut_on_the_device(key):
     assert be.text.one_call.few(enc.model, prose.encode(), 16) is None
     before = counters["device.few_texts"]
     text = "x " + "\U0001F600" * (onetext.SHORT_MAX + 1000)  # (shorter: one call)
-    assert enc.encode_ordinary(text) == tk.encode_ordinary(text)
+    assert enc.encode_ordinary(text, backend=be) == tk.encode_ordinary(text)
     assert counters["device.few_texts"] == before + 1
 
 def test_chunks_without_a_dedup_set():
     """``dedup=False``: every chunk runs with no dedup set (its pointer a placeholder the
     kernels never read), every piece merging itself; ids as tiktoken's."""
-    be = native.create(threads=2, dedup=False)
+    be = create(threads=2, dedup=False)
     enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
     docs = e2e_docs()[:60] + ["a" * 3000, "x", ""]
     ids, off = be.encode(enc.model, Documents(docs), frozenset(), frozenset())
@@ -1655,7 +1661,7 @@ def test_runs_of_every_short_length_merge_as_tiktoken(name):
 
     rng = random.Random(5)
     enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
-    be = native.create(threads=2)
+    be = create(threads=2)
     alphabets = ["abcdefghijklmnopqrstuvwxyz", "\u0430\u0431\u0432\u0433\u0434\u0435\u0436\u0438"
                  "\u043a\u043b\u043c\u043d\u043e\u043f\u0440\u0441\u0442", "\u4e2d\u6587\u5b57"
                  "\u7684\u4e00\u662f\u4e0d\u4e86\u4eba\u6211\u5728\u6709\u4ed6\u8fd9",

@@ -30,7 +30,8 @@ The device adapter (``protocol.py``) is small on purpose: memory, copies, stream
 ``launch(name, grid, block, args)``, and the ``Capabilities`` it states; this module knows
 nothing of CUDA. The runners (``runners/``) are its parts: planning (``plan.py``), one chunk
 (``chunk.py``), the GPU's streams (``streams.py``), the CPU's chunk workers (``workers.py``),
-streamed str batches (``streamed.py``) and one text (``onetext.py``); the native device's
+streamed str batches (``streamed.py``), one text (``onetext.py``) and the per-document pass
+(``perdoc.py``, in front of the others where the device has one); the native device's
 one-call forms are runners picked by its capabilities, not branches here. A segmenter whose
 device form is a whole chunk (``SegmenterDevice.stage`` "chunk": SentencePiece BPE, its own
 cuts and normaliser) has its runner (``spm.py``), batches and single texts alike.
@@ -60,6 +61,7 @@ from .device_stages import DeviceStages
 from .hostplan import cut_long_documents, prepare
 from .runners.chunk import CHUNK_LIMIT, ChunkRunner, chunk_end
 from .runners.onetext import SHORT_MAX, OneText
+from .runners.perdoc import PerDocRunner
 from .runners.plan import ModelPlan, Planner
 from .runners.spm import SpmRunner
 from .runners.staged import StagedBatch
@@ -113,6 +115,7 @@ class DeviceBackend(Backend):
         self.workers = WorkerPool(self) if caps.chunk_workers > 1 else None
         self.streamed = StreamedBatch(self) if self.workers and caps.chunk_inline else None
         self.staged = StagedBatch(self) if caps.staging else None
+        self.perdoc = PerDocRunner(self) if caps.per_doc else None
         self.text = OneText(self, one_call_max)
         self.spm = SpmRunner(self)  # segmenters whose device form is a whole chunk
 
@@ -148,6 +151,10 @@ class DeviceBackend(Backend):
         spm = self.spm.for_model(model)
         if spm is not None:
             return spm.encode(model, docs, allowed, disallowed)
+        if self.perdoc is not None:
+            got = self.perdoc.encode(model, docs, allowed, disallowed)
+            if got is not None:
+                return got
         for runner in (self.streamed, self.staged):
             if runner is not None:
                 got = runner.encode(model, docs, allowed, disallowed)

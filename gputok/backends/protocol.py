@@ -53,6 +53,8 @@ Members that come with a capability (the base class raises for a device that lac
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
     stage(slot, nbytes)               with ``staging``: the slot's host staging, free to write
+    per_doc_pass()                    with ``per_doc``: the per-document pass (its batches and
+                                      texts: ``runners/perdoc.py``)
 
 ``NativeDevice`` (``native/``) documents the one-call members' arguments.
 """
@@ -96,6 +98,9 @@ class Capabilities:
     ``dedup``: whether it can run the piece dedup (a 64-bit compare-and-swap per piece).
     ``staging``: uploads go through host staging it lends (``stage(slot, nbytes)``): a chunk
     written straight there (``runners/staged.py``) is uploaded without another copy.
+    ``per_doc``: ``per_doc_pass()`` encodes byte-level BPE a document at a time, each start to
+    end on one thread, with a piece cache kept from batch to batch (the native CPU's:
+    ``native/perdoc.py``); the runner in front of the others where it takes a batch or a text.
     """
 
     host_memory: bool = False
@@ -113,6 +118,7 @@ class Capabilities:
     kernels: "frozenset | None" = None
     dedup: bool = True
     staging: bool = False
+    per_doc: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,9 @@ class Device:
 
     def spm_text_call(self, t, up: dict, out_dtype):
         raise self._lacks("spm_text_call", "spm_inline")
+
+    def per_doc_pass(self):
+        raise self._lacks("per_doc_pass", "per_doc")
 
     def stage(self, slot: int, nbytes: int):
         raise self._lacks("stage", "staging")

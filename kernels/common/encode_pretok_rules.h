@@ -177,16 +177,6 @@ GPUTOK_FN enc_u8 enc_cl_at(const EncClText t, enc_i64 q) {
 // first byte after the character at q (at most n)
 GPUTOK_FN enc_i64 enc_cl_next(const EncClText t, enc_i64 q) { return enc_next_char(t.buf, q, t.n); }
 
-// the first byte after the run of characters of class a or b from q
-GPUTOK_FN enc_i64 enc_cl_run(const EncClText t, enc_i64 q, enc_u8 a, enc_u8 b) {
-  enc_u8 k = enc_cl_at(t, q);
-  while (k == a || k == b) {
-    q = enc_cl_next(t, q);
-    k = enc_cl_at(t, q);
-  }
-  return q;
-}
-
 // The cl text as the shared rules see it (THE SPAN WALK, THE WHITESPACE RULE).
 GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
   return enc_cl_at(t, q);
@@ -200,51 +190,79 @@ GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const EncClText&) { return ENC_CONT
 GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
   return enc_prev_char(t.cls, q);
 }
+GPUTOK_FN enc_u8 enc_span_letters(GPUTOK_THREAD const EncClText& t, enc_i64 q) {
+  return enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q, t.n));
+}
+GPUTOK_FN void enc_span_begin(GPUTOK_THREAD EncClText& t, enc_i64 i) { t.start = i; }
+
+// The matchers below are written over a text type T (EncClText here; the native CPU device's
+// per-document pass has its own, kernels/cpu_text.h, whose classes come from the bytes as it
+// goes, with no class or mark array), through its accessors, found by argument-dependent
+// lookup: enc_span_at (the class at q, ENC_X past the segment's end), enc_span_next (the first
+// byte after the character at q), enc_span_letters (the contraction letter bits of the
+// character at q) and enc_span_begin (a match starts at i); and its fields gpt2, digit_group
+// and end_whole.
+
+// A set of classes as a bit per class (ENC_X, 0, is in none): the runs the matchers take.
+#define ENC_SET(c) (1u << (c))
+
+// The first byte at or after q whose character's class is not in SET: the end of a run. A text
+// type may have its own, faster form of this (the native CPU device's walks ASCII bytes without
+// decoding, 16 at a time: kernels/cpu_text.h); it must give this loop's answer.
+template <enc_u32 SET, class T>
+GPUTOK_FN enc_i64 enc_span_skip(GPUTOK_THREAD const T& t, enc_i64 q) {
+  enc_u8 k = enc_span_at(t, q);
+  while ((SET >> k) & 1u) {
+    q = enc_span_next(t, q);
+    k = enc_span_at(t, q);
+  }
+  return q;
+}
 
 // The contraction at i ("'" then s|d|m|t, or ll|ve|re, in the letters' case rule): the
 // position after it, or i when there is none.
-GPUTOK_FN enc_i64 enc_cl_contraction(const EncClText t, enc_i64 i) {
-  const enc_i64 q1 = enc_cl_next(t, i);
-  if (enc_cl_at(t, q1) == ENC_X) return i;
-  const enc_u8 t1 = enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q1, t.n));
-  const enc_i64 q2 = enc_cl_next(t, q1);
+template <class T>
+GPUTOK_FN enc_i64 enc_cl_contraction(GPUTOK_THREAD const T& t, enc_i64 i) {
+  const enc_i64 q1 = enc_span_next(t, i);
+  if (enc_span_at(t, q1) == ENC_X) return i;
+  const enc_u8 t1 = enc_span_letters(t, q1);
+  const enc_i64 q2 = enc_span_next(t, q1);
   if (t1 & 1) return q2;
-  const enc_u8 t2 = enc_cl_at(t, q2) == ENC_X
-                        ? (enc_u8)0
-                        : enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q2, t.n));
-  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return enc_cl_next(t, q2);
+  const enc_u8 t2 = enc_span_at(t, q2) == ENC_X ? (enc_u8)0 : enc_span_letters(t, q2);
+  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return enc_span_next(t, q2);
   return i;
 }
 
 // THE CL MATCHER: the end of the match that starts at i (a true piece start): the pattern's
 // alternatives in order, leftmost-first (scan_cl.py, cl_match).
-GPUTOK_FN enc_i64 enc_cl_match(EncClText t, enc_i64 i) {
-  t.start = i;
-  const enc_u8 c = enc_cl_at(t, i);
+template <class T>
+GPUTOK_FN enc_i64 enc_cl_match(T t, enc_i64 i) {
+  enc_span_begin(t, i);
+  const enc_u8 c = enc_span_at(t, i);
   // 1. a contraction
   if (c == ENC_A) {
     const enc_i64 e = enc_cl_contraction(t, i);
     if (e != i) return e;
   }
   // 2. a word: the letter run, after one prefix character
-  if (c == ENC_L) return enc_cl_run(t, enc_cl_next(t, i), ENC_L, ENC_L);
-  const enc_i64 after = enc_cl_next(t, i);
-  const enc_u8 ka = enc_cl_at(t, after);
+  if (c == ENC_L) return enc_span_skip<ENC_SET(ENC_L)>(t, enc_span_next(t, i));
+  const enc_i64 after = enc_span_next(t, i);
+  const enc_u8 ka = enc_span_at(t, after);
   if (ka == ENC_L && (t.gpt2 ? c == ENC_SP : (c != ENC_E && c != ENC_N)))
-    return enc_cl_run(t, enc_cl_next(t, after), ENC_L, ENC_L);
+    return enc_span_skip<ENC_SET(ENC_L)>(t, enc_span_next(t, after));
   // 3. digits
   const enc_i64 d = (t.gpt2 && c == ENC_SP && ka == ENC_N) ? after : i;
-  if (enc_cl_at(t, d) == ENC_N) {
-    if (t.digit_group == 0) return enc_cl_run(t, d, ENC_N, ENC_N);
-    enc_i64 j = enc_cl_next(t, d);
-    for (int k = 1; k < t.digit_group && enc_cl_at(t, j) == ENC_N; ++k) j = enc_cl_next(t, j);
+  if (enc_span_at(t, d) == ENC_N) {
+    if (t.digit_group == 0) return enc_span_skip<ENC_SET(ENC_N)>(t, d);
+    enc_i64 j = enc_span_next(t, d);
+    for (int k = 1; k < t.digit_group && enc_span_at(t, j) == ENC_N; ++k) j = enc_span_next(t, j);
     return j;
   }
   // 4. punctuation: one optional " ", the run, then (cl) CR/LF
   const enc_i64 s = (c == ENC_SP && enc_is_q(ka)) ? after : i;
-  if (enc_is_q(enc_cl_at(t, s))) {
-    const enc_i64 j = enc_cl_run(t, s, ENC_P, ENC_A);
-    return t.gpt2 ? j : enc_cl_run(t, j, ENC_E, ENC_E);
+  if (enc_is_q(enc_span_at(t, s))) {
+    const enc_i64 j = enc_span_skip<ENC_SET(ENC_P) | ENC_SET(ENC_A)>(t, s);
+    return t.gpt2 ? j : enc_span_skip<ENC_SET(ENC_E)>(t, j);
   }
   // 5. whitespace (THE WHITESPACE RULE; \s++$ first when end_whole)
   return enc_whitespace_end(t, i, t.end_whole != 0);

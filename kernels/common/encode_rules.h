@@ -180,15 +180,27 @@ GPUTOK_FN enc_u64 enc_word_at(const GPUTOK_DEV enc_u8* p, enc_u32 k, enc_u32 len
 // byte. A word at a time: a piece of up to 8 bytes is one multiply and no loop to mispredict
 // (byte-at-a-time FNV-1a was a fifth of the whole-token lookup's time on a CPU). The host builds
 // the whole-token table with the same function (gputok/backends/device_tables.py, bytes_hash).
-GPUTOK_FN enc_u64 enc_bytes_hash(const GPUTOK_DEV enc_u8* p, enc_u32 len) {
-  enc_u64 h = ENC_BYTES_SEED ^ (enc_u64)len;
-  for (enc_u32 k = 0; k < len; k += 8) h = (h ^ enc_word_at(p, k, len)) * ENC_WORD_MUL;
+// In three steps (enc_bytes_hash_start, _word per word, _end), for a caller that has the words
+// already (the native CPU device's piece cache keys a piece by them: kernels/cpu_cache.h).
+GPUTOK_FN enc_u64 enc_bytes_hash_start(enc_u32 len) { return ENC_BYTES_SEED ^ (enc_u64)len; }
+
+GPUTOK_FN enc_u64 enc_bytes_hash_word(enc_u64 h, enc_u64 word) {
+  return (h ^ word) * ENC_WORD_MUL;
+}
+
+GPUTOK_FN enc_u64 enc_bytes_hash_end(enc_u64 h) {
   h ^= h >> 33;
   h *= ENC_MIX1;
   h ^= h >> 33;
   h *= ENC_MIX2;
   h ^= h >> 33;
   return h;
+}
+
+GPUTOK_FN enc_u64 enc_bytes_hash(const GPUTOK_DEV enc_u8* p, enc_u32 len) {
+  enc_u64 h = enc_bytes_hash_start(len);
+  for (enc_u32 k = 0; k < len; k += 8) h = enc_bytes_hash_word(h, enc_word_at(p, k, len));
+  return enc_bytes_hash_end(h);
 }
 
 // Equal bytes: a device that loads whole words (ENC_WORD_AT) compares words; one that loads

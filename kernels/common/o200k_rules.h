@@ -52,18 +52,22 @@
 #define ENC_O_CONT 15  // a UTF-8 continuation byte (the o200k classes use 4 bits)
 #endif
 
-GPUTOK_FN bool o2_is_u(enc_u8 c) { return c == ENC_O_U || c == ENC_O_B || c == ENC_O_M; }
-GPUTOK_FN bool o2_is_w(enc_u8 c) { return c == ENC_O_D || c == ENC_O_B || c == ENC_O_M; }
-GPUTOK_FN bool o2_is_q(enc_u8 c) {
-  return c == ENC_O_M || c == ENC_O_P || c == ENC_O_A || c == ENC_O_SL;
-}
-GPUTOK_FN bool o2_is_ws(enc_u8 c) { return c == ENC_O_SP || c == ENC_O_S || c == ENC_O_E; }
-GPUTOK_FN bool o2_is_letter(enc_u8 c) { return c == ENC_O_U || c == ENC_O_D || c == ENC_O_B; }
+// the class sets, a bit per class (ENC_SET, encode_pretok_rules.h)
+#define ENC_O_SET_U (ENC_SET(ENC_O_U) | ENC_SET(ENC_O_B) | ENC_SET(ENC_O_M))
+#define ENC_O_SET_W (ENC_SET(ENC_O_D) | ENC_SET(ENC_O_B) | ENC_SET(ENC_O_M))
+#define ENC_O_SET_Q (ENC_SET(ENC_O_M) | ENC_SET(ENC_O_P) | ENC_SET(ENC_O_A) | ENC_SET(ENC_O_SL))
+#define ENC_O_SET_WS (ENC_SET(ENC_O_SP) | ENC_SET(ENC_O_S) | ENC_SET(ENC_O_E))
+#define ENC_O_SET_LETTER (ENC_SET(ENC_O_U) | ENC_SET(ENC_O_D) | ENC_SET(ENC_O_B))
 // the prefix of a word: one char that is not CR/LF, a letter or a digit
-GPUTOK_FN bool o2_is_pre(enc_u8 c) {
-  return c == ENC_O_M || c == ENC_O_P || c == ENC_O_A || c == ENC_O_SL || c == ENC_O_SP ||
-         c == ENC_O_S;
-}
+#define ENC_O_SET_PRE (ENC_O_SET_Q | ENC_SET(ENC_O_SP) | ENC_SET(ENC_O_S))
+
+GPUTOK_FN bool o2_in(enc_u8 c, enc_u32 set) { return (set >> c) & 1u; }
+GPUTOK_FN bool o2_is_u(enc_u8 c) { return o2_in(c, ENC_O_SET_U); }
+GPUTOK_FN bool o2_is_w(enc_u8 c) { return o2_in(c, ENC_O_SET_W); }
+GPUTOK_FN bool o2_is_q(enc_u8 c) { return o2_in(c, ENC_O_SET_Q); }
+GPUTOK_FN bool o2_is_ws(enc_u8 c) { return o2_in(c, ENC_O_SET_WS); }
+GPUTOK_FN bool o2_is_letter(enc_u8 c) { return o2_in(c, ENC_O_SET_LETTER); }
+GPUTOK_FN bool o2_is_pre(enc_u8 c) { return o2_in(c, ENC_O_SET_PRE); }
 
 // THE O200K SPAN RULE: a piece starts at a character of class c after one of class p in every
 // parse (p == ENC_X: a segment start). scan_o200k.py's docstring gives the reason per line.
@@ -107,76 +111,62 @@ GPUTOK_FN enc_u8 o2_at(const O2Text t, enc_i64 q) {
   return ((t.mark[q] & ENC_SEG_END) && q != t.start) ? (enc_u8)ENC_X : t.cls[q];
 }
 
-GPUTOK_FN enc_u8 o2_letter_bits(const O2Text t, enc_i64 q) {
-  return enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q, t.n));
-}
-
-// The contraction suffix at e ("'" then s|d|m|t, or ll|ve|re, case-insensitive): the position
-// after it, or e when there is none.
-GPUTOK_FN enc_i64 o2_contraction(const O2Text t, enc_i64 e) {
-  if (o2_at(t, e) != ENC_O_A) return e;
-  const enc_i64 q1 = o2_next(t, e);
-  if (o2_at(t, q1) == ENC_X) return e;
-  const enc_u8 t1 = o2_letter_bits(t, q1);
-  const enc_i64 q2 = o2_next(t, q1);
-  if (t1 & 1) return q2;
-  const enc_u8 t2 = o2_at(t, q2) == ENC_X ? (enc_u8)0 : o2_letter_bits(t, q2);
-  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return o2_next(t, q2);
-  return e;
-}
-
-// The o200k text as the shared rules see it (THE SPAN WALK, THE WHITESPACE RULE).
+// The o200k text as the shared rules see it (THE SPAN WALK, THE WHITESPACE RULE, and the
+// matcher below, written over a text type T as THE CL MATCHER is: encode_pretok_rules.h).
 GPUTOK_FN enc_u8 enc_span_at(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_at(t, q); }
 GPUTOK_FN enc_i64 enc_span_next(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_next(t, q); }
 GPUTOK_FN bool enc_span_blank(GPUTOK_THREAD const O2Text&, enc_u8 k) { return o2_is_ws(k); }
 GPUTOK_FN bool enc_span_nl(GPUTOK_THREAD const O2Text&, enc_u8 k) { return k == ENC_O_E; }
 GPUTOK_FN enc_u8 enc_span_cont(GPUTOK_THREAD const O2Text&) { return ENC_O_CONT; }
 GPUTOK_FN enc_i64 enc_span_prev(GPUTOK_THREAD const O2Text& t, enc_i64 q) { return o2_prev(t, q); }
+GPUTOK_FN enc_u8 enc_span_letters(GPUTOK_THREAD const O2Text& t, enc_i64 q) {
+  return enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q, t.n));
+}
+GPUTOK_FN void enc_span_begin(GPUTOK_THREAD O2Text& t, enc_i64 i) { t.start = i; }
+
+// The contraction suffix at e ("'" then s|d|m|t, or ll|ve|re, case-insensitive): the position
+// after it, or e when there is none.
+template <class T>
+GPUTOK_FN enc_i64 o2_contraction(GPUTOK_THREAD const T& t, enc_i64 e) {
+  if (enc_span_at(t, e) != ENC_O_A) return e;
+  const enc_i64 q1 = enc_span_next(t, e);
+  if (enc_span_at(t, q1) == ENC_X) return e;
+  const enc_u8 t1 = enc_span_letters(t, q1);
+  const enc_i64 q2 = enc_span_next(t, q1);
+  if (t1 & 1) return q2;
+  const enc_u8 t2 = enc_span_at(t, q2) == ENC_X ? (enc_u8)0 : enc_span_letters(t, q2);
+  if ((t1 & t2 & 2) || ((t1 & 4) && (t2 & 8))) return enc_span_next(t, q2);
+  return e;
+}
 
 // pre? U* W+ (without the prefix): the end of the word from s, or -1. U* takes the U-run and
 // backtracks until W+ can start: at the run's end before an OD (W+ then takes the W-run), else at
-// the run's last OB/OM (only OU follow it, so W+ takes that char alone).
-GPUTOK_FN enc_i64 o2_word1(const O2Text t, enc_i64 s) {
-  enc_i64 j = s;
+// the run's last OB/OM (only OU follow it, so W+ takes that char alone), found by walking the run
+// again (a run not followed by a lowercase letter is rare: an all-caps word).
+template <class T>
+GPUTOK_FN enc_i64 o2_word1(GPUTOK_THREAD const T& t, enc_i64 s) {
+  const enc_i64 j = enc_span_skip<ENC_O_SET_U>(t, s);
+  if (enc_span_at(t, j) == ENC_O_D) return enc_span_skip<ENC_O_SET_W>(t, j);
   enc_i64 last_bm = -1;
-  enc_u8 c = o2_at(t, j);
-  while (o2_is_u(c)) {
-    if (c != ENC_O_U) last_bm = j;
-    j = o2_next(t, j);
-    c = o2_at(t, j);
-  }
-  if (c == ENC_O_D) {
-    while (o2_is_w(c)) {
-      j = o2_next(t, j);
-      c = o2_at(t, j);
-    }
-    return j;
-  }
-  return last_bm < 0 ? -1 : o2_next(t, last_bm);
+  for (enc_i64 q = s; q < j; q = enc_span_next(t, q))
+    if (enc_span_at(t, q) != ENC_O_U) last_bm = q;
+  return last_bm < 0 ? -1 : enc_span_next(t, last_bm);
 }
 
 // pre? U+ W*: the U-run (at least one char), then the OD run after it; -1 when s is not in U
-GPUTOK_FN enc_i64 o2_word2(const O2Text t, enc_i64 s) {
-  enc_u8 c = o2_at(t, s);
-  if (!o2_is_u(c)) return -1;
-  enc_i64 j = s;
-  while (o2_is_u(c)) {
-    j = o2_next(t, j);
-    c = o2_at(t, j);
-  }
-  while (c == ENC_O_D) {
-    j = o2_next(t, j);
-    c = o2_at(t, j);
-  }
-  return j;
+template <class T>
+GPUTOK_FN enc_i64 o2_word2(GPUTOK_THREAD const T& t, enc_i64 s) {
+  if (!o2_is_u(enc_span_at(t, s))) return -1;
+  return enc_span_skip<ENC_SET(ENC_O_D)>(t, enc_span_skip<ENC_O_SET_U>(t, s));
 }
 
 // THE O200K MATCHER: the end of the o200k match that starts at i (a true piece start): the
 // pattern's alternatives in order, leftmost-first (scan_o200k.py, o200k_match).
-GPUTOK_FN enc_i64 o200k_match(O2Text t, enc_i64 i) {
-  t.start = i;
-  const enc_u8 c = o2_at(t, i);
-  const enc_i64 after = o2_next(t, i);
+template <class T>
+GPUTOK_FN enc_i64 o200k_match(T t, enc_i64 i) {
+  enc_span_begin(t, i);
+  const enc_u8 c = enc_span_at(t, i);
+  const enc_i64 after = enc_span_next(t, i);
   const bool pre = o2_is_pre(c);
   // 1. pre? U* W+ C?   2. pre? U+ W* C?   (with the prefix first, then without)
   enc_i64 e = pre ? o2_word1(t, after) : -1;
@@ -187,24 +177,14 @@ GPUTOK_FN enc_i64 o200k_match(O2Text t, enc_i64 i) {
   // 3. \p{N}{1,3}
   if (c == ENC_O_N) {
     enc_i64 j = after;
-    for (int k = 1; k < 3 && o2_at(t, j) == ENC_O_N; ++k) j = o2_next(t, j);
+    for (int k = 1; k < 3 && enc_span_at(t, j) == ENC_O_N; ++k) j = enc_span_next(t, j);
     return j;
   }
   // 4. " ?Q+[\r\n/]*"
-  const enc_i64 s = (c == ENC_O_SP && o2_is_q(o2_at(t, after))) ? after : i;
-  enc_u8 k = o2_at(t, s);
-  if (o2_is_q(k)) {
-    enc_i64 j = s;
-    while (o2_is_q(k)) {
-      j = o2_next(t, j);
-      k = o2_at(t, j);
-    }
-    while (k == ENC_O_E || k == ENC_O_SL) {
-      j = o2_next(t, j);
-      k = o2_at(t, j);
-    }
-    return j;
-  }
+  const enc_i64 s = (c == ENC_O_SP && o2_is_q(enc_span_at(t, after))) ? after : i;
+  if (o2_is_q(enc_span_at(t, s)))
+    return enc_span_skip<ENC_SET(ENC_O_E) | ENC_SET(ENC_O_SL)>(t,
+                                                               enc_span_skip<ENC_O_SET_Q>(t, s));
   // whitespace: 5. \s*[\r\n]+  6. \s+(?!\S)  7. \s+ (THE WHITESPACE RULE)
   return enc_whitespace_end(t, i, false);
 }

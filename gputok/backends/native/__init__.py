@@ -9,7 +9,9 @@ the CPU counterpart of ``cuda.CupyDevice``: a batch of several chunks runs on ch
 helper threads, or queue on a stream's thread; scans run as the runtime's parallel scan;
 memory is numpy arrays from a recycled pool (``host_pool.py``), copies are views. Its one-call
 forms (``calls.py``) run a chunk, a short text, one text's pre-tokenization or the merge of
-host-cut pieces as one call; its sizes are in ``settings.py``, with why.
+host-cut pieces as one call; its sizes are in ``settings.py``, with why. Byte-level BPE batches
+and texts take its per-document pass (``perdoc.py``: pre-tokenization, a piece cache and the
+merge rule in one pass over each document, every thread busy) where it takes them.
 
 Without a compiler the backend is unavailable (``gputok info`` says why) and ``"auto"`` takes
 numpy; a compiler that fails on the sources is a counted fallback to numpy with a warning.
@@ -35,14 +37,17 @@ def available() -> tuple[bool, str]:
     return True, f"{why}, {threads_default()} threads (kernels compiled for this CPU)"
 
 
-def create(threads: "int | None" = None, **options) -> DeviceBackend:
+def create(threads: "int | None" = None, cache_slots: "int | None" = None,
+           per_doc: bool = True, **options) -> DeviceBackend:
     """The native backend: the driver over a ``NativeDevice`` (builds the module on first use,
-    raising ``native_build.NativeBuildError`` when the compiler fails).
+    raising ``native_build.NativeBuildError`` when the compiler fails); ``cache_slots`` and
+    ``per_doc``: the per-document pass's piece cache, and whether there is one
+    (``NativeDevice``).
 
     >>> create().dev.name  # doctest: +SKIP
     'native CPU (2 threads)'
     """
-    dev = NativeDevice(threads)
+    dev = NativeDevice(threads, cache_slots=cache_slots, per_doc=per_doc)
     options.setdefault("chunk_bytes", chunk_bytes_for(dev.caps.chunk_workers))
     options.setdefault("dedup", True)  # each distinct piece merged once per chunk (see notes)
     be = DeviceBackend(dev, name="native", **options)

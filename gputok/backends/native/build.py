@@ -19,7 +19,10 @@ The module is one shared library made of:
   object, ``stages/lists.py``);
 * BPE training's word counter and merge loop (``kernels/host_train_words.h``,
   ``kernels/host_train_spm.h``, ``kernels/host_train_merge.h``, their own unit:
-  ``gputok/train/native.py``, ``gputok/train/spm.py``).
+  ``gputok/train/native.py``, ``gputok/train/spm.py``);
+* the per-document pass (``kernels/cpu_encode.h`` and the batch over threads it ends with:
+  pre-tokenization, a piece cache and the merge rule fused, one document at a time; the shared
+  rules expanded in its own unit).
 
 Nothing is compiled at install time (``pip install`` needs no compiler): the first use builds the
 library, saying so on stderr ("building the CPU kernels (one time, ~15 s)", then how long it
@@ -60,6 +63,8 @@ HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
 HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
 #: BPE training's host code, one unit of its own (it calls the pre-tokenizer through its export)
 TRAIN_FILES = ("host_train_words.h", "host_train_spm.h", "host_train_merge.h")
+#: the per-document pass, a unit of its own (the shared rules it includes expanded there)
+CPU_FILE = "cpu_encode.h"
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
 ABI = 2  # gputok_native_abi() of host_runtime.h; a mismatch rebuilds
 LIB_NAME = "gputok_native"
@@ -106,10 +111,29 @@ def find_compiler() -> tuple["str | None", str]:
                   "backend runs instead")
 
 
+@functools.lru_cache(maxsize=None)
+def isa_flags() -> tuple:
+    """``-mssse3`` where this machine's x86-64 CPU has SSSE3 (the per-document pass's class
+    scans, 16 bytes a step: kernels/cpu_text.h), else nothing. Part of the flags, so of the
+    library's key: a machine without it builds a library of its own."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return ("-mssse3",) if "ssse3" in line.split() else ()
+    except OSError:
+        pass
+    return ()
+
+
 def flags() -> tuple:
     python = python_header()
-    return BASE_FLAGS + ((f"-I{python[0]}",) if python else ()) + \
-        tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", "")))
+    return (BASE_FLAGS + isa_flags() + ((f"-I{python[0]}",) if python else ())
+            + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", ""))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,6 +199,10 @@ def translation_units() -> dict[str, str]:
     # BPE training (gputok/train/native.py): word counting and the merge loop
     units["host_train.cpp"] = _unit_text("".join(f'#line 1 "{x}"\n{_read(x)}\n'
                                                  for x in TRAIN_FILES))
+    units["cpu_encode.cpp"] = _unit_text(
+        f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "<constants>"\n'
+        f'{kernels.defines_block(tuple(kernels.kernel_constants().items()))}'
+        f'#line 1 "{CPU_FILE}"\n{kernels.sources((CPU_FILE,))}')
     return units
 
 

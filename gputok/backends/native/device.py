@@ -65,7 +65,10 @@ class NativeDevice(OneCalls, SpmCalls, Device):
     Outside a stream (and with ``threads=1``) every launch runs at once on ``threads`` threads.
 
     ``threads``: default ``threads_default()``; ``poison``: fill fresh arrays with 0xCD bytes, so
-    a kernel reading memory nobody wrote shows up (the tests use it).
+    a kernel reading memory nobody wrote shows up (the tests use it); ``cache_slots``: the
+    per-document pass's piece cache, slots of 64 bytes per model (default
+    ``perdoc.cache_slots_default()``; 0: none); ``per_doc=False``: no per-document pass (every
+    batch and text takes the chunk pipeline: its tests, and a comparison).
     """
 
     kind = "native"
@@ -74,7 +77,8 @@ class NativeDevice(OneCalls, SpmCalls, Device):
     max_blocks = MAX_BLOCKS
     scan_block, scan_items = 1, 1  # unused: scans run on the host (``scan``)
 
-    def __init__(self, threads: "int | None" = None, *, poison: bool = False):
+    def __init__(self, threads: "int | None" = None, *, poison: bool = False,
+                 cache_slots: "int | None" = None, per_doc: bool = True):
         self.threads = threads_default() if threads is None else int(threads)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -88,7 +92,7 @@ class NativeDevice(OneCalls, SpmCalls, Device):
             chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
             inline_max_bytes=INLINE_ANY if self.threads == 1 else INLINE_MAX_BYTES,
             text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True,
-            spm_inline=True, kernels=frozenset(self.lib.kernels))
+            spm_inline=True, kernels=frozenset(self.lib.kernels), per_doc=bool(per_doc))
         self.oom_errors = (MemoryError,)
         self.launches: dict = {}
         self._count_lock = threading.Lock()
@@ -106,6 +110,8 @@ class NativeDevice(OneCalls, SpmCalls, Device):
         self.pool = HostPool(slab_budget=SLAB_PER_THREAD * self.threads)
         self._tables_addr: dict = {}  # id(tables) -> _tables_entry
         self._no_dedup = np.zeros(1, np.uint64)  # chunk_inline's dedup set when it has none
+        self._per_doc = None  # the per-document pass (per_doc_pass), made on first use
+        self.cache_slots = cache_slots
 
     def defines(self) -> tuple:
         return ()
@@ -337,6 +343,18 @@ class NativeDevice(OneCalls, SpmCalls, Device):
     def release(self) -> None:
         self.synchronize()
         self.trim_idle()
+
+    def per_doc_pass(self):
+        """The per-document pass on this device's threads (``perdoc.PerDocPass``)."""
+        got = self._per_doc
+        if got is None:
+            from .perdoc import PerDocPass
+
+            with self._count_lock:
+                if self._per_doc is None:
+                    self._per_doc = PerDocPass(self.lib, self.threads, self.cache_slots)
+                got = self._per_doc
+        return got
 
     def host_tools(self) -> HostTools:
         """The library's UTF-8 check, str packer and id lists (``protocol.HostTools``)."""

@@ -2,6 +2,7 @@
 
 Which way a text goes depends on its length and kind, and on the device's one-call forms:
 
+* where the device has a per-document pass that takes the model (``runners/perdoc.py``): there;
 * under ``FEW_MIN`` characters: the host path (a regex call and a few cache probes);
 * ``SHORT_MIN`` characters and more (``SHORT_MIN_NON_ASCII`` if not all ASCII), up to the
   backend's ``one_call_max``, without active special tokens, where the device states
@@ -81,6 +82,10 @@ class OneText:
     def encode_text(self, model, text: str, allowed: frozenset) -> list:
         """The ids of one text (checked for disallowed tokens already): see the module."""
         n = len(text)
+        if self.be.perdoc is not None:  # (the device's per-document pass, where it takes it)
+            got = self.be.perdoc.encode_text(model, text, allowed)
+            if got is not None:
+                return got
         if n < FEW_MIN:
             return host_text(model, text, allowed)
         one = self.one_call

@@ -1,0 +1,328 @@
+// cpu_encode.h: host only. The native CPU device's per-document pass for byte-level BPE: one
+// thread takes a document (or a part of one cut where a piece starts in every parse) from its
+// first byte to its last ids in a single pass, where the chunk pipeline (kernels/host_chunk.h,
+// the GPU's kernels run in order) writes and reads an array per stage for a whole chunk:
+//
+//   for each piece the pattern matcher finds (kernels/cpu_text.h: THE CL / O200K MATCHER over
+//   the bytes, the classes looked up as it goes)
+//     one byte         the one-byte block (EncWholeTable)
+//     2-24 bytes       the piece cache (kernels/cpu_cache.h, shared by the threads, kept from
+//                      batch to batch), else as below and then cached
+//     else             the whole-token lookup (THE BYTES HASH, EncWholeTable), else the merge
+//                      rule: enc_merge_step for a piece under ENC_LONG_PIECE bytes (THE
+//                      COMPARATOR over a run of priorities), enc_merge_long_piece for a longer
+//                      one (O(L log L): the runs, the rounds, the block heaps)
+//     the ids go straight to the output.
+//
+// Every rule is the shared one (kernels/common/*.h); only the order of the work and where it
+// is kept differ from the chunk pipeline. The batch entry points (threads, documents, specials)
+// are in kernels/cpu_batch.h.
+//
+// Performance notes: see the "tried and dropped" notes next to each step below.
+#pragma once
+
+#include "common/encode_rules.h"
+#include "common/o200k_rules.h"
+#include "cpu_text.h"
+#include "cpu_cache.h"
+
+#ifndef ENC_HOST_EXPORT
+#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
+
+// The words that describe a model to this pass (native/perdoc.py, _Model): the tables' addresses,
+// then the scalars, as host_chunk.h's ENC_TAB_* with the longest whole token's length after.
+enum {
+  ENC_CPU_TAB_W_SLOTS,
+  ENC_CPU_TAB_W_TOK_BYTES,
+  ENC_CPU_TAB_T_SLOTS,
+  ENC_CPU_TAB_BYTE_IDS,
+  ENC_CPU_TAB_JOIN,
+  ENC_CPU_TAB_CLS_TABLE,
+  ENC_CPU_TAB_LETTERS,
+  ENC_CPU_TAB_W_BITS,
+  ENC_CPU_TAB_T_BITS,
+  ENC_CPU_TAB_N_LETTERS,
+  ENC_CPU_TAB_O200K,
+  ENC_CPU_TAB_GPT2,
+  ENC_CPU_TAB_DIGIT_GROUP,
+  ENC_CPU_TAB_END_WHOLE,
+  ENC_CPU_TAB_W_MAX_LEN,
+  ENC_CPU_TAB_NIBBLES,
+  ENC_CPU_TAB_WORDS
+};
+
+struct EncCpuModel {
+  EncMergeTable t;
+  EncWholeTable w;
+  const enc_u32* byte_ids;
+  const enc_u32* join;
+  const enc_u8* cls_table;
+  const enc_u8* letters;
+  enc_u32 n_letters;
+  int o200k, gpt2, digit_group, end_whole;
+  enc_u32 w_max_len;  // no token is longer: a longer piece skips the whole-token lookup
+  const enc_u8* nibbles;  // THE ASCII NIBBLES of the class table (cpu_text.h)
+};
+
+inline EncCpuModel enc_cpu_model(const enc_u64* tab) {
+  EncCpuModel m;
+  m.t.slots = reinterpret_cast<const enc_u64*>(tab[ENC_CPU_TAB_T_SLOTS]);
+  m.t.bits = (enc_u32)tab[ENC_CPU_TAB_T_BITS];
+  m.w.slots = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_W_SLOTS]);
+  m.w.tok_bytes = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_W_TOK_BYTES]);
+  m.w.bits = (enc_u32)tab[ENC_CPU_TAB_W_BITS];
+  m.byte_ids = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_BYTE_IDS]);
+  m.join = reinterpret_cast<const enc_u32*>(tab[ENC_CPU_TAB_JOIN]);
+  m.cls_table = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_CLS_TABLE]);
+  m.letters = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_LETTERS]);
+  m.n_letters = (enc_u32)tab[ENC_CPU_TAB_N_LETTERS];
+  m.o200k = (int)tab[ENC_CPU_TAB_O200K];
+  m.gpt2 = (int)tab[ENC_CPU_TAB_GPT2];
+  m.digit_group = (int)tab[ENC_CPU_TAB_DIGIT_GROUP];
+  m.end_whole = (int)tab[ENC_CPU_TAB_END_WHOLE];
+  m.w_max_len = (enc_u32)tab[ENC_CPU_TAB_W_MAX_LEN];
+  m.nibbles = reinterpret_cast<const enc_u8*>(tab[ENC_CPU_TAB_NIBBLES]);
+  return m;
+}
+
+// A thread's workspace: a short piece's run (enc_merge_step, in L1), a long piece's arrays
+// (grown to the longest piece met, kept), and the cache counts of its pieces.
+struct EncCpuWork {
+  enc_u32 ids[ENC_LONG_PIECE];
+  enc_u32 pr[ENC_LONG_PIECE];
+  enc_u32* w32 = nullptr;  // where, nxt, prv (len each), size (units)
+  enc_u64* w64 = nullptr;  // heap (len), tree (2 units)
+  enc_u64 long_cap = 0;
+  enc_u64 lookups = 0, hits = 0, inserts = 0;
+  EncCpuBuf text;  // the text being encoded, padded (cpu_text.h)
+  struct EncCpuWindow* window;  // the segment loop's (cpu_window.h)
+  EncCpuWork();
+  ~EncCpuWork();
+  // room for a long piece of len bytes; false without memory
+  bool reserve_long(enc_u64 len) {
+    if (len <= long_cap) return true;
+    free(w32);
+    free(w64);
+    const enc_u64 units = len / ENC_LONG_PIECE + 2;
+    w32 = static_cast<enc_u32*>(malloc(4 * (3 * len + units)));
+    w64 = static_cast<enc_u64*>(malloc(8 * (len + 2 * units)));
+    long_cap = (w32 != nullptr && w64 != nullptr) ? len : 0;
+    return long_cap != 0;
+  }
+};
+
+// The ids of a piece that is not in the cache: a whole token, else merged. Returns the count,
+// or -1 without memory for a long piece's workspace. out has room for len ids. hash: THE BYTES
+// HASH of the piece when has_hash.
+__forceinline__ int enc_cpu_solve(const EncCpuModel& m, EncCpuWork& wk, const enc_u8* p,
+                                  enc_u32 len, enc_u64 hash, bool has_hash, enc_u32* out) {
+  if (m.w.bits != 0 && len <= m.w_max_len) {
+    const enc_u32 id = enc_whole_lookup(m.w, p, len, has_hash ? hash : enc_bytes_hash(p, len));
+    if (id != ENC_NO_MERGE) {
+      out[0] = id;
+      return 1;
+    }
+  }
+  if (len < ENC_LONG_PIECE) {
+    EncMergeRun r;
+    enc_merge_short_begin(m.t, r, p, m.byte_ids, wk.ids, wk.pr, len);
+    r.roomy = true;  // (wk's arrays: ENC_LONG_PIECE each, see encode_merge.cu's lanes)
+    while (enc_merge_step(m.t, r)) {
+    }
+    for (enc_u32 k = 0; k < r.len; ++k) out[k] = wk.ids[k];
+    return (int)r.len;
+  }
+  if (!wk.reserve_long(len)) return -1;
+  EncLongWork ws;
+  ws.where = wk.w32;
+  ws.nxt = wk.w32 + len;
+  ws.prv = wk.w32 + 2 * (enc_u64)len;
+  ws.size = wk.w32 + 3 * (enc_u64)len;
+  ws.heap = wk.w64;
+  ws.tree = wk.w64 + len;
+  return (int)enc_merge_long_piece(m.t, p, m.byte_ids, m.join, out, ws, 0, len);
+}
+
+#include "cpu_window.h"
+
+inline EncCpuWork::EncCpuWork() : window(new EncCpuWindow) {}
+
+inline EncCpuWork::~EncCpuWork() {
+  free(w32);
+  free(w64);
+  delete window;
+}
+
+template <class T>
+enc_u32* enc_cpu_segment(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                         enc_u32* out) {
+  enc_i64 end_at = 0;
+  return enc_cpu_segment_to(m, c, wk, t, t.n, out, &end_at);
+}
+
+// The text type of the model's family over buf[0 .. n).
+template <class T>
+__forceinline__ T enc_cpu_text(const EncCpuModel& m, const enc_u8* buf, enc_i64 n) {
+  T t;
+  t.buf = buf;
+  t.n = n;
+  t.cls_table = m.cls_table;
+  t.letters = m.letters;
+  t.n_letters = m.n_letters;
+  t.gpt2 = m.gpt2;
+  t.digit_group = m.digit_group;
+  t.end_whole = m.end_whole;
+  t.nibbles = m.nibbles;
+  return t;
+}
+
+// One segment of n bytes at buf (in a text buffer): the end of its ids in out, or nullptr (no
+// memory).
+inline enc_u32* enc_cpu_encode(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                               const enc_u8* buf, enc_i64 n, enc_u32* out) {
+  if (m.o200k) return enc_cpu_segment(m, c, wk, enc_cpu_text<EncCpuO2Text>(m, buf, n), out);
+  return enc_cpu_segment(m, c, wk, enc_cpu_text<EncCpuClText>(m, buf, n), out);
+}
+
+inline EncCpuWork& enc_cpu_work() {
+  thread_local EncCpuWork wk;
+  return wk;
+}
+
+// The cache's counts, added from a thread's workspace (after a text or a batch's unit).
+inline void enc_cpu_count(EncCpuCache* c, EncCpuWork& wk) {
+  if (c != nullptr && wk.lookups) {
+    __atomic_fetch_add(&c->lookups, wk.lookups, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->hits, wk.hits, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->inserts, wk.inserts, __ATOMIC_RELAXED);
+  }
+  wk.lookups = wk.hits = wk.inserts = 0;
+}
+
+// ---------------------------------------------------------------- entry points (ctypes)
+// (the batch over threads: cpu_batch.h, at the end of this file)
+
+ENC_HOST_EXPORT void* gputok_cpu_cache_new(unsigned long long slots) {
+  return enc_cpu_cache_new(slots ? slots : ENC_CPU_CACHE_SLOTS);
+}
+
+ENC_HOST_EXPORT void gputok_cpu_cache_free(void* cache) {
+  enc_cpu_cache_free(static_cast<EncCpuCache*>(cache));
+}
+
+// out[0..4): slots, lookups, hits, inserts.
+ENC_HOST_EXPORT void gputok_cpu_cache_stats(const void* cache, unsigned long long* out) {
+  const EncCpuCache* c = static_cast<const EncCpuCache*>(cache);
+  out[0] = c->mask + 1;
+  out[1] = __atomic_load_n(&c->lookups, __ATOMIC_RELAXED);
+  out[2] = __atomic_load_n(&c->hits, __ATOMIC_RELAXED);
+  out[3] = __atomic_load_n(&c->inserts, __ATOMIC_RELAXED);
+}
+
+// One text of n bytes (valid UTF-8, one segment: no special token) on the calling thread: its
+// ids into out (room for n + ENC_CPU_SLOT_IDS); returns their count, or -1 without memory.
+// cache: the model's piece cache, or nullptr.
+ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
+                                                 const unsigned long long* tab, void* cache,
+                                                 unsigned* out) {
+  const EncCpuModel m = enc_cpu_model(tab);
+  EncCpuCache* c = static_cast<EncCpuCache*>(cache);
+  EncCpuWork& wk = enc_cpu_work();
+  enc_u8* text = wk.text.room((enc_u64)n);
+  if (text == nullptr) return -1;
+  memcpy(text, buf, (size_t)n);
+  wk.text.pad((enc_u64)n);
+  enc_u32* end = enc_cpu_encode(m, c, wk, text, n, out);
+  enc_cpu_count(c, wk);
+  return end == nullptr ? -1 : (long long)(end - out);
+}
+
+// ---------------------------------------------------------------- one str to one list
+
+// (the str layout, the packer and the list builder: host_pack.h and host_lists.h, another unit)
+// (gputok_str_locate reads a str through the interpreter's public C API: host_pack.h, built
+// against this interpreter's Python.h; this unit needs no header of its own to call it. Weak:
+// a library built without the header has none, and Python never asks for this call there)
+extern "C" __attribute__((weak)) void gputok_str_locate(const void* const* obj, long long n, int bytes_docs,
+                                  long long* addr, signed char* kind, long long* units,
+                                  long long* len);
+extern "C" long long gputok_pack_utf8(const long long* addr, const signed char* kind,
+                                      const long long* units, long long n, unsigned char* dst);
+extern "C" void* gputok_id_list(const void* ids, int width, long long n, const void* api,
+                                long long items_at);
+namespace enc_lists {
+struct PyApi {  // (host_lists.h's: the interpreter's functions the list builder calls)
+  void* (*list_new)(long long);
+  void* (*long_from)(unsigned long);
+  void (*incref)(void*);
+  void (*decref)(void*);
+};
+}  // namespace enc_lists
+
+// A thread's ids of one text, grown to the longest met.
+struct EncCpuIds {
+  enc_u32* ids = nullptr;
+  enc_u64 cap = 0;
+  ~EncCpuIds() { free(ids); }
+  enc_u32* room(enc_u64 n) {
+    if (n > cap) {
+      free(ids);
+      cap = n + (n >> 3);
+      ids = static_cast<enc_u32*>(malloc(4 * cap));
+      if (ids == nullptr) cap = 0;
+    }
+    return ids;
+  }
+};
+
+// What gputok_cpu_encode_str needs besides the str (NativeDevice's, per model): the model's
+// words and cache, the list builder's (IdLists': its interpreter functions, the list's item
+// offset), and None's address (a str this does not take gets None back, with a reference).
+enum {
+  ENC_CPU_STR_TAB,
+  ENC_CPU_STR_CACHE,
+  ENC_CPU_STR_API,
+  ENC_CPU_STR_ITEMS_AT,
+  ENC_CPU_STR_NONE,
+  ENC_CPU_STR_WORDS
+};
+
+// One Python str (obj; no active token in it) to the list of its ids, in one call with the
+// interpreter's lock held (ctypes.PyDLL): its characters read where CPython keeps them, the ids
+// made on this thread, the list built by host_lists.h. A new reference to the list; None (a
+// new reference) for a str this does not take (a surrogate, characters that live elsewhere:
+// the caller encodes it its way); NULL with no exception set: no memory. For a short text: a
+// long one's caller releases the lock for the encoding (gputok_cpu_encode_text), the work then
+// worth more than a call.
+ENC_HOST_EXPORT void* gputok_cpu_encode_str(const void* obj, const unsigned long long* ctx) {
+  long long addr = 0, units = 0, len = 0;
+  signed char kind = 0;
+  if (gputok_str_locate != nullptr) gputok_str_locate(&obj, 1, 0, &addr, &kind, &units, &len);
+  else len = -2;
+  if (len < 0) {  // (a surrogate, or characters not ready: the caller's way)
+    void* none = reinterpret_cast<void*>(ctx[ENC_CPU_STR_NONE]);
+    reinterpret_cast<const enc_lists::PyApi*>(ctx[ENC_CPU_STR_API])->incref(none);
+    return none;
+  }
+  const EncCpuModel m = enc_cpu_model(reinterpret_cast<const enc_u64*>(ctx[ENC_CPU_STR_TAB]));
+  EncCpuCache* c = reinterpret_cast<EncCpuCache*>(ctx[ENC_CPU_STR_CACHE]);
+  EncCpuWork& wk = enc_cpu_work();
+  thread_local EncCpuIds ids;
+  enc_u8* text = wk.text.room((enc_u64)len);
+  enc_u32* out = ids.room((enc_u64)len + ENC_CPU_SLOT_IDS);
+  if (text == nullptr || out == nullptr) return nullptr;
+  if (kind == 0)
+    memcpy(text, reinterpret_cast<const void*>(addr), (size_t)len);
+  else
+    gputok_pack_utf8(&addr, &kind, &units, 1, text);
+  wk.text.pad((enc_u64)len);
+  enc_u32* end = enc_cpu_encode(m, c, wk, text, len, out);
+  enc_cpu_count(c, wk);
+  if (end == nullptr) return nullptr;
+  return gputok_id_list(out, 4, (long long)(end - out),
+                        reinterpret_cast<const void*>(ctx[ENC_CPU_STR_API]),
+                        (long long)ctx[ENC_CPU_STR_ITEMS_AT]);
+}
+
+#include "cpu_batch.h"

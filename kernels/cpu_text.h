@@ -1,0 +1,182 @@
+// cpu_text.h: host only. The text the pattern matchers read in the native CPU device's
+// per-document pass (kernels/cpu_encode.h): one segment of a document's UTF-8 (a document, or
+// its text between two special tokens), each character's class looked up as the matcher reaches
+// it. THE CL MATCHER and THE O200K MATCHER (common/encode_pretok_rules.h, common/o200k_rules.h)
+// are written over a text type; the GPU's (EncClText, O2Text) reads a class array and a mark
+// array that a launch filled for the whole chunk, this one reads the bytes: no class or mark
+// array is written or read.
+//
+// The segment lies in the thread's own buffer (EncCpuBuf), followed by ENC_CPU_PAD bytes of
+// 0xFF, a byte no UTF-8 text has: the class there is ENC_X (the segment's end), found by the
+// same load and branch that find a character outside ASCII, so the matchers' loops test no
+// bound; and a piece's first 24 bytes are always readable (the piece cache's key, cpu_cache.h).
+//
+// Run from the segment's start, match after match, the matchers give the regex's pieces in
+// order: each match ends where the next one starts (every character starts some alternative of
+// these patterns), which is THE SPAN WALK's loop after a span start (encode_pretok_rules.h)
+// with the whole segment as one span.
+//
+// Performance notes: an ASCII byte's class is cls_table[byte] (the class table is indexed by
+// code point): one load, no decode. The class and mark arrays of the chunk pipeline cost two
+// writes and two reads a byte, and the marks a memset.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#if defined(__SSSE3__)
+#include <tmmintrin.h>
+#endif
+
+#ifndef ENC_CPU_PAD
+#define ENC_CPU_PAD 64  // 0xFF bytes after a segment in the thread's buffer
+#endif
+
+template <int O200K>
+struct EncCpuText {
+  const enc_u8* buf;  // the segment's first byte; buf[n .. n + ENC_CPU_PAD) are 0xFF
+  enc_i64 n;          // its length
+  const enc_u8* cls_table;  // by code point: the family's class (o200k's when O200K)
+  const enc_u8* letters;    // contraction letters by code point (see enc_letter_bits)
+  enc_u32 n_letters;
+  int gpt2, digit_group, end_whole;  // the cl family's parameters (EncClText's)
+  // THE ASCII NIBBLES: for class c, 16 bytes: bit h of byte l is set where the ASCII byte
+  // h << 4 | l has class c (the class table's own ASCII part, arranged for enc_span_skip)
+  const enc_u8* nibbles;
+};
+
+typedef EncCpuText<0> EncCpuClText;
+typedef EncCpuText<1> EncCpuO2Text;
+
+template <int O>
+__forceinline__ enc_u8 enc_span_at(const EncCpuText<O>& t, enc_i64 q) {
+  const enc_u8 b = t.buf[q];
+  if (b < 0x80) return t.cls_table[b];
+  return b == 0xFF ? (enc_u8)ENC_X : t.cls_table[enc_decode(t.buf, q, t.n)];
+}
+
+template <int O>
+__forceinline__ enc_i64 enc_span_next(const EncCpuText<O>& t, enc_i64 q) {
+  const enc_i64 r = q + enc_utf8_len(t.buf[q]);
+  return r < t.n ? r : t.n;
+}
+
+// A character outside ASCII in enc_span_skip: whether its class is in SET (the padding's 0xFF
+// is in no set); *q moves past it when it is.
+template <enc_u32 SET, int O>
+__forceinline__ bool enc_cpu_skip_wide(const EncCpuText<O>& t, enc_i64* q) {
+  const enc_u8 b = t.buf[*q];
+  if (b == 0xFF || !((SET >> t.cls_table[enc_decode(t.buf, *q, t.n)]) & 1u)) return false;
+  *q += enc_utf8_len(b);
+  return true;
+}
+
+#if defined(__SSSE3__)
+// THE ASCII NIBBLES of the classes in SET, OR-ed (a constant set: one load per class)
+template <enc_u32 SET>
+__forceinline__ __m128i enc_cpu_rows(const enc_u8* nibbles) {
+  if constexpr (SET == 0) {
+    return _mm_setzero_si128();
+  } else {
+    const __m128i r = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(nibbles + 16 * __builtin_ctz(SET)));
+    return _mm_or_si128(r, enc_cpu_rows<SET & (SET - 1)>(nibbles));
+  }
+}
+#endif
+
+// enc_span_skip's loop (encode_pretok_rules.h) with the bytes in hand, its answer the same.
+// With SSSE3, 16 bytes a step: each byte's membership of the set's ASCII bytes is one bit of
+// a table row (THE ASCII NIBBLES of the set's classes, OR-ed: row by the low nibble, bit by the
+// high one, 0 for a byte from 0x80), so the run's end in ASCII is the first clear bit of a
+// 16-bit mask; a byte from 0x80 is a character outside ASCII (decoded, its class looked up) or
+// the padding. Without it, a byte at a time.
+// Performance notes: a byte at a time cost ~9 instructions a byte, the largest share of an
+// o200k prose pass (callgrind, the piece cache warm); 16 at a time ~12 a step.
+template <enc_u32 SET, int O>
+__forceinline__ enc_i64 enc_span_skip(const EncCpuText<O>& t, enc_i64 q) {
+#if defined(__SSSE3__)
+  // the first character alone first: many runs are empty (an optional class before the one
+  // that follows it), and one load and a test cost less than a step's set-up
+  const enc_u8 b0 = t.buf[q];
+  if (b0 < 0x80) {
+    if (!((SET >> t.cls_table[b0]) & 1u)) return q;
+    ++q;
+  } else if (!enc_cpu_skip_wide<SET>(t, &q)) {
+    return q;
+  }
+  const __m128i rows = enc_cpu_rows<SET>(t.nibbles);
+  const __m128i pow2 = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128i low = _mm_set1_epi8(0x0F);
+  while (true) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.buf + q));
+    const __m128i row = _mm_shuffle_epi8(rows, _mm_and_si128(v, low));
+    const __m128i bit = _mm_shuffle_epi8(pow2, _mm_and_si128(_mm_srli_epi16(v, 4), low));
+    const __m128i out = _mm_cmpeq_epi8(_mm_and_si128(row, bit), _mm_setzero_si128());
+    const unsigned stop = (unsigned)_mm_movemask_epi8(out);
+    if (stop == 0) {
+      q += 16;
+      continue;
+    }
+    q += __builtin_ctz(stop);
+    if (t.buf[q] < 0x80 || !enc_cpu_skip_wide<SET>(t, &q)) return q;
+  }
+#else
+  const enc_u8* buf = t.buf;
+  while (true) {
+    const enc_u8 b = buf[q];
+    if (b < 0x80) {
+      if (!((SET >> t.cls_table[b]) & 1u)) return q;
+      ++q;
+    } else if (!enc_cpu_skip_wide<SET>(t, &q)) {
+      return q;
+    }
+  }
+#endif
+}
+
+template <int O>
+__forceinline__ bool enc_span_blank(const EncCpuText<O>&, enc_u8 k) {
+  return O ? o2_is_ws(k) : enc_is_ws(k);
+}
+
+template <int O>
+__forceinline__ bool enc_span_nl(const EncCpuText<O>&, enc_u8 k) {
+  return k == (O ? ENC_O_E : ENC_E);
+}
+
+template <int O>
+__forceinline__ enc_u8 enc_span_letters(const EncCpuText<O>& t, enc_i64 q) {
+  return enc_letter_bits(t.letters, t.n_letters, enc_decode(t.buf, q, t.n));
+}
+
+template <int O>
+__forceinline__ void enc_span_begin(EncCpuText<O>&, enc_i64) {}
+
+// The end of the piece that starts at i (i < t.n): the family's matcher.
+__forceinline__ enc_i64 enc_cpu_match(const EncCpuClText& t, enc_i64 i) {
+  return enc_cl_match(t, i);
+}
+
+__forceinline__ enc_i64 enc_cpu_match(const EncCpuO2Text& t, enc_i64 i) {
+  return o200k_match(t, i);
+}
+
+// A thread's text buffer: a segment's bytes copied (or a str's characters written as UTF-8)
+// with the padding after them; grown to the longest text met, kept between calls.
+struct EncCpuBuf {
+  enc_u8* mem = nullptr;
+  enc_u64 cap = 0;
+  ~EncCpuBuf() { free(mem); }
+  // room for n bytes and the padding (nullptr without memory)
+  enc_u8* room(enc_u64 n) {
+    if (n + ENC_CPU_PAD > cap) {
+      free(mem);
+      cap = n + ENC_CPU_PAD + (n >> 3);
+      mem = static_cast<enc_u8*>(malloc(cap));
+      if (mem == nullptr) cap = 0;
+    }
+    return mem;
+  }
+  // the padding after n bytes
+  void pad(enc_u64 n) { memset(mem + n, 0xFF, ENC_CPU_PAD); }
+};

@@ -1,0 +1,298 @@
+// cpu_window.h: host only. The segment loop of the per-document pass (cpu_encode.h): pieces are
+// found, looked up in the piece cache and emitted a window at a time, and the window's misses
+// are solved together, so that their table misses overlap.
+//
+//   find       the matcher finds ENC_CPU_AHEAD pieces before the first is looked up, each
+//              one's cache slot prefetched as it is found
+//   look up    a piece of one byte takes the one-byte block; a cached piece its slot's ids (a
+//              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
+//              a miss
+//   solve      at ENC_CPU_MISSES misses or ENC_CPU_WINDOW pieces (or the segment's end, or a
+//              long piece): every miss's
+//              whole-token slot is prefetched (THE BYTES HASH), then its token bytes, then it is
+//              looked up; the rest merge ENC_CPU_LANES at a time (enc_merge_step, each run's
+//              next pairs prefetched while the others step: the GPU's rule, a CPU's order);
+//              the answers go into the cache
+//   emit       the window's ids in order
+//
+// Performance notes: solved one at a time as found, a miss cost ~1 us on the 2-core box (its
+// whole-token probe and its merge's pair probes each wait on memory: the tables are several
+// MB): with 2% of o200k prose's pieces missing the cache, a pass ran at ~85 MB/s where the
+// lookups alone (no solving) ran at ~140; solved a window at a time, fresh text (8-28% of the
+// pieces missing a warm cache) ran 40-80% faster. Windows of 8 or 32 misses measured the same
+// as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
+#pragma once
+
+#ifndef ENC_CPU_AHEAD
+#define ENC_CPU_AHEAD 8  // a power of two
+#endif
+#ifndef ENC_CPU_WINDOW
+#define ENC_CPU_WINDOW 256  // pieces a window holds at most
+#endif
+#ifndef ENC_CPU_MISSES
+#define ENC_CPU_MISSES 16  // misses that end a window (two rounds of the lanes)
+#endif
+#ifndef ENC_CPU_LANES
+#define ENC_CPU_LANES 8
+#endif
+
+// Whether a piece of len bytes goes through the piece cache.
+__forceinline__ bool enc_cpu_cached(const EncCpuCache* c, enc_u32 len) {
+  return c != nullptr && len >= 2 && len <= ENC_CPU_KEY_BYTES;
+}
+
+struct EncCpuFound {
+  enc_i64 s;
+  enc_u32 len;
+  EncCpuKey k;  // a piece for the slots: its key
+  enc_u64 h;    // a piece for the long tier: THE BYTES HASH
+};
+
+#ifndef ENC_CPU_LONG_HITS
+#define ENC_CPU_LONG_HITS 4096  // ids of the long tier's answers a window holds
+#endif
+
+// A window of pieces (each shorter than ENC_LONG_PIECE) from a first miss on, and the answers
+// found so far (a miss's start and length are kept; a hit's ids only).
+struct EncCpuWindow {
+  enc_u32 count = 0;
+  enc_i64 s[ENC_CPU_WINDOW];
+  enc_u32 len[ENC_CPU_WINDOW];
+  enc_u32 n[ENC_CPU_WINDOW];    // ids
+  enc_u32* at[ENC_CPU_WINDOW];  // where they are
+  EncCpuKey k[ENC_CPU_WINDOW];
+  enc_u32 hit[ENC_CPU_WINDOW][ENC_CPU_SLOT_IDS];
+  enc_u32 long_hit[ENC_CPU_LONG_HITS];  // the long tier's answers (waiting behind a miss)
+  enc_u32 long_used = 0;
+  enc_u32 miss[ENC_CPU_MISSES];  // the misses' window indices
+  enc_u32 miss_all[ENC_CPU_MISSES];
+  enc_u32 n_miss = 0;
+  enc_u64 h[ENC_CPU_WINDOW];     // a miss's bytes hash
+  enc_u32 mids[ENC_CPU_MISSES * ENC_LONG_PIECE];  // the misses' ids
+  // merge lanes (see encode_merge.cu: EncHostLanes, the chunk pipeline's)
+  EncMergeRun run[ENC_CPU_LANES];
+  enc_u32 lane_ids[ENC_CPU_LANES][ENC_LONG_PIECE];
+  enc_u32 lane_pr[ENC_CPU_LANES][ENC_LONG_PIECE];
+  enc_u32 lane_of[ENC_CPU_LANES];  // the window index a lane merges
+};
+
+// The window's misses solved: whole tokens, then merges in lanes; answers cached.
+inline void enc_cpu_solve_window(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                 EncCpuWindow& w, const enc_u8* base) {
+  if (w.n_miss == 0) return;
+  const bool whole = m.w.bits != 0;
+  enc_u32* dst = w.mids;
+  for (enc_u32 q = 0; q < w.n_miss; ++q) {  // hashes; whole-token slots prefetched
+    const enc_u32 j = w.miss[q];
+    w.at[j] = dst;
+    dst += w.len[j];
+    if (!whole || w.len[j] > m.w_max_len) continue;
+    if (!enc_cpu_long(c, w.len[j]))  // (the long tier's pieces have theirs)
+      w.h[j] = enc_cpu_cached(c, w.len[j]) ? enc_cpu_key_hash(w.k[j], w.len[j])
+                                           : enc_bytes_hash(base + w.s[j], w.len[j]);
+    ENC_PREFETCH(m.w.slots + 4 * enc_whole_home(m.w, w.h[j]));
+  }
+  if (whole) {
+    for (enc_u32 q = 0; q < w.n_miss; ++q) {  // the token bytes a matching slot points at
+      const enc_u32 j = w.miss[q];
+      if (w.len[j] > m.w_max_len) continue;
+      const enc_u32* slot = m.w.slots + 4 * enc_whole_home(m.w, w.h[j]);
+      if (slot[0] == (enc_u32)w.h[j]) ENC_PREFETCH(m.w.tok_bytes + slot[2]);
+    }
+  }
+  for (enc_u32 q = 0; q < w.n_miss; ++q) w.miss_all[q] = w.miss[q];
+  enc_u32 merges = 0;  // the misses that are no token, compacted to the front of miss
+  for (enc_u32 q = 0; q < w.n_miss; ++q) {
+    const enc_u32 j = w.miss[q];
+    if (whole && w.len[j] <= m.w_max_len) {
+      const enc_u32 id = enc_whole_lookup(m.w, base + w.s[j], w.len[j], w.h[j]);
+      if (id != ENC_NO_MERGE) {
+        w.at[j][0] = id;
+        w.n[j] = 1;
+        continue;
+      }
+    }
+    w.miss[merges++] = j;
+  }
+  // the merges, ENC_CPU_LANES in flight, each stepped in turn
+  enc_u32 next = 0, busy = 0;
+  enc_u32 free_lane[ENC_CPU_LANES], active[ENC_CPU_LANES];
+  for (enc_u32 l = 0; l < ENC_CPU_LANES; ++l) free_lane[l] = l;
+  enc_u32 n_free = ENC_CPU_LANES;
+  while (next < merges || busy) {
+    while (next < merges && n_free) {
+      const enc_u32 l = free_lane[--n_free];
+      const enc_u32 j = w.miss[next++];
+      enc_merge_short_begin(m.t, w.run[l], base + w.s[j], m.byte_ids, w.lane_ids[l],
+                            w.lane_pr[l], w.len[j]);
+      w.run[l].roomy = true;  // (the lane's arrays: ENC_LONG_PIECE each)
+      w.lane_of[l] = j;
+      active[busy++] = l;
+    }
+    for (enc_u32 a = 0; a < busy;) {
+      const enc_u32 l = active[a];
+      if (enc_merge_step(m.t, w.run[l])) {
+        ++a;
+        continue;
+      }
+      const enc_u32 j = w.lane_of[l];
+      const enc_u32 k = w.run[l].len;
+      for (enc_u32 x = 0; x < k; ++x) w.at[j][x] = w.lane_ids[l][x];
+      w.n[j] = k;
+      active[a] = active[--busy];
+      free_lane[n_free++] = l;
+    }
+  }
+  for (enc_u32 q = 0; q < w.n_miss; ++q) {  // the answers into the cache
+    const enc_u32 j = w.miss_all[q];
+    if (enc_cpu_long(c, w.len[j])) {
+      enc_cpu_long_put(c, w.h[j], base + w.s[j], w.len[j], w.at[j], w.n[j]);
+      ++wk.inserts;
+      continue;
+    }
+    if (!enc_cpu_cached(c, w.len[j])) continue;
+    if (w.n[j] > ENC_CPU_SLOT_IDS) {  // in the long tier, its slot saying so (0 ids)
+      const enc_u64 h = enc_cpu_key_hash(w.k[j], w.len[j]);
+      enc_cpu_long_put(c, h, base + w.s[j], w.len[j], w.at[j], w.n[j]);
+      enc_cpu_cache_put(c, w.k[j], w.len[j], w.at[j], 0);
+    } else {
+      enc_cpu_cache_put(c, w.k[j], w.len[j], w.at[j], w.n[j]);
+    }
+    ++wk.inserts;
+  }
+}
+
+// The window solved and its ids emitted to out; returns the end of the ids.
+inline enc_u32* enc_cpu_flush(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                              EncCpuWindow& w, const enc_u8* base, enc_u32* out) {
+  enc_cpu_solve_window(m, c, wk, w, base);
+  for (enc_u32 j = 0; j < w.count; ++j) {
+    const enc_u32* src = w.at[j];
+    const enc_u32 k = w.n[j];
+    for (enc_u32 x = 0; x < k; ++x) out[x] = src[x];
+    out += k;
+  }
+  w.count = 0;
+  w.n_miss = 0;
+  w.long_used = 0;
+  return out;
+}
+
+// A found piece looked up: the one-byte block or the cache answer it; else it waits in the
+// window as a miss. While the window is empty the answer goes straight to out (returned: the
+// end of out's ids); once a miss waits, every piece after it waits with it, for the order.
+// (A long piece never comes here.)
+__forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                         EncCpuWindow& w, const EncCpuFound& f,
+                                         const enc_u8* base, enc_u32* out) {
+  const enc_u32 j = w.count;
+  enc_u32* dst = j ? w.hit[j] : out;
+  if (f.len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
+    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + base[f.s]];
+    if (id != ENC_NO_MERGE) {
+      if (j == 0) {
+        out[0] = id;
+        return out + 1;
+      }
+      w.hit[j][0] = id;
+      w.n[j] = 1;
+      w.at[j] = w.hit[j];
+      w.count = j + 1;
+      return out;
+    }
+  }
+  if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+    w.h[j] = f.h;
+    ++wk.lookups;
+    enc_u32* at = j ? w.long_hit + w.long_used : out;
+    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
+    if (got >= 0) {
+      ++wk.hits;
+      if (j == 0) return out + got;
+      w.long_used += (enc_u32)got;
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
+      w.count = j + 1;
+      return out;
+    }
+  } else if (enc_cpu_cached(c, f.len)) {
+    ++wk.lookups;
+    int got = enc_cpu_cache_get(c, f.k, f.len, dst);
+    enc_u32* at = w.hit[j];
+    if (got == 0) {  // the slot says: more ids than it holds, in the long tier
+      at = j ? w.long_hit + w.long_used : out;
+      got = enc_cpu_long_get(c, enc_cpu_key_hash(f.k, f.len), base + f.s, f.len, at);
+      if (got > 0) w.long_used += j ? (enc_u32)got : 0u;
+    }
+    if (got > 0) {
+      ++wk.hits;
+      if (j == 0) return out + got;
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
+      w.count = j + 1;
+      return out;
+    }
+    w.k[j] = f.k;
+  }
+  w.s[j] = f.s;
+  w.len[j] = f.len;
+  w.at[j] = w.hit[j];
+  w.miss[w.n_miss++] = j;
+  w.count = j + 1;
+  return out;
+}
+
+// The ids of one segment (a text with no special token in it, in a text buffer) into out (room
+// for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
+// end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
+// memory); *end_at: where the last piece ended (stop, unless one ran past it).
+template <class T>
+enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                            enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+  EncCpuFound ring[ENC_CPU_AHEAD];
+  EncCpuWindow& w = *wk.window;
+  w.count = w.n_miss = 0;
+  unsigned found = 0, done = 0;  // pieces found, pieces looked up (ring indices mod AHEAD)
+  enc_i64 i = 0;
+  while (true) {
+    if (i < stop) {  // find the next piece; its cache slot on its way
+      enc_i64 e = enc_cpu_match(t, i);
+      if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
+      EncCpuFound& f = ring[found++ & (ENC_CPU_AHEAD - 1)];
+      f.s = i;
+      f.len = (enc_u32)(e - i);
+      if (enc_cpu_cached(c, f.len)) {
+        enc_cpu_key(t.buf + i, f.len, f.k);
+        ENC_PREFETCH(enc_cpu_slot(c, f.k));
+      } else if (enc_cpu_long(c, f.len)) {
+        f.h = enc_bytes_hash(t.buf + i, f.len);
+        ENC_PREFETCH(enc_cpu_long_home(c, f.h));
+      }
+      i = e;
+      if (found - done < ENC_CPU_AHEAD) continue;
+    } else if (found == done) {
+      break;
+    }
+    const EncCpuFound& f = ring[done++ & (ENC_CPU_AHEAD - 1)];  // the oldest found piece
+    if (f.len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
+      out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+      const bool tier = enc_cpu_long(c, f.len);
+      int got = tier ? enc_cpu_long_get(c, f.h, t.buf + f.s, f.len, out) : -1;
+      if (got < 0) {
+        got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, f.h, tier, out);
+        if (got < 0) return nullptr;
+        if (tier) enc_cpu_long_put(c, f.h, t.buf + f.s, f.len, out, (enc_u32)got);
+      }
+      out += got;
+    } else {
+      // (room for the long tier's answer: at most one id a byte)
+      if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+      out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
+      if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
+        out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+    }
+  }
+  out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+  *end_at = i;
+  return out;
+}

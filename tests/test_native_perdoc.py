@@ -1,0 +1,348 @@
+"""The native CPU device's per-document pass (``gputok.backends.native.perdoc``, kernels/cpu_*.h,
+and its runner, ``backends/runners/perdoc.py``).
+
+Its ids against tiktoken and HF tokenizers: one text at a time and in batches, on 1-3 threads,
+with the piece cache (big, tiny: evictions on every other piece, and none), on the edge cases,
+random tricky texts and the real corpora; long documents sliced where a piece starts in every
+parse; str documents of every width, bytes and packed input; active and refused special tokens;
+the normaliser's quick check sending documents back.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+
+import numpy as np
+import pytest
+
+import gputok
+import testdata
+from conftest import NAMED, hf_encoding, hf_oracle, tiktoken_oracle
+from devicekit import EDGE, corpus_snippets, tricky_texts
+from gputok.backends import get_backend, native
+from gputok.backends.native.perdoc import PerDocPass, ascii_nibbles
+from gputok.specials import DisallowedSpecialError
+from gputok.stages.pack import Documents, Packed
+
+_ok, _why = native.available()
+pytestmark = pytest.mark.skipif(not _ok, reason=f"native backend unavailable: {_why}")
+
+
+def plan_of(enc):
+    plan = get_backend("native").model_plan(enc.model)
+    assert plan.mode == "device", plan.why
+    return plan
+
+
+def cpu(threads: int = 1, cache_slots=None) -> PerDocPass:
+    return PerDocPass(native.library(), threads, cache_slots)
+
+
+def batch(p: PerDocPass, enc, docs, allowed=frozenset(), refused=frozenset(), nfc=None):
+    plan = plan_of(enc)
+    active = enc.model.active_tokens(frozenset(allowed))
+    ids, off, flagged = p.encode_batch(plan.tables, enc.model, Documents(docs), active,
+                                       frozenset(refused), enc.model.id_dtype, nfc)
+    return [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)], flagged
+
+
+def first_diff(got, want) -> str:
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return f"first difference at id {k}: {got[k:k + 5]} vs {want[k:k + 5]}"
+
+
+def assert_docs(got, want, docs):
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"document {i} ({docs[i][:60]!r}...): {first_diff(g, w)}"
+    assert len(got) == len(want)
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_text_matches_tiktoken(name):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    tables = plan_of(enc).tables
+    texts = EDGE + tricky_texts(300, seed=len(name)) + list(corpus_snippets())
+    for cache_slots in (None, 64, 0):  # a big cache, one evicting all the time, none
+        p = cpu(1, cache_slots)
+        for _ in range(2):  # the second time from the cache
+            for t in texts:
+                want = tk.encode_ordinary(t)
+                got = p.encode_text(tables, t.encode("utf-8")).tolist()
+                assert got == want, f"{name} {t[:60]!r}: {first_diff(got, want)}"
+    stats = p.cache_stats(tables)
+    assert stats["slots"] == 0 and stats["lookups"] == 0
+
+
+def test_cache_is_used_and_bounded():
+    enc = gputok.get_encoding("cl100k_base")
+    tables = plan_of(enc).tables
+    p = cpu(1, 64)
+    docs = testdata.corpus("prose", max_mb=0.2)
+    for d in docs:
+        p.encode_text(tables, d.encode())
+    s = p.cache_stats(tables)
+    assert s["slots"] == 64 and s["lookups"] > 10_000
+    assert 0 < s["hits"] < s["lookups"] and s["inserts"] > s["slots"]  # evicted over and over
+    big = cpu(1, 1 << 16)
+    for d in docs:
+        big.encode_text(tables, d.encode())
+    a = big.cache_stats(tables)
+    for d in docs:  # the same text again: (almost) every piece from the cache
+        big.encode_text(tables, d.encode())
+    b = big.cache_stats(tables)
+    assert b["slots"] == 1 << 16
+    assert (b["hits"] - a["hits"]) / (b["lookups"] - a["lookups"]) > 0.95
+
+
+def test_long_tier_answers_long_pieces():
+    """Pieces of 25..1024 bytes (a CJK clause, a long word) and short ones of more ids than a
+    slot holds come from the long tier the second time; with no room left, nothing is kept
+    and the ids stay exact."""
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    tables = plan_of(enc).tables
+    texts = ["\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8" * 7 + "\u3002",
+             " " + "supercalifragilistic" * 3, "\U0001F600\U0001F44D\U0001F3FD" * 3,
+             "\u0928\u092e\u0938\u094d\u0924\u0947 " * 20, "x" * 1000 + " y", "z" * 1100]
+    for slots in (1 << 12, 64):  # room, and a tier that fills at once
+        p = cpu(1, slots)
+        for rep in range(3):
+            a = p.cache_stats(tables)
+            for t in texts:
+                assert p.encode_text(tables, t.encode()).tolist() == tk.encode_ordinary(t)
+            b = p.cache_stats(tables)
+            if rep and slots > 64:
+                assert b["hits"] - a["hits"] == b["lookups"] - a["lookups"] > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_batch_matches_tiktoken(name, threads, corpora):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    p = cpu(threads, 1 << 12)
+    for kind, docs in corpora.items():
+        docs = docs[:120]
+        want = tk.encode_ordinary_batch(docs, num_threads=1)
+        for _ in range(2):
+            got, flagged = batch(p, enc, docs)
+            assert flagged is None
+            assert_docs(got, want, docs)
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "p50k_base"])
+def test_batch_small_vocab_uint16(name):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    assert enc.model.id_dtype == np.uint16
+    docs = EDGE + tricky_texts(200, seed=7) + list(corpus_snippets())
+    got, _ = batch(cpu(2), enc, docs)
+    assert_docs(got, [tk.encode_ordinary(d) for d in docs], docs)
+
+
+def long_texts() -> list:
+    rng = random.Random(5)
+    prose = " ".join(testdata.corpus("prose", max_mb=0.6))
+    multi = "".join(testdata.corpus("multilingual", max_mb=0.4))
+    code = "\n".join(testdata.corpus("code", max_mb=0.4))
+    blob = base64.b64encode(rng.randbytes(300_000)).decode()
+    mixed = "".join(rng.choice(["a", "Z", " ", "  ", "\n", "1", "22", "'s", "\xe9", "\u4e2d",
+                                "\U0001F600", "\t"]) for _ in range(400_000))
+    return [prose, multi, code, blob, "a" * 300_001, " " * 200_003 + "x", "\n" * 150_000,
+            "x" * 140_000 + " " + "y" * 140_000, mixed]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base"])
+def test_long_documents_are_sliced_exactly(name):
+    enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+    docs = long_texts()
+    want = [tk.encode_ordinary(d) for d in docs]
+    for threads in (1, 3):
+        got, _ = batch(cpu(threads), enc, docs)
+        assert_docs(got, want, docs)
+    # the same as bytes (UTF-8 read in place) and as one packed buffer
+    raw = [d.encode() for d in docs]
+    got, _ = batch(cpu(2), enc, raw)
+    assert_docs(got, want, docs)
+
+
+def test_big_batch_tables_in_huge_pages():
+    """A batch of HUGE_BATCH_MIN bytes or more has its model's big tables copied into 2 MB
+    pages first; the ids stay tiktoken's, before and after."""
+    from gputok.backends.native import perdoc
+
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    docs = testdata.corpus("prose", max_mb=1.2)
+    want = [tk.encode_ordinary(d) for d in docs]
+    p = cpu(2)
+    m = p.model(plan_of(enc).tables)
+    got, _ = batch(p, enc, docs[:20])
+    assert not m.huge and got == want[:20]
+    big = docs * (perdoc.HUGE_BATCH_MIN // sum(len(d.encode()) for d in docs) + 1)
+    got, _ = batch(p, enc, big)
+    assert m.huge and got == want * (len(big) // len(docs))
+
+
+def test_every_str_width_and_input_form():
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    docs = ["plain ascii text", "caf\xe9 na\xefve \xff" * 50, "\u0100\u4e2d\u6587 x" * 30,
+            "\U0001F600 \u4e2d emoji" * 40, "", "x", "\xe9" * 200_000, "\u4e2d" * 150_000,
+            "\U0001F600" * 70_000 + " tail"]
+    want = [tk.encode_ordinary(d) for d in docs]
+    p = cpu(2)
+    for form in ("str", "bytes", "packed"):
+        if form == "str":
+            batch_docs = docs
+        elif form == "bytes":
+            batch_docs = [d.encode() for d in docs]
+        else:
+            raw = [d.encode() for d in docs]
+            off = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
+            batch_docs = Packed(b"".join(raw), off)
+        plan = plan_of(enc)
+        ids, off, _ = p.encode_batch(plan.tables, enc.model, Documents(batch_docs), frozenset(),
+                                     frozenset(), np.uint32)
+        got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+        assert_docs(got, want, docs)
+
+
+def test_surrogates_as_tiktoken():
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    docs = ["lone \ud83d surrogate", "ok", "\udc00 start", "pair \ud83d\ude00 joined by us"]
+    got, _ = batch(cpu(1), enc, docs)
+    assert got == [tk.encode_ordinary(d) for d in docs]
+
+
+def test_special_tokens_active_and_refused():
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    docs = ["a <|endoftext|> b", "<|endoftext|><|fim_prefix|>x<|endoftext|>", "none here",
+            "<|endoftext|", "tail <|fim_middle|>", "x" * 200_000 + "<|endoftext|>y"]
+    allowed = {"<|endoftext|>", "<|fim_prefix|>"}
+    got, _ = batch(cpu(2), enc, docs, allowed=allowed,
+                   refused=frozenset(enc.special_tokens_set) - allowed - {"<|fim_middle|>"})
+    assert got == [tk.encode(d, allowed_special=allowed, disallowed_special=()) for d in docs]
+    # the first refused token in document order, its document named, as split.py does
+    with pytest.raises(DisallowedSpecialError) as e:
+        batch(cpu(3), enc, ["clean"] * 50 + ["x <|fim_middle|> <|endoftext|>"] + ["<|endoftext|>"],
+              refused=frozenset(enc.special_tokens_set))
+    assert e.value.args[1:] == ("<|fim_middle|>", 50) or "document 50" in str(e.value)
+    assert "'<|fim_middle|>'" in str(e.value)
+
+
+def test_refused_tokens_are_found_apart_from_active_ones():
+    """A refused token whose occurrence overlaps an active one's is refused all the same (the
+    disallowed check runs on the text as given, as split.py's does)."""
+    ranks = {bytes([b]): b for b in range(256)}
+    enc = gputok.Encoding("tiny:overlap", pat_str=tiktoken_oracle("cl100k_base")._pat_str,
+                          mergeable_ranks=ranks, special_tokens={"<a>": 256, "a><b": 257})
+    p = cpu(1)
+    text = "x<a><b>y"
+    with pytest.raises(DisallowedSpecialError, match="'a><b'"):
+        enc.encode(text, allowed_special={"<a>"}, backend="numpy")
+    with pytest.raises(DisallowedSpecialError, match="'a><b'"):
+        batch(p, enc, ["fine", text], allowed={"<a>"}, refused=frozenset({"a><b"}))
+    got, _ = batch(p, enc, [text], allowed={"<a>"})
+    assert got == [enc.encode(text, allowed_special={"<a>"}, disallowed_special=(),
+                              backend="numpy")]
+
+
+def test_hf_added_tokens_llama3():
+    enc, hf = hf_encoding("llama3"), hf_oracle("llama3")
+    assert not enc.model.normalizer
+    docs = EDGE + list(corpus_snippets()) + ["<|begin_of_text|>hi<|eot_id|> there",
+                                            "x<|start_header_id|>user<|end_header_id|>\n\ny"]
+    got, _ = batch(cpu(2), enc, docs, allowed=enc.special_tokens_set)  # (HF cuts them all)
+    want = [hf.encode(d, add_special_tokens=False).ids for d in docs]
+    assert_docs(got, want, docs)
+
+
+def test_normaliser_quick_check_sends_documents_back():
+    enc = hf_encoding("qwen2")
+    plan = plan_of(enc)
+    assert plan.norm_form == "NFC"
+    nfc = plan.tables.arrays["nfc_bits"]
+    docs = ["ascii only", "e\u0301 combining", "caf\xe9 composed", "\u1100\u1161 hangul", "x"]
+    got, flagged = batch(cpu(1), enc, docs, nfc=nfc)
+    assert flagged.tolist() == [False, True, False, True, False]
+    hf = hf_oracle("qwen2")
+    for i in (0, 2, 4):
+        assert got[i] == hf.encode(docs[i], add_special_tokens=False).ids
+    assert got[1] == [] and got[3] == []
+
+
+def test_ascii_nibbles():
+    cls = np.arange(256, dtype=np.uint8) % 13
+    nib = ascii_nibbles(cls).reshape(16, 16)
+    for b in range(128):
+        for c in range(16):
+            assert bool(nib[c, b & 15] >> (b >> 4) & 1) == (cls[b] == c)
+
+
+def test_encode_str_one_call():
+    """A short str straight to its list (read where CPython keeps it, listed natively); a
+    lone surrogate or a long text is left to the caller (None)."""
+    enc, tk = gputok.get_encoding("cl100k_base"), tiktoken_oracle("cl100k_base")
+    tables = plan_of(enc).tables
+    p = cpu(1)
+    assert p._encode_str is not None  # (the library's str layout and list builder check out)
+    texts = EDGE + tricky_texts(200, seed=3) + ["caf\xe9", "\u4e2d\u6587 x", "\U0001F600!"]
+    for t in texts:
+        if len(t) > p.STR_LOCKED_MAX:
+            assert p.encode_str(tables, t) is None
+            continue
+        got = p.encode_str(tables, t)
+        if any(0xD800 <= ord(ch) < 0xE000 for ch in t):
+            assert got is None
+        else:
+            assert type(got) is list and got == tk.encode_ordinary(t), t
+    assert p.encode_str(tables, "x \ud83d y") is None
+    assert p.encode_str(tables, "a" * (p.STR_LOCKED_MAX + 1)) is None
+
+
+# ---------------------------------------------------------------- through the backend
+
+@pytest.fixture
+def backend():
+    return native.create(2, cache_slots=1 << 12)
+
+
+def test_backend_batches_take_the_pass(backend, corpora):
+    from gputok.stages import counters
+
+    for name in ("cl100k_base", "o200k_base"):
+        enc, tk = gputok.get_encoding(name), tiktoken_oracle(name)
+        for kind, docs in corpora.items():
+            docs = docs[:60]
+            before = counters["device.per_doc_batches"]
+            ids, off = enc.encode_batch_arrays(docs, disallowed_special=(), backend=backend)
+            assert counters["device.per_doc_batches"] == before + 1
+            assert_docs([ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))],
+                        tk.encode_ordinary_batch(docs), docs)
+            assert enc.encode_ordinary_batch(docs, backend=backend) == \
+                tk.encode_ordinary_batch(docs)
+    # the default contract: a special token's text is refused, naming the document
+    enc = gputok.get_encoding("cl100k_base")
+    with pytest.raises(DisallowedSpecialError, match="document 1"):
+        enc.encode_batch(["fine", "not <|endoftext|> fine"], backend=backend)
+
+
+def test_backend_texts_take_the_pass(backend):
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    texts = EDGE + tricky_texts(100, seed=11) + list(corpus_snippets()) + long_texts()[:2]
+    for t in texts:
+        assert enc.encode_ordinary(t, backend=backend) == tk.encode_ordinary(t)
+        assert enc.encode(t, disallowed_special=(), backend=backend) == \
+            tk.encode(t, disallowed_special=())
+    t = "hi <|endoftext|> there " * 3
+    assert enc.encode(t, allowed_special="all", backend=backend) == \
+        tk.encode(t, allowed_special="all")
+
+
+def test_backend_flagged_documents_take_the_pipeline(backend):
+    from gputok.stages import counters
+
+    enc, hf = hf_encoding("qwen2"), hf_oracle("qwen2")
+    docs = list(corpus_snippets()) + ["e\u0301 combining", "\u1100\u1161 hangul", "plain"]
+    before = counters["device.per_doc_flagged"]
+    ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=backend)
+    assert counters["device.per_doc_flagged"] > before
+    got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+    assert_docs(got, [hf.encode(d, add_special_tokens=False).ids for d in docs], docs)
