@@ -25,3 +25,25 @@ def code_points(text: str) -> np.ndarray:
     [97, 8364]
     """
     return np.frombuffer(text.encode("utf-32-le"), np.uint32)
+
+
+def probe_place(home: np.ndarray, cap: int) -> np.ndarray:
+    """Linear probing at ``cap`` slots (a power of two), built vectorised: the index of the key
+    in each slot, -1 where empty. Each pass writes every pending key into its slot if free; one
+    writer per slot wins (whichever the scatter kept), the others move one slot on. Any winner
+    gives a valid table: a key sits past its home only where every slot between was taken
+    first, and a slot once taken stays taken."""
+    owner = np.full(cap, -1, np.int64)
+    mask = cap - 1
+    pending = np.arange(len(home))
+    slot = np.asarray(home, np.int64).copy()
+    while len(pending):
+        s = slot[pending]
+        free = owner[s] < 0
+        cand, cs = pending[free], s[free]
+        owner[cs] = cand
+        placed = np.zeros(len(home), bool)
+        placed[cand[owner[cs] == cand]] = True
+        pending = pending[~placed[pending]]
+        slot[pending] = (slot[pending] + 1) & mask
+    return owner

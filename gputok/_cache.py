@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cache_dir", "write_atomic", "write_arrays", "map_arrays"]
+__all__ = ["cache_dir", "code_digest", "write_atomic", "write_arrays", "map_arrays"]
 
 
 def cache_dir(*parts: str) -> str:
@@ -21,6 +21,36 @@ def cache_dir(*parts: str) -> str:
     root = os.environ.get("GPUTOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                           "gputok")
     return os.path.join(root, *parts)
+
+
+_CODE: list = []
+
+
+def code_digest() -> bytes:
+    """sha256 of gputok's Python sources as the file system states them (each file's path,
+    size and modification time, in ns): what a cache entry built by this code is keyed by, so
+    another version or a local edit is another entry. Once per process (~1 ms for 200 files;
+    reading and hashing their contents cost 10-30 ms)."""
+    if not _CODE:
+        import hashlib
+
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.abspath(__file__))
+        todo = [""]
+        while todo:
+            rel = todo.pop()
+            with os.scandir(os.path.join(root, rel)) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for e in entries:
+                name = f"{rel}/{e.name}" if rel else e.name
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != "__pycache__":
+                        todo.append(name)
+                elif e.name.endswith(".py"):
+                    st = e.stat()
+                    h.update(b"%s\0%d\0%d\0" % (name.encode(), st.st_size, st.st_mtime_ns))
+        _CODE.append(h.digest())
+    return _CODE[0]
 
 
 def write_atomic(path: str, data: bytes) -> bool:

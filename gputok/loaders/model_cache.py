@@ -39,12 +39,12 @@ import time
 import zlib
 from pathlib import Path
 
-from .._cache import cache_dir, write_atomic
+from .._cache import cache_dir, code_digest as _code_digest, write_atomic
 
 FORMAT = 1
 MAGIC = b"GPTKMDL\0"
 MAX_BYTES = 1 << 30
-MIN_BUILD_S = 0.25
+MIN_BUILD_S = 0.005
 _HEADER = struct.Struct("<8sI32sQI")  # magic, format, key (raw sha256), payload bytes, crc32
 
 
@@ -52,15 +52,9 @@ def enabled() -> bool:
     return os.environ.get("GPUTOK_MODEL_CACHE", "1").strip() not in ("0", "false", "no", "off")
 
 
-@functools.lru_cache(maxsize=1)
 def code_digest() -> bytes:
-    """sha256 of gputok's Python sources (relative paths and contents)."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(p.read_bytes())
-    return h.digest()
+    """gputok's code, as ``_cache.code_digest`` states it."""
+    return _code_digest()
 
 
 def make_key(kind: str, source_digest: str, *args) -> bytes:

@@ -117,16 +117,6 @@ class SpmTables:
                 "nflags": u32(self.nflags)}
 
 
-def _cut_set(inner_keys: np.ndarray) -> tuple[np.ndarray, MergeTable]:
-    """The inner character pairs (``CharBpe.inner_keys``: ``a << 21 | b``, or one impossible
-    key when there are none) as ``a << 32 | b`` keys and their hash set."""
-    k = np.asarray(inner_keys, np.uint64)
-    k = k[k < np.uint64(1 << 63)]
-    keys = ((k >> np.uint64(21)) << np.uint64(32)) | (k & np.uint64(CP_MASK))
-    pairs = {int(x): (0, 0) for x in keys.tolist()}
-    return keys, MergeTable(pairs, np.zeros(256, np.uint32), None)
-
-
 _built: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _built_lock = threading.Lock()
 
@@ -152,14 +142,15 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
                 "sentence runs on the host")
     device_norm = norm.charsmap is None and not norm.collapse and not norm.suffix
     sym = fam.bpe.sym_of
-    n_sym = fam.n_vocab + len(fam.extra_chars)
-    texts = fam.pieces + fam.extra_chars
-    fin = np.full(n_sym, UNKNOWN | 0xFFFD, np.uint32)
     ok = fam.emittable
+    fin = np.full(len(ok), UNKNOWN | 0xFFFD, np.uint32)
     fin[ok] = np.flatnonzero(ok).astype(np.uint32)
-    for s in np.flatnonzero(~ok).tolist():
-        if len(texts[s]) == 1:  # a character no piece emits: expanded
-            fin[s] = UNKNOWN | ord(texts[s])
+    # a character no piece emits (a single-character piece, an extra symbol): expanded
+    cps, coff = fam.table.chars
+    one = np.flatnonzero(~ok[:fam.n_vocab] & (np.diff(coff) == 1))
+    fin[one] = np.uint32(UNKNOWN) | cps[coff[one]]
+    extra = fam.extra_cps
+    fin[fam.n_vocab:] = np.uint32(UNKNOWN) | extra
     space_id = NO_ID
     if device_norm:
         if fam.user_defined and any(" " in u or "\u2581" in u for u in fam.user_defined):
@@ -189,8 +180,8 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
     else:
         flags |= FUSE_UNK
         byte_ids = np.full(256, NO_ID, np.uint32)
-    keys, cuts = _cut_set(fam.bpe.inner_keys)
-    return SpmTables(sym=sym, pairs=fam.bpe.table, cut_keys=keys, cuts=cuts, fin=fin,
+    cuts = fam.bpe.cut_table
+    return SpmTables(sym=sym, pairs=fam.bpe.table, cut_keys=cuts.pair_keys, cuts=cuts, fin=fin,
                      byte_ids=byte_ids, flags=flags,
                      unk=fam.unk_id if fam.unk_id >= 0 else NO_ID, space_id=space_id,
                      normalizer="device" if device_norm else "rewrite" if rewrite else "host",
@@ -252,8 +243,8 @@ def _hf_tables(model) -> "SpmTables | str":
         flags |= CUT_UNKNOWN
     if ms is not None and ms.split_words:
         flags |= SPLIT
-    keys, cuts = _cut_set(fam.bpe.inner_keys)
-    return SpmTables(sym=sym, pairs=fam.bpe.table, cut_keys=keys, cuts=cuts,
+    cuts = fam.bpe.cut_table
+    return SpmTables(sym=sym, pairs=fam.bpe.table, cut_keys=cuts.pair_keys, cuts=cuts,
                      fin=np.zeros(1, np.uint32), byte_ids=byte_ids, flags=flags,
                      unk=NO_ID if fam.unk_token is None else fam.unk_id,
                      space_id=int(sym[SPACE_CP]) if plan is not None and plan[1] else NO_ID,

@@ -26,7 +26,7 @@ import random
 
 import numpy as np
 
-from .._arrays import unique_sorted
+from .._arrays import probe_place, unique_sorted
 from .._cache import cache_dir, write_atomic
 
 NO_MERGE = np.uint32(0xFFFFFFFF)
@@ -75,29 +75,19 @@ class MergeTable:
                 "h_merged": self.h_merged}
 
     def _build_hash(self, keys, prio, merged) -> None:
-        """Linear probing at load factor <= 1/2, built vectorised: each pass places, for every
-        free slot, the first key that probes it; the rest move one slot on."""
+        """Linear probing at load factor <= 1/2, built vectorised (``_arrays.probe_place``)."""
         bits = max(4, int(len(keys) * 2 - 1).bit_length())
         self.hash_bits = bits
         cap = 1 << bits
+        owner = probe_place(self._home(keys), cap)
+        used = owner >= 0
+        at = owner[used]
         self.h_keys = np.full(cap, EMPTY_KEY, dtype=np.uint64)
+        self.h_keys[used] = keys[at]
         self.h_prio = np.full(cap, NO_MERGE, dtype=np.uint32)
+        self.h_prio[used] = prio[at]
         self.h_merged = np.zeros(cap, dtype=np.uint32)
-        pending = np.arange(len(keys))
-        slot = self._home(keys)
-        while len(pending):
-            s = slot[pending]
-            free = self.h_keys[s] == EMPTY_KEY
-            cand = pending[free]
-            _, first = np.unique(s[free], return_index=True)
-            win = cand[first]
-            self.h_keys[slot[win]] = keys[win]
-            self.h_prio[slot[win]] = prio[win]
-            self.h_merged[slot[win]] = merged[win]
-            placed = np.zeros(len(keys), dtype=bool)
-            placed[win] = True
-            pending = pending[~placed[pending]]
-            slot[pending] = (slot[pending] + 1) & (cap - 1)
+        self.h_merged[used] = merged[at]
 
     def _home(self, q: np.ndarray) -> np.ndarray:
         return ((q * HASH_MUL) >> np.uint64(64 - self.hash_bits)).astype(np.int64)

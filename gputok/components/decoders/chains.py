@@ -21,9 +21,13 @@ valid; ``decode(ids, errors="strict")`` raises where they are not.
 from __future__ import annotations
 
 import codecs
+import functools
 import operator
 
+import numpy as np
+
 from ...decode import as_int_list
+from ..segmenters.pieces import SPACE_UTF8
 
 _PER_BYTE = "gputok.perbyte"
 
@@ -47,39 +51,84 @@ class SpmDecoder:
     """sentencepiece's decoding of one model (see the module docstring); ``fam`` is its
     ``components.segmenters.spm_bpe.SpmFamily``."""
 
-    def __init__(self, fam):
+    def __init__(self, fam, table=None, types=None):
+        from ..segmenters.pieces import PieceTable
         from ..segmenters.spm_bpe import BYTE, CONTROL, UNKNOWN_T
-        from ..normalizers.spm import SPACE
 
+        self.fam = fam
+        if table is None:
+            table = PieceTable.from_lists(fam.pieces, [0.0] * fam.n_vocab, fam.types)
+        self.table = table
+        self.type_codes = np.asarray(types if types is not None else table.types, np.uint8)
         self.n_vocab = fam.n_vocab
-        self.types = fam.types
         self.byte, self.control, self.unknown = BYTE, CONTROL, UNKNOWN_T
         self.unk_id = fam.unk_id
-        surface = fam.unk_surface.encode("utf-8")
-        self.parts: list = []
-        self.lead: list = []  # the piece starts with "▁" (a strippable leading space)
-        for i, (p, t) in enumerate(zip(fam.pieces, fam.types)):
-            if t == BYTE:
-                self.parts.append(bytes([int(p[3:5], 16)]) if p.startswith("<0x") else b"")
-            elif t == CONTROL:
-                self.parts.append(b"")
-            elif t == UNKNOWN_T or i == fam.unk_id:
-                self.parts.append(surface)
-            else:
-                self.parts.append(p.replace(SPACE, " ").encode("utf-8"))
-            self.lead.append(t not in (BYTE, CONTROL, UNKNOWN_T) and p.startswith(SPACE))
+        self.surface = bool(fam.unk_surface)
         self.strip, self.all_ws = fam.decode_strip, fam.decode_all_ws
-        self.surface = bool(surface)
-        # decode's tables: each piece's bytes with a control piece as NUL (it ends a run of
-        # byte pieces, as "\x00" does, and goes after decoding); the byte piece <0x00> (its
-        # NUL must stay) and the pieces whose bytes have a NUL or are not UTF-8 alone (none in
-        # real models) take the per-run path
-        self.marked = tuple(b"\x00" if t == CONTROL else p for p, t in zip(self.parts, fam.types))
-        self.nul = next((i for i, (p, t) in enumerate(zip(self.parts, fam.types))
-                         if t == BYTE and p == b"\x00"), None)
-        self.odd = frozenset(i for i, (p, t) in enumerate(zip(self.parts, fam.types))
-                             if t != BYTE and (b"\x00" in p or
-                                               p.decode("utf-8", "replace").encode() != p))
+
+    # decode's tables, built on the first decode (a load does not pay for them)
+    @functools.cached_property
+    def types(self) -> list:
+        return self.type_codes.tolist()
+
+    @functools.cached_property
+    def parts(self) -> list:
+        """Each piece's bytes in decoded text: "▁" as a space, a byte piece as its byte, a
+        control piece as nothing, unk as the unk surface."""
+        fam, types = self.fam, self.type_codes
+        blob, off = self.table.spaced
+        ol = off.tolist()
+        parts = [blob[a:b] for a, b in zip(ol, ol[1:])]
+        for i in np.flatnonzero(types == self.byte).tolist():
+            p = self.table.text(i)
+            parts[i] = bytes([int(p[3:5], 16)]) if p.startswith("<0x") else b""
+        for i in np.flatnonzero(types == self.control).tolist():
+            parts[i] = b""
+        surface = fam.unk_surface.encode("utf-8")
+        for i in np.flatnonzero(types == self.unknown).tolist() + [fam.unk_id] * (
+                fam.unk_id >= 0):
+            parts[i] = surface
+        return parts
+
+    @functools.cached_property
+    def lead(self) -> list:
+        """The piece starts with "▁" (a strippable leading space)."""
+        t = self.type_codes
+        return (self.table.starts_with(SPACE_UTF8) & (t != self.byte) & (t != self.control)
+                & (t != self.unknown)).tolist()
+
+    @functools.cached_property
+    def marked(self) -> tuple:
+        """Each piece's bytes with a control piece as NUL (it ends a run of byte pieces, as
+        "\x00" does, and goes after decoding)."""
+        marked = list(self.parts)
+        for i in np.flatnonzero(self.type_codes == self.control).tolist():
+            marked[i] = b"\x00"
+        return tuple(marked)
+
+    @functools.cached_property
+    def nul(self) -> "int | None":
+        """The byte piece <0x00> (its NUL must stay: the per-run path)."""
+        parts = self.parts
+        return next((i for i in np.flatnonzero(self.type_codes == self.byte).tolist()
+                     if parts[i] == b"\x00"), None)
+
+    @functools.cached_property
+    def odd(self) -> frozenset:
+        """Pieces (not byte pieces) whose bytes hold a NUL (none in real models; sentencepiece
+        skips a NUL piece) or are not UTF-8 alone (none: pieces are checked at load): the
+        per-run path."""
+        fam = self.fam
+        blob, off = self.table.spaced
+        at = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
+        ids = np.unique(np.searchsorted(off, at, "right") - 1)
+        t = self.type_codes
+        unk = (t[ids] == self.unknown) | (ids == fam.unk_id)
+        odd = set(ids[(t[ids] != self.byte) & (t[ids] != self.control) & ~unk].tolist())
+        if "\0" in fam.unk_surface:
+            odd.update(np.flatnonzero(t == self.unknown).tolist() + [fam.unk_id] * (
+                fam.unk_id >= 0))
+        return frozenset(odd)
 
     def is_byte(self, i: int) -> bool:
         return self.types[i] == self.byte

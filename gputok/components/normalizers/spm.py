@@ -20,6 +20,7 @@ spaces stay -- so a plain run and a rewrite cannot be merged before the whitespa
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -52,10 +53,16 @@ class SpmNormalizer:
         self.collapse = remove_extra_whitespaces
         self.space = SPACE if escape_whitespaces else " "
         self.suffix = treat_whitespace_as_suffix
-        ud = sorted(set(user_defined), key=lambda u: (-len(u), u))  # longest first
-        self.ud_regex = re.compile("|".join(map(re.escape, ud))) if ud else None
-        self.ud_first = (np.array(sorted({ord(u[0]) for u in ud}), np.uint32) if ud
-                         else None)
+        self._ud = sorted(set(user_defined), key=lambda u: (-len(u), u))  # longest first
+        self.ud_first = (np.array(sorted({ord(u[0]) for u in self._ud}), np.uint32)
+                         if self._ud else None)
+
+    @functools.cached_property
+    def ud_regex(self):
+        """The user-defined pieces, longest first, as one regex (None: none); compiled on
+        first use (a load does not pay for it)."""
+        ud = self._ud
+        return re.compile("|".join(map(re.escape, ud))) if ud else None
 
     def _units(self, text: str) -> list:
         """[(string, is_rewrite)]: plain runs copied as they are, and each rule's output

@@ -36,6 +36,8 @@ array of pair keys).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import SegmenterDevice
@@ -82,6 +84,28 @@ class CharBpe:
         self.inner_keys = keys if len(keys) else np.zeros(1, np.uint64) + np.uint64(1 << 63)
         self.cut_unknown = cut_unknown
         self.table = MergeTable(pairs, np.zeros(256, np.uint32), None)
+
+    @classmethod
+    def from_arrays(cls, sym_of: np.ndarray, table: MergeTable, inner_keys: np.ndarray, *,
+                    cut_unknown: bool = True) -> "CharBpe":
+        """From its arrays (``spm_build``: built without dicts, or mapped from the cache)."""
+        self = cls.__new__(cls)
+        self.sym_of = sym_of
+        self.inner_keys = inner_keys if len(inner_keys) else \
+            np.zeros(1, np.uint64) + np.uint64(1 << 63)
+        self.cut_unknown = cut_unknown
+        self.table = table
+        return self
+
+    @functools.cached_property
+    def cut_table(self) -> MergeTable:
+        """The inner pairs as a hash set (THE PAIR PROBE's layout: ``a << 32 | b`` -> (0, 0)),
+        for the device's cuts."""
+        k = self.inner_keys[self.inner_keys < np.uint64(1 << 63)]
+        keys = ((k >> np.uint64(21)) << np.uint64(32)) | (k & np.uint64(CP_MASK))
+        zero = np.zeros(len(keys), np.uint32)
+        return MergeTable(None, np.zeros(256, np.uint32), None,
+                          arrays={"pair_keys": keys, "pair_prio": zero, "pair_merged": zero})
 
     # ---- cuts ----------------------------------------------------------------------------------
 

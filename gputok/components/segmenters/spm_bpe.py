@@ -31,15 +31,18 @@ is on float bit patterns); a NUL piece is skipped (conversion scripts add one ne
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
+from collections.abc import Mapping
 
 import numpy as np
 
 from ...stages import counters
 from .charbpe import CHUNK_DEVICE, CP_MASK, UNKNOWN, CharBpe, code_points
 from ..normalizers.spm import SPACE
-from . import Base
+from . import Base, spm_build
+from .pieces import PieceTable, duplicates
 
 NORMAL, UNKNOWN_T, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 TYPE_NAMES = {NORMAL: "NORMAL", UNKNOWN_T: "UNKNOWN", CONTROL: "CONTROL",
@@ -66,97 +69,153 @@ def byte_piece(b: int) -> str:
 
 
 class SpmFamily(Base):
-    """The tables of one SentencePiece BPE model (see the module docstring)."""
+    """The tables of one SentencePiece BPE model (see the module docstring). ``pieces``: a
+    ``PieceTable`` (``scores`` and ``types`` then None), or the pieces, scores and types as
+    lists. What a load checks is found here with array passes; the encode tables
+    (``spm_build``) are built, or mapped from the cache, when a text first needs them."""
 
     name = "SentencePiece BPE"
     cuts = True
     device = CHUNK_DEVICE  # (see the module docstring)
 
-    def __init__(self, pieces, scores, types, *, byte_fallback: bool, unk_surface: str,
-                 where: str, decode_strip: bool, decode_all_ws: bool):
+    def __init__(self, pieces, scores=None, types=None, *, byte_fallback: bool,
+                 unk_surface: str, where: str, decode_strip: bool, decode_all_ws: bool):
+        table = pieces if isinstance(pieces, PieceTable) else \
+            PieceTable.from_lists(pieces, scores, types)
         self.where = where
-        self.pieces = list(pieces)
-        self.types = list(types)
-        n = self.n_vocab = len(self.pieces)
+        self.table = table
+        n = self.n_vocab = len(table)
         self.byte_fallback = byte_fallback
-        self.piece_to_id: dict[str, int] = {}
-        for i, (p, t) in enumerate(zip(self.pieces, self.types)):
-            if p == "\0" and (t == UNUSED or byte_fallback):
-                self.types[i] = UNUSED  # sentencepiece skips it
-                continue
-            if not p or "\0" in p:
-                raise ValueError(f"{where}: piece {i} is empty or contains NUL")
-            if p in self.piece_to_id:
-                raise ValueError(f"{where}: piece {p!r} is defined twice (ids "
-                                 f"{self.piece_to_id[p]} and {i})")
-            if t == BYTE and not byte_fallback:
-                raise ValueError(f"{where}: byte piece {p!r} but byte_fallback is off")
-            self.piece_to_id[p] = i
-        unk = [i for i, t in enumerate(self.types) if t == UNKNOWN_T]
+        self.unk_surface = unk_surface
+        self.decode_strip, self.decode_all_ws = decode_strip, decode_all_ws
+        self.fuse_unk = not byte_fallback
+        t = table.types.copy()
+        off, blob = table.offsets, np.frombuffer(table.blob, np.uint8)
+        blen = np.diff(off)
+        # a NUL piece is skipped (sentencepiece does): UNUSED, and not a piece at all
+        nul_piece = (blen == 1) & (blob[np.minimum(off[:-1], max(len(blob) - 1, 0))] == 0) \
+            if len(blob) else np.zeros(n, bool)
+        skip = nul_piece & ((t == UNUSED) | byte_fallback)
+        t[skip] = UNUSED
+        self.type_codes = t
+        self.in_pid = ~skip
+        self._check(skip, blen)
+        unk = np.flatnonzero(t == UNKNOWN_T)
         if len(unk) > 1:
-            raise ValueError(f"{where}: more than one UNKNOWN piece (ids {unk})")
-        self.unk_id = unk[0] if unk else -1
+            raise ValueError(f"{where}: more than one UNKNOWN piece (ids {unk.tolist()})")
+        self.unk_id = int(unk[0]) if len(unk) else -1
         if self.unk_id < 0 and not byte_fallback:
             raise ValueError(f"{where}: no UNKNOWN piece and no byte fallback")
         self.byte_ids = np.full(256, max(self.unk_id, 0), np.uint32)
         if byte_fallback:
-            missing = [b for b in range(256) if byte_piece(b) not in self.piece_to_id]
+            found = self._byte_pieces()
+            missing = [b for b in range(256) if b not in found]
             if missing:
                 raise ValueError(f"{where}: byte_fallback is set but {len(missing)} byte pieces "
                                  f"are missing (first: {byte_piece(missing[0])})")
-            self.byte_ids[:] = [self.piece_to_id[byte_piece(b)] for b in range(256)]
+            self.byte_ids[:] = [found[b] for b in range(256)]
         self.byte_id_list = self.byte_ids.tolist()
-        self.unk_surface = unk_surface
-        self.decode_strip, self.decode_all_ws = decode_strip, decode_all_ws
-        self.specials = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
-                         if t == CONTROL}
-        self.user_defined = {p: i for i, (p, t) in enumerate(zip(self.pieces, self.types))
-                             if t == USER_DEFINED and self.piece_to_id.get(p) == i}
-        ud = sorted(self.user_defined, key=lambda u: (-len(u), u))  # longest first
-        self.ud_regex = re.compile("|".join(map(re.escape, ud))) if ud else None
-        self.fuse_unk = not byte_fallback
-        self._build_bpe(score_ranks(scores) if n else np.zeros(0, np.int64))
+        self.specials = self._texts_of(np.flatnonzero(t == CONTROL))
+        self.user_defined = self._texts_of(np.flatnonzero((t == USER_DEFINED) & ~skip))
+
+    def _check(self, skip: np.ndarray, blen: np.ndarray) -> None:
+        """The first piece (in id order) that is empty, holds a NUL, repeats an earlier one or
+        is a byte piece without byte fallback raises, as a walk in id order would."""
+        table, where = self.table, self.where
+        bad = ~skip & (blen == 0)
+        nul = np.flatnonzero(np.frombuffer(table.blob, np.uint8) == 0)
+        if len(nul):
+            bad[np.searchsorted(table.offsets, nul, "right") - 1] = True
+        bad &= ~skip
+        first_equal = duplicates(table, np.flatnonzero(~skip))
+        twice = first_equal >= 0
+        byte_off = (self.type_codes == BYTE) & ~skip & (not self.byte_fallback)
+        worst = np.flatnonzero(bad | twice | byte_off)
+        if not len(worst):
+            return
+        i = int(worst[0])
+        if bad[i]:
+            raise ValueError(f"{where}: piece {i} is empty or contains NUL")
+        p = table.text(i)
+        if twice[i]:
+            raise ValueError(f"{where}: piece {p!r} is defined twice (ids "
+                             f"{int(first_equal[i])} and {i})")
+        raise ValueError(f"{where}: byte piece {p!r} but byte_fallback is off")
+
+    def _byte_pieces(self) -> dict:
+        """byte -> id of the pieces spelled "<0xXX>" (by text, whatever their type)."""
+        table = self.table
+        cand = np.flatnonzero(self.in_pid & (np.diff(table.offsets) == 6)
+                              & table.starts_with(b"<0x"))
+        out: dict = {}
+        for i in cand.tolist():
+            p = table.text(i)
+            if p.endswith(">"):
+                try:
+                    b = int(p[3:5], 16)
+                except ValueError:
+                    continue
+                if p == byte_piece(b):
+                    out.setdefault(b, i)
+        return out
+
+    def _texts_of(self, ids: np.ndarray) -> dict:
+        return {self.table.text(i): i for i in ids.tolist()}
 
     # ---- tables --------------------------------------------------------------------------------
 
-    def _build_bpe(self, rank: np.ndarray) -> None:
-        pid, types = self.piece_to_id, self.types
-        mergeable = (NORMAL, USER_DEFINED, UNUSED)
-        # merge results: NORMAL and UNUSED pieces (a user-defined piece is never one, see above)
-        results = [(p, i) for p, i in pid.items() if len(p) > 1 and types[i] in (NORMAL, UNUSED)]
-        extra: dict[str, int] = {}  # characters inside pieces that are not pieces themselves
-        for p, _ in results:
-            for c in p:
-                if c not in pid and c not in extra:
-                    extra[c] = self.n_vocab + len(extra)
-        self.extra_chars = list(extra)
-        char_syms = {p: i for p, i in pid.items() if len(p) == 1}
-        char_syms.update(extra)
-        frozen = set(self.user_defined.values())
-        # every text a symbol can have: a character (not a frozen one), or a merge result
-        sym_of_text = {c: i for c, i in char_syms.items() if i not in frozen}
-        sym_of_text.update(results)
-        get = sym_of_text.get
-        pairs: dict[int, tuple[int, int]] = {}
-        rank_l = rank.tolist()
-        merged_unused = False
-        for p, i in results:
-            r = (rank_l[i], i)
-            for k in range(1, len(p)):
-                a = get(p[:k])
-                if a is not None:
-                    b = get(p[k:])
-                    if b is not None:
-                        pairs[a << 32 | b] = r
-                        merged_unused |= types[i] == UNUSED
-        inner = {(a, b) for p, i in pid.items() if types[i] in mergeable for a, b in zip(p, p[1:])}
-        self.bpe = CharBpe(char_syms, pairs, inner)
-        # final symbols emitted as they are: NORMAL and USER_DEFINED pieces
-        self.emittable = np.zeros(self.n_vocab + len(extra), bool)
-        for p, i in pid.items():
-            self.emittable[i] = types[i] in (NORMAL, USER_DEFINED)
-        self.unused_ids = frozenset(i for p, i in pid.items() if types[i] == UNUSED)
-        self.sentence_wide = merged_unused
+    @functools.cached_property
+    def _t(self) -> dict:
+        """The encode tables (``spm_build``), built or mapped on first use."""
+        return spm_build.tables(self.table, self.type_codes, self.in_pid,
+                                lambda: score_ranks(self.table.scores))
+
+    @functools.cached_property
+    def bpe(self) -> CharBpe:
+        return spm_build.char_bpe(self._t)
+
+    @property
+    def emittable(self) -> np.ndarray:
+        return self._t["emittable"]
+
+    @property
+    def sentence_wide(self) -> bool:
+        return self._t["sentence_wide"]
+
+    @property
+    def extra_cps(self) -> np.ndarray:
+        """The code points of the extra symbols (``extra_chars``)."""
+        return self._t["extra_cps"]
+
+    @functools.cached_property
+    def extra_chars(self) -> list:
+        """Characters inside pieces that are not pieces themselves (symbols n, n + 1, ...)."""
+        return [chr(c) for c in self._t["extra_cps"].tolist()]
+
+    @functools.cached_property
+    def unused_ids(self) -> frozenset:
+        return frozenset(np.flatnonzero(self.in_pid & (self.type_codes == UNUSED)).tolist())
+
+    @functools.cached_property
+    def ud_regex(self):
+        """The user-defined pieces, longest first, as one regex (None: none)."""
+        ud = sorted(self.user_defined, key=lambda u: (-len(u), u))
+        return re.compile("|".join(map(re.escape, ud))) if ud else None
+
+    @functools.cached_property
+    def pieces(self) -> list:
+        """Every piece as a str (built on first use: decoders, tests)."""
+        return self.table.texts
+
+    @functools.cached_property
+    def types(self) -> list:
+        """Every piece's type as an int (the NUL piece sentencepiece skips: UNUSED)."""
+        return self.type_codes.tolist()
+
+    @functools.cached_property
+    def piece_to_id(self) -> dict:
+        """piece -> id of every piece (built on first use)."""
+        return {p: i for i, p in enumerate(self.pieces) if self.in_pid[i]}
 
     # ---- stages --------------------------------------------------------------------------------
 
@@ -211,7 +270,7 @@ class SpmFamily(Base):
             return chr(s & CP_MASK)
         if s >= self.n_vocab:
             return self.extra_chars[s - self.n_vocab]
-        return self.pieces[s]
+        return self.table.text(s)
 
     def _unknown(self, s: int, out: list) -> None:
         if self.byte_fallback:
@@ -320,7 +379,7 @@ class SpmFamily(Base):
         return out
 
     def _resegment(self, s: int, rev: dict, out: list, depth: int) -> None:
-        is_piece = s < self.n_vocab and self.pieces[s] in self.piece_to_id
+        is_piece = s < self.n_vocab and bool(self.in_pid[s])
         t = self.types[s] if is_piece else None
         if depth > MAX_RESEGMENT_DEPTH:
             out.append(s) if is_piece and s != self.unk_id else self._unknown(s, out)
@@ -336,17 +395,66 @@ class SpmFamily(Base):
             self._unknown(s, out)  # an UNUSED single character is unknown
 
 
-def decoder_map(fam: SpmFamily) -> dict:
+def decoder_map(fam, table: "PieceTable | None" = None, types=None) -> "TokenBytes":
     """id -> bytes of each piece, as ``decode_single_token_bytes`` shows it: "▁" as a space, a
-    byte piece as its byte, unk as the unk surface, a control piece as its text."""
-    out = {}
-    for i, (p, t) in enumerate(zip(fam.pieces, fam.types)):
-        if t == BYTE and fam.byte_fallback and len(p) == 6 and p.startswith("<0x"):
-            out[i] = bytes([int(p[3:5], 16)])
-        elif t == UNKNOWN_T:
-            out[i] = fam.unk_surface.encode("utf-8")
-        elif t == CONTROL:
-            out[i] = p.encode("utf-8")
-        else:
-            out[i] = p.replace(SPACE, " ").encode("utf-8")
-    return out
+    byte piece as its byte, unk as the unk surface, a control piece as its text. ``table``,
+    ``types``: the family's pieces and their (effective) types, where it is not an
+    ``SpmFamily``."""
+    if table is None:
+        table, types = fam.table, fam.type_codes
+    return TokenBytes(table, np.asarray(types, np.uint8), fam.unk_surface, fam.byte_fallback)
+
+
+class TokenBytes(Mapping):
+    """``decoder_map``'s mapping, each id's bytes made when asked (a load builds no dict of n
+    entries); ``items()`` and the like make them all once."""
+
+    def __init__(self, table: PieceTable, types: np.ndarray, unk_surface: str,
+                 byte_fallback: bool):
+        self.table, self.types = table, types
+        self.unk_surface, self.byte_fallback = unk_surface, byte_fallback
+        self.n = len(table)
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
+            raise KeyError(i)
+        i = int(i)
+        t = int(self.types[i])
+        if t == UNKNOWN_T:
+            return self.unk_surface.encode("utf-8")
+        if t == BYTE and self.byte_fallback:
+            p = self.table.text(i)
+            if len(p) == 6 and p.startswith("<0x"):
+                return bytes([int(p[3:5], 16)])
+        if t == CONTROL or t == BYTE:
+            return self.table.text(i).encode("utf-8")
+        blob, off = self.table.spaced
+        return blob[off[i]:off[i + 1]]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __contains__(self, i) -> bool:
+        return isinstance(i, (int, np.integer)) and 0 <= i < self.n
+
+    def max_key(self) -> int:
+        return self.n - 1
+
+    def items(self):
+        return self._all.items()
+
+    def values(self):
+        return self._all.values()
+
+    @functools.cached_property
+    def _all(self) -> dict:
+        blob, off = self.table.spaced
+        ol = off.tolist()
+        out = dict(enumerate(blob[a:b] for a, b in zip(ol, ol[1:])))
+        t = self.types
+        for i in np.flatnonzero((t == UNKNOWN_T) | (t == BYTE) | (t == CONTROL)).tolist():
+            out[i] = self[i]
+        return out
