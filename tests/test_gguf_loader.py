@@ -5,6 +5,7 @@ source tokenizer's ids through gputok (and agree with ``cpu_ref.gguf``)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -154,3 +155,35 @@ def test_llama_gguf_of_a_charsmap_model_does_not_normalise(tmp_path):
     for text in EDGES + testdata.botchan_lines()[:100]:
         assert enc.encode_ordinary(text) == ref.encode_ordinary(text), text
     assert enc.encode_ordinary("ｆｕｌｌ") != sp.encode("ｆｕｌｌ") == sp.encode("full")
+
+
+def test_a_file_seen_before_is_not_parsed_again(tmp_path, monkeypatch):
+    """A cached GGUF's key comes from the hint of its first load (size, mtime, first 4 KB ->
+    the bytes its metadata digest covers), checked by hashing those bytes: no parse. A file
+    changed under the same size and mtime fails that check and is parsed anew."""
+    from cpu_ref.spm_proto import parse_model
+    from gputok.loaders import model_cache
+
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUTOK_MODEL_CACHE", raising=False)
+    monkeypatch.setattr(model_cache, "MIN_BUILD_S", 0.0)
+    pieces = parse_model(F.model_source("mistral_v1")).pieces
+    k = next(i for i, (p, _, t) in enumerate(pieces) if t == 1 and p == "▁world")
+    changed = list(pieces)
+    changed[k] = ("▁QQQQQ", *pieces[k][1:])  # (the same number of bytes)
+    path = F.gguf_from_spm(F.model_bytes(pieces), tmp_path / "m.gguf")
+    other = F.gguf_from_spm(F.model_bytes(changed), tmp_path / "other.gguf")
+    text = "Hello world QQQQQ"
+    want = gputok.load(path).encode(text, backend="numpy")
+    parsed = []
+    real = L._read_metadata
+    monkeypatch.setattr(L, "_read_metadata", lambda p: parsed.append(p) or real(p))
+    assert gputok.load(path).encode(text, backend="numpy") == want
+    assert not parsed
+    st = path.stat()
+    assert other.stat().st_size == st.st_size
+    path.write_bytes(other.read_bytes())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the same size and mtime
+    got = gputok.load(path).encode(text, backend="numpy")
+    assert parsed == [path] and got != want
+    assert got == gputok.load(other).encode(text, backend="numpy")

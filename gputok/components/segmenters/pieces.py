@@ -211,18 +211,10 @@ class RunHasher:
         """Hash of each run ``[a[k], b[k])``."""
         return (self.prefix[b] - self.prefix[a]) * self.ipw[a]
 
-    def of_texts(self, texts: list) -> np.ndarray:
-        """Hash of each str, as ``runs`` gives it for the same characters."""
-        lens = np.fromiter(map(len, texts), np.int64, len(texts))
-        cps = code_points("".join(texts))
-        local = RunHasher(cps, self.base)
-        a = np.zeros(len(texts), np.int64)
-        np.cumsum(lens[:-1], out=a[1:])
-        return local.runs(a, a + lens)
-
 
 class PieceIndex:
-    """Pieces ``ids`` of ``table`` found by their text (module docstring)."""
+    """Pieces ``ids`` of ``table`` (of distinct texts) found by their text (module docstring);
+    ``HashClash`` where two of them have one hash under ``seed``."""
 
     def __init__(self, table: PieceTable, ids: np.ndarray, seed: int = 0):
         self.table = table
@@ -230,23 +222,19 @@ class PieceIndex:
         cps, coff = table.chars
         ids = np.asarray(ids, np.int64)
         keys = self.hasher.runs(coff[ids], coff[ids + 1])
-        order = np.argsort(keys, kind="stable")
-        same = np.flatnonzero(keys[order][1:] == keys[order][:-1])
-        for k in same.tolist():  # equal hashes: the same text (the caller's duplicate), or a clash
-            i, j = int(ids[order[k]]), int(ids[order[k + 1]])
-            if table.text(i) != table.text(j):
-                raise HashClash(f"pieces {i} and {j}")
+        if _any_equal(keys):
+            raise HashClash(f"seed {seed}")
         bits = max(4, int(len(ids) * 4 - 1).bit_length())
         self.bits = bits
         owner = place(self._home(keys), 1 << bits)
         used = owner >= 0
         self.keys = np.zeros(len(owner), np.uint64)
         self.keys[used] = keys[owner[used]]
-        self.ids = np.full(len(owner), -1, np.int64)
+        self.ids = np.full(len(owner), -1, np.int32)
         self.ids[used] = ids[owner[used]]
 
     def _home(self, q: np.ndarray) -> np.ndarray:
-        return ((q * _MUL) >> np.uint64(64 - self.bits)).astype(np.int64)
+        return ((q * _MUL) >> np.uint64(64 - self.bits)).astype(np.intp)
 
     def probe(self, q: np.ndarray) -> np.ndarray:
         """The piece whose hash is ``q`` (each), -1 where none (not yet checked by text)."""
@@ -267,31 +255,19 @@ class PieceIndex:
         """The indexed piece spelled by each run ``cps[a:b]`` of the table's own code points,
         -1 where none."""
         got = self.probe(self.hasher.runs(a, b))
+        cps, coff = self.table.chars
         hit = np.flatnonzero(got >= 0)
-        if len(hit):  # exact: same length and the same characters
-            cps, coff = self.table.chars
-            j = got[hit]
-            n = b[hit] - a[hit]
-            same = (coff[j + 1] - coff[j]) == n
-            idx = hit[same]
-            if len(idx):
-                n = n[same]
-                rep = np.repeat(np.arange(len(idx)), n)
-                within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-                eq = cps[np.repeat(a[idx], n) + within] == cps[np.repeat(coff[got[idx]], n)
-                                                              + within]
-                bad = np.zeros(len(idx), bool)
-                bad[rep[~eq]] = True
-                same[np.flatnonzero(same)[bad]] = False
-            got[hit[~same]] = -1
-        return got
-
-    def find_texts(self, texts: list) -> np.ndarray:
-        """The indexed piece of each str, -1 where none."""
-        got = self.probe(self.hasher.of_texts(texts))
-        for k in np.flatnonzero(got >= 0).tolist():
-            if self.table.text(int(got[k])) != texts[k]:
-                got[k] = -1
+        n = b[hit] - a[hit]
+        start = coff[got[hit]]
+        bad = (coff[got[hit] + 1] - start) != n  # exact: the same length, the same characters
+        live = np.flatnonzero(~bad)
+        j = 0
+        while len(live):
+            diff = cps[a[hit[live]] + j] != cps[start[live] + j]
+            bad[live[diff]] = True
+            j += 1
+            live = live[~diff & (n[live] > j)]
+        got[hit[bad]] = -1
         return got
 
 
@@ -348,3 +324,27 @@ def spaced_pieces(table: PieceTable) -> tuple[bytes, np.ndarray]:
         off = off - 2 * np.searchsorted(at, off)  # (a "▁" never straddles two pieces)
         blob = blob.replace(SPACE_UTF8, b" ")
     return blob, off
+
+
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """Some of each distinct value of ``keys`` (uint64): one of them, in no order; scatter
+    rounds as ``_any_equal``'s, so that a sort after sees the distinct values only (a million
+    character pairs, 30K distinct: 70 -> 15 ms)."""
+    pending = np.asarray(keys, np.uint64)
+    kept = []
+    for r in range(6):
+        if len(pending) < 2:
+            break
+        bits = max(4, int(2 * len(pending) - 1).bit_length())
+        mixed = (pending ^ np.uint64(_BASES[r % len(_BASES)])) * _MUL
+        slot = (mixed >> np.uint64(64 - bits)).astype(np.intp)
+        owner = np.empty(1 << bits, np.int32)
+        idx = np.arange(len(pending), dtype=np.int32)
+        owner[slot] = idx
+        win = owner[slot]
+        won = win == idx
+        kept.append(pending[won])
+        lost = np.flatnonzero(~won)
+        pending = pending[lost[pending[win[lost]] != pending[lost]]]  # (equal ones: dropped)
+    kept.append(pending)
+    return np.concatenate(kept)
