@@ -65,6 +65,32 @@ def measure(lib: str, name: str, repeat: int) -> list:
     return [statistics.median(r[k] for r in runs) for k in range(4)] + [ids]
 
 
+_IMPORT_ONLY = r"""
+import json, sys, time
+before = set(sys.modules)
+t0 = time.perf_counter()
+import gputok
+t1 = time.perf_counter()
+new = sorted(set(sys.modules) - before)
+print(json.dumps([t1 - t0, new]))
+"""
+
+
+def import_check(repeat: int) -> None:
+    """``import gputok`` alone in a fresh process (numpy not imported first): its time and the
+    modules it loads, which must not include numpy, regex or any of gputok's own stages (they
+    are imported on first use)."""
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _IMPORT_ONLY], capture_output=True,
+                                      text=True, check=True).stdout.strip().splitlines()[-1])
+            for _ in range(repeat)]
+    modules = runs[0][1]
+    heavy = [m for m in modules if m.split(".")[0] in ("numpy", "regex", "cupy", "mlx")
+             or m.startswith("gputok.")]
+    print(f"import gputok alone: {statistics.median(r[0] for r in runs) * 1e3:.2f} ms, "
+          f"{len(modules)} modules ({', '.join(modules[:8])}{', ...' if len(modules) > 8 else ''})"
+          f"{'; HEAVY: ' + ', '.join(heavy) if heavy else ''}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +105,7 @@ def main():
                            ["gigatoken", "toktok-rs", "quicktok-v1"]):
         print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d')}\n"
               f"command: {' '.join(sys.argv)}")
+        import_check(args.repeat)
         want = _common.tiktoken_for(args.encoding).encode_ordinary(TEXT)
         print(f"{'library':<13}{'numpy':>8}{'import':>8}{'get':>8}{'encode':>8}"
               f"{'get+encode':>12}{'total':>8}   (ms, median of {args.repeat} fresh processes)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -13,12 +13,13 @@ from .backends.device_tables import prefetch as prefetch_tables
 from .decode import StreamDecoder, as_int_list
 from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
-from .specials import check_disallowed, special_args
+from .specials import check_disallowed, first_chars, special_args, token_regex
 from .stages.pack import Documents
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
 Backend = "str | gputok.backends.Backend"  # a name ("auto", "numpy", "native", ...) or object
+_NO_SPECIALS = frozenset()  # ``encode``'s default allowed_special (compared by identity)
 _EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 
 
@@ -64,11 +65,20 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
+        self._text_calls: dict = {}  # backend name -> ``_text_call``
+        self._drop = model.drop_id is not None
+        self._special_search = None  # (``encode``'s default check, made on first use)
         if model.segmenter.byte_level:
             prefetch_tables(model)  # a device's first batch finds its tables read
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
+
+    def __getstate__(self) -> dict:  # (the bound text calls stay in this process)
+        return {k: v for k, v in self.__dict__.items() if k != "_text_calls"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _text_calls={})
 
     # ==== encoding ===============================================================================
 
@@ -82,10 +92,15 @@ class Encoding:
         >>> enc.encode_ordinary("<|endoftext|>")
         [27, 91, 8862, 728, 428, 91, 29]
         """
-        got = get_backend(backend).encode_text(self.model, text, frozenset())
-        return self._finish_list(got, add_special_tokens)
+        call = self._text_calls.get(backend)
+        if call is None:
+            call = self._text_call(backend)
+        got = call(text)
+        if add_special_tokens or self._drop:
+            got = self._finish_list(got, add_special_tokens)
+        return got
 
-    def encode(self, text: str, *, allowed_special: AllowedSpecial = frozenset(),
+    def encode(self, text: str, *, allowed_special: AllowedSpecial = _NO_SPECIALS,
                disallowed_special: DisallowedSpecial = "all", backend: Backend = "auto",
                add_special_tokens: bool = False) -> list[int]:
         """Encode ``text``. Special-token text raises ``ValueError`` unless allowed or disabled.
@@ -101,11 +116,42 @@ class Encoding:
         >>> enc.encode("hi<|endoftext|>", allowed_special={"<|endoftext|>"})
         [6151, 100257]
         """
-        allowed, disallowed = self._special_args(allowed_special, disallowed_special)
-        if disallowed:
-            check_disallowed(text, disallowed)
-        got = get_backend(backend).encode_text(self.model, text, allowed)
-        return self._finish_list(got, add_special_tokens)
+        if allowed_special is _NO_SPECIALS and disallowed_special == "all":
+            # the defaults (every special refused): one search for a special's first character
+            search = self._special_search
+            if search is None:
+                specials = self.model.special_set
+                search = self._special_search = (first_chars(specials) or token_regex(specials)
+                                                 if specials else False)
+            if search and search.search(text) is not None:
+                check_disallowed(text, self.model.special_set)
+            allowed = _NO_SPECIALS
+        else:
+            allowed, disallowed = self._special_args(allowed_special, disallowed_special)
+            if disallowed:
+                check_disallowed(text, disallowed)
+        if allowed:
+            got = get_backend(backend).encode_text(self.model, text, allowed)
+        else:
+            call = self._text_calls.get(backend)
+            got = (call or self._text_call(backend))(text)
+        if add_special_tokens or self._drop:
+            got = self._finish_list(got, add_special_tokens)
+        return got
+
+    def _text_call(self, backend) -> "Callable[[str], list]":
+        """The backend's function of one text with no special token allowed (``Backend.
+        text_call``, else its ``encode_text``), kept per backend name: a short text's encode
+        is then that call and little else."""
+        be = get_backend(backend)
+        model = self.model
+        call = be.text_call(model)
+        if call is None:
+            def call(text: str, encode_text=be.encode_text, none=frozenset()) -> list:
+                return encode_text(model, text, none)
+        if isinstance(backend, str):
+            self._text_calls[backend] = call
+        return call
 
     def _finish_list(self, ids: list, add_special_tokens: bool) -> list:
         """One text's ids as returned: without the drop id, with the post-processor's ids."""

@@ -15,6 +15,23 @@ def test_import_does_not_load_gpu_modules():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_import_is_light():
+    """``import gputok`` imports none of its dependencies (its names are imported on first
+    use): a process that only imports it pays ~1 ms, not numpy, regex and the pinned Unicode
+    data. The names still resolve, and ``from gputok import ...`` works."""
+    code = ("import sys; before = set(sys.modules); import gputok\n"
+            "heavy = [m for m in ('numpy', 'regex', 'hashlib', 'gputok.encoding', "
+            "'gputok.unicode', 'gputok.backends') if m in sys.modules and m not in before]\n"
+            "assert not heavy, heavy\n"
+            "from gputok import Encoding, load, train_bpe\n"
+            "assert gputok.Encoding is Encoding and gputok.export.save_hf_json\n"
+            "assert gputok.train.last_stats is None or gputok.train.last_stats\n"
+            "try:\n    gputok.no_such_name\nexcept AttributeError as e:\n"
+            "    assert 'no_such_name' in str(e)\nelse:\n    raise SystemExit('no error')\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_the_product_never_imports_the_spec():
     """cpu_ref is the specification, not a dependency: no module of gputok imports it (an
     allow-list, empty today), and encoding with it unimportable works on every path."""

@@ -412,6 +412,11 @@ def test_native_single_texts_take_one_call(tmp_path_factory):
     assert got == host_ids(enc, [text], frozenset({"[INST]", "</s>"}))[0]
     with pytest.raises(ValueError, match="special token"):
         enc.encode(text)
+    merges = be.dev.launches.get("encode_spm_merge", 0)
+    short = ["Hello world", "ok", "", " x  y "]
+    assert [enc.encode_ordinary(t) for t in short] == host_ids(enc, short, frozenset())
+    assert [enc.encode(t) for t in short] == host_ids(enc, short, frozenset())
+    assert be.dev.launches["encode_spm_merge"] == merges + 8  # (one call each, counted)
 
 
 # ---------------------------------------------------------------- 4. the fallbacks that remain

@@ -55,6 +55,12 @@ class Backend:
             return encode_text(model, text, allowed)
         return self.encode_list(model, text, allowed)
 
+    def text_call(self, model):
+        """A function of one text giving ``encode_text(model, text, frozenset())``, bound once
+        for ``model`` (``Encoding`` keeps it: a short text then costs no dispatch), or None:
+        this backend has none for ``model`` (``encode_text`` serves)."""
+        return None
+
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         """One text's ids as a Python list, through the batch pipeline."""
         from ..stages.pack import Documents

@@ -176,6 +176,10 @@ class DeviceBackend(Backend):
             return got if got is not None else self.encode_list(model, text, allowed)
         return self.text.encode_text(model, text, allowed)
 
+    def text_call(self, model):
+        spm = self.spm.for_model(model)
+        return spm.text_call(model) if spm is not None else None
+
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         spm = self.spm.for_model(model)
         if spm is not None:

@@ -25,13 +25,20 @@ Nothing here imports tiktoken, tokenizers or ``unicodedata`` at run time.
 ['ab', '1']
 """
 
-# public API
-from .flags import F_L, F_LO, F_M, F_N, F_NL, F_S, F_UP, FOLD_LETTERS, PROPERTIES, class_flags
-from .normalization import FORMS, lowercase, nfc_unsafe, normalize, normalize_spans, unsafe_table
-from .compiled import compile_ascii, compile_pinned
-from .pattern import pin_pattern
-from .atoms import member_table, ranges
-from .sets import FAMILIES, unicode_version
+import importlib
+
+# public API: name -> the submodule that defines it, imported on first use (PEP 562): a model
+# that needs FORMS does not import the pattern pinner and ``regex`` with it
+_PUBLIC = {
+    **dict.fromkeys(("F_L", "F_LO", "F_M", "F_N", "F_NL", "F_S", "F_UP", "FOLD_LETTERS",
+                     "PROPERTIES", "class_flags"), "flags"),
+    **dict.fromkeys(("FORMS", "lowercase", "nfc_unsafe", "normalize", "normalize_spans",
+                     "unsafe_table"), "normalization"),
+    **dict.fromkeys(("compile_ascii", "compile_pinned"), "compiled"),
+    "pin_pattern": "pattern",
+    **dict.fromkeys(("member_table", "ranges"), "atoms"),
+    **dict.fromkeys(("FAMILIES", "unicode_version"), "sets"),
+}
 
 __all__ = [
     "FAMILIES", "unicode_version", "ranges", "member_table",
@@ -39,3 +46,16 @@ __all__ = [
     "class_flags", "pin_pattern", "compile_pinned", "compile_ascii",
     "FORMS", "normalize", "normalize_spans", "nfc_unsafe", "unsafe_table", "lowercase",
 ]
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

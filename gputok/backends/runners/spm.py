@@ -164,6 +164,25 @@ class SpmRunner:
             return call(text)
         return self.encode_text_general(model, text, allowed)
 
+    def text_call(self, model):
+        """``encode_text(model, text, frozenset())`` as a function of the text (``Backend.
+        text_call``): the device's text call itself where no token can be active, behind the
+        user-defined pieces' search where the model has some; None on a device without the
+        one-call form."""
+        if not self.one_call:
+            return None
+        _, call, ud, tokens = self._text_entry(model)
+        if tokens and model.active_tokens(frozenset()):
+            return None
+        if ud is None:
+            return call
+        search, general = ud.search, self.encode_text_general
+
+        def checked(text: str) -> list:
+            return call(text) if search(text) is None else general(model, text)
+
+        return checked
+
     def _text_entry(self, model) -> tuple:
         """(model ref, the text call, the user-defined search, whether tokens may be active):
         made once per model (a host normaliser: the general path, which counts it)."""
