@@ -7,18 +7,32 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import padding
-from .backends import get_backend
-from .backends.device_tables import prefetch as prefetch_tables
 from .decode import StreamDecoder, as_int_list
-from .loaders.bytelevel_gaps import without, without_arrays
 from .model import Model
 from .specials import check_disallowed, first_chars, special_args, token_regex
-from .stages.pack import Documents
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
 Backend = "str | gputok.backends.Backend"  # a name ("auto", "numpy", "native", ...) or object
+# (what a call needs is imported on its first use: loading a file imports no backend)
+def get_backend(name):
+    from .backends import get_backend as get
+
+    return get(name)
+
+
+def without(ids: list, drop: int) -> list:
+    from .loaders.bytelevel_gaps import without as drop_from
+
+    return drop_from(ids, drop)
+
+
+def without_arrays(ids, offsets, drop: int):
+    from .loaders.bytelevel_gaps import without_arrays as drop_from
+
+    return drop_from(ids, offsets, drop)
+
+
 _NO_SPECIALS = frozenset()  # ``encode``'s default allowed_special (compared by identity)
 _EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
 
@@ -65,20 +79,15 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
-        self._text_calls: dict = {}  # backend name -> ``_text_call``
+        self._text_calls = _TextCalls()  # backend name -> ``_text_call``; ``_special_search``
         self._drop = model.drop_id is not None
-        self._special_search = None  # (``encode``'s default check, made on first use)
         if model.segmenter.byte_level:
-            prefetch_tables(model)  # a device's first batch finds its tables read
+            from .backends.device_tables import prefetch
+
+            prefetch(model)  # a device's first batch finds its tables read
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
-
-    def __getstate__(self) -> dict:  # (the bound text calls stay in this process)
-        return {k: v for k, v in self.__dict__.items() if k != "_text_calls"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _text_calls={})
 
     # ==== encoding ===============================================================================
 
@@ -92,13 +101,9 @@ class Encoding:
         >>> enc.encode_ordinary("<|endoftext|>")
         [27, 91, 8862, 728, 428, 91, 29]
         """
-        call = self._text_calls.get(backend)
-        if call is None:
-            call = self._text_call(backend)
-        got = call(text)
-        if add_special_tokens or self._drop:
-            got = self._finish_list(got, add_special_tokens)
-        return got
+        got = (self._text_calls.get(backend) or _text_call(self, backend))(text)
+        return self._finish_list(got, add_special_tokens) if add_special_tokens or self._drop \
+            else got
 
     def encode(self, text: str, *, allowed_special: AllowedSpecial = _NO_SPECIALS,
                disallowed_special: DisallowedSpecial = "all", backend: Backend = "auto",
@@ -116,14 +121,8 @@ class Encoding:
         >>> enc.encode("hi<|endoftext|>", allowed_special={"<|endoftext|>"})
         [6151, 100257]
         """
-        if allowed_special is _NO_SPECIALS and disallowed_special == "all":
-            # the defaults (every special refused): one search for a special's first character
-            search = self._special_search
-            if search is None:
-                specials = self.model.special_set
-                search = self._special_search = (first_chars(specials) or token_regex(specials)
-                                                 if specials else False)
-            if search and search.search(text) is not None:
+        if allowed_special is _NO_SPECIALS and disallowed_special == "all":  # the defaults
+            if (self._text_calls.get(_SEARCH) or _special_search(self))(text) is not None:
                 check_disallowed(text, self.model.special_set)
             allowed = _NO_SPECIALS
         else:
@@ -133,25 +132,9 @@ class Encoding:
         if allowed:
             got = get_backend(backend).encode_text(self.model, text, allowed)
         else:
-            call = self._text_calls.get(backend)
-            got = (call or self._text_call(backend))(text)
-        if add_special_tokens or self._drop:
-            got = self._finish_list(got, add_special_tokens)
-        return got
-
-    def _text_call(self, backend) -> "Callable[[str], list]":
-        """The backend's function of one text with no special token allowed (``Backend.
-        text_call``, else its ``encode_text``), kept per backend name: a short text's encode
-        is then that call and little else."""
-        be = get_backend(backend)
-        model = self.model
-        call = be.text_call(model)
-        if call is None:
-            def call(text: str, encode_text=be.encode_text, none=frozenset()) -> list:
-                return encode_text(model, text, none)
-        if isinstance(backend, str):
-            self._text_calls[backend] = call
-        return call
+            got = (self._text_calls.get(backend) or _text_call(self, backend))(text)
+        return self._finish_list(got, add_special_tokens) if add_special_tokens or self._drop \
+            else got
 
     def _finish_list(self, ids: list, add_special_tokens: bool) -> list:
         """One text's ids as returned: without the drop id, with the post-processor's ids."""
@@ -247,6 +230,8 @@ class Encoding:
         ([15339, 1917, 6151], [0, 2, 3])
         """
         allowed, disallowed = self._special_args(allowed_special, disallowed_special)
+        from .stages.pack import Documents
+
         docs = Documents(texts, errors=errors)
         ids, offsets = get_backend(backend).encode(self.model, docs, allowed, disallowed)
         if self.model.drop_id is not None:  # pieces made only of bytes the vocabulary lacks
@@ -298,6 +283,8 @@ class Encoding:
         if pad_id is None:
             pad_id = self._eot_or_none()
             pad_id = 0 if pad_id is None else pad_id
+        from . import padding
+
         return padding.pad(ids, offsets, pad_id=pad_id, max_length=max_length,
                            padding_side=padding_side, truncation_side=truncation_side,
                            pad_to_multiple_of=pad_to_multiple_of, id_dtype=self.id_dtype)
@@ -450,3 +437,46 @@ class Encoding:
 
     def _special_args(self, allowed_special, disallowed_special):
         return special_args(self.model.special_set, allowed_special, disallowed_special)
+
+
+# ---- one text: what ``Encoding.encode`` keeps per encoding ----------------------------------------
+
+_SEARCH = object()  # (``_TextCalls``' key of the special search)
+
+
+class _TextCalls(dict):
+    """An encoding's bound one-text calls (backend name -> ``_text_call``) and its special
+    search (``_SEARCH`` -> ``_special_search``): functions of this process's backends, so a
+    pickled encoding (a corpus job's spawned worker) takes none of them along."""
+
+    def __reduce__(self):
+        return _TextCalls, ()
+
+
+def _text_call(enc: Encoding, backend) -> "Callable[[str], list]":
+    """The backend's function of one text with no special token allowed (``Backend.text_call``,
+    else its ``encode_text``), kept per backend name: a short text's encode is then that call
+    and little else (a dispatch through ``get_backend`` and the runners was ~1 us of a 3 us
+    text)."""
+    be = get_backend(backend)
+    model = enc.model
+    call = be.text_call(model)
+    if call is None:
+        def call(text: str, encode_text=be.encode_text, none=frozenset()) -> list:
+            return encode_text(model, text, none)
+    if isinstance(backend, str):
+        enc._text_calls[backend] = call
+    return call
+
+
+def _special_search(enc: Encoding):
+    """``encode``'s default check (every special refused) as one search for a character a
+    special starts with (``specials.first_chars``); a hit runs the full check."""
+    specials = enc.model.special_set
+    pat = (first_chars(specials) or token_regex(specials)) if specials else None
+    got = enc._text_calls[_SEARCH] = pat.search if pat is not None else _nothing
+    return got
+
+
+def _nothing(text: str) -> None:
+    return None

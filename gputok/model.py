@@ -32,15 +32,10 @@ from typing import Mapping
 
 import numpy as np
 
-from .components import Segmenter
-from .components.decoders import ByteDecoder
-from .components.normalizers import UnicodeSteps
 from .components.postprocessors import NO_POST
-from .components.segmenters.bpe import BpeSegmenter
-from .ranks_cache import RankDecoder, RankTable
-from .stages.dedup import PieceCache
-from .stages.pretok import Pretokenizer, PretokSpec
-from .stages.table import MergeTable
+
+# (the byte-level components are imported where a model needs them: loading a SentencePiece
+# file does not import the regex pre-tokenizer, the merge table and the ranks cache)
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,8 +64,12 @@ class Model:
             object.__setattr__(self, name, value)
 
         if isinstance(self.normalizer, tuple):
+            from .components.normalizers import UnicodeSteps
+
             put("normalizer", UnicodeSteps(self.normalizer, f"{self.name}: normalizer"))
         if self.segmenter is None:
+            from .components.segmenters.bpe import BpeSegmenter
+
             put("segmenter", BpeSegmenter(ranks=self.ranks, merges=self.merges,
                                           byte_ids=self.byte_ids, whole=self.whole,
                                           decoder=self.decoder, digest=self.digest,
@@ -79,8 +78,12 @@ class Model:
             if self.pretok is None:
                 raise ValueError(f"{self.name}: a model needs a pre-tokenizer (pretok= or "
                                  "pretokenizer=)")
+            from .stages.pretok import Pretokenizer
+
             put("pretokenizer", Pretokenizer(self.pretok))
         if self.detok is None:
+            from .components.decoders import ByteDecoder
+
             put("detok", ByteDecoder(self.decoder))
         if len(self.byte_ids) != 256:
             raise ValueError(f"{self.name}: byte_ids must give the id of each of the 256 bytes")
@@ -130,6 +133,9 @@ class Model:
         if missing:
             raise ValueError(f"{name}: mergeable_ranks lacks {len(missing)} of the 256 single-byte "
                              f"tokens (first: {bytes([missing[0]])!r}); byte-level BPE needs all")
+        from .ranks_cache import RankDecoder, RankTable
+        from .stages.pretok import PretokSpec
+
         if isinstance(ranks, RankTable):  # from the ranks cache: checked when it was written
             decoder = RankDecoder(ranks)  # filled on demand (start-up: no 200K-entry dict)
         else:
@@ -149,14 +155,14 @@ class Model:
 
     # ---- derived ---------------------------------------------------------------------------------
 
-    def _bpe(self) -> BpeSegmenter:
+    def _bpe(self) -> "BpeSegmenter":
         if not self.segmenter.byte_level:
             raise ValueError(f"{self.name}: a {self.segmenter.name} model has no byte-level merge "
                              "table")
         return self.segmenter
 
     @property
-    def merge_table(self) -> MergeTable:
+    def merge_table(self) -> "MergeTable":
         """The byte-level merge table (built on first use: a few hundred ms for 200K
         vocabularies; cached on disk for the tiktoken rule)."""
         return self._bpe().merge_table
@@ -171,7 +177,9 @@ class Model:
         return self.segmenter.ranks_digest if self.segmenter.byte_level else None
 
     @functools.cached_property
-    def piece_cache(self) -> PieceCache:
+    def piece_cache(self) -> "PieceCache":
+        from .stages.dedup import PieceCache
+
         return PieceCache()
 
     @functools.cached_property

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import functools
-import gzip
-import hashlib
-from importlib import resources
 from pathlib import Path
 
 from . import patterns
 from .encoding import Encoding
-from . import ranks_cache
-from .loaders.tiktoken_file import read_ranks
-from .model import Model
 
 ENDOFTEXT = "<|endoftext|>"
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
@@ -24,6 +18,13 @@ def _bundled_ranks(stem: str) -> tuple[dict[bytes, int], str]:
     digest (the file's sha256: it names cached tables). After the first parse they come from
     the ranks cache (``ranks_cache.py``: milliseconds instead of ~0.4 s for o200k),
     keyed by the bundled file's bytes."""
+    import gzip
+    import hashlib
+    from importlib import resources
+
+    from . import ranks_cache
+    from .loaders.tiktoken_file import read_ranks
+
     data_dir = resources.files("gputok") / "data"
     raw_file = (data_dir / f"{stem}.tiktoken.gz").read_bytes()
     key = ranks_cache.source_key(raw_file)
@@ -45,6 +46,8 @@ def _bundled_ranks(stem: str) -> tuple[dict[bytes, int], str]:
 
 def _named(name: str, pat_str: str, stem: str, specials: dict, *, extra: "dict | None" = None,
            n_vocab: "int | None" = None) -> Encoding:
+    from .model import Model
+
     ranks, digest = _bundled_ranks(stem)
     if extra:  # derived vocabularies (p50k) get their own digest
         ranks = {**ranks, **extra}

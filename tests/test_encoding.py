@@ -361,3 +361,20 @@ def test_an_encoding_asks_for_its_cached_device_tables_to_be_read_ahead(monkeypa
     monkeypatch.setattr(device_tables, "_cache_path", lambda model: path + ".absent")
     gputok.Encoding.from_model(enc.model)
     assert seen == []
+
+
+def test_an_encoding_pickles_after_its_bound_text_calls(tmp_path):
+    """``encode`` keeps its backend's one-text call and special search per encoding; they are
+    this process's, not pickled (a corpus job's spawned worker gets the encoding pickled)."""
+    import pickle
+
+    import families as F
+
+    path = tmp_path / "m.model"
+    path.write_bytes(F.model_source("mistral_v7"))
+    for enc in (gputok.get_encoding("cl100k_base"), gputok.load(path)):
+        want = enc.encode("hello world"), enc.encode_ordinary("hi <s>")
+        again = pickle.loads(pickle.dumps(enc))
+        assert (again.encode("hello world"), again.encode_ordinary("hi <s>")) == want
+        with pytest.raises(ValueError, match="special token"):
+            again.encode("a <|endoftext|>" if "cl100k" in enc.name else "a </s>")

@@ -37,7 +37,9 @@ def test_corrupt_bundle_is_refused(monkeypatch, tmp_path):
         def __truediv__(self, name):
             return fake if name == "data" else None
 
-    monkeypatch.setattr(registry.resources, "files", lambda pkg: Files())
+    import importlib.resources
+
+    monkeypatch.setattr(importlib.resources, "files", lambda pkg: Files())
     with pytest.raises(RuntimeError, match="corrupt"):
         registry._bundled_ranks("r50k_base")
 

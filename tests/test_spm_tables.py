@@ -206,3 +206,11 @@ def test_hash_hits_are_checked_and_clashes_retried(monkeypatch):
     with pytest.raises(P.HashClash):
         P.PieceIndex(table, np.arange(5))
     assert spm_build._index(table, np.arange(5)).hasher.base == 3
+
+
+def test_single_characters_from_bytes():
+    pieces = ["a", "é", "世", "😀", "ab", "", "▁", "éa", "\x7f", "߿", "￿"]
+    t = P.PieceTable.from_lists(pieces, [0.0] * len(pieces), [1] * len(pieces))
+    ids, cps = t.single_chars()
+    want = [(i, ord(p)) for i, p in enumerate(pieces) if len(p) == 1]
+    assert list(zip(ids.tolist(), cps.tolist())) == want

@@ -146,9 +146,9 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
     fin = np.full(len(ok), UNKNOWN | 0xFFFD, np.uint32)
     fin[ok] = np.flatnonzero(ok).astype(np.uint32)
     # a character no piece emits (a single-character piece, an extra symbol): expanded
-    cps, coff = fam.table.chars
-    one = np.flatnonzero(~ok[:fam.n_vocab] & (np.diff(coff) == 1))
-    fin[one] = np.uint32(UNKNOWN) | cps[coff[one]]
+    one, cps = fam.table.single_chars()
+    off = ~ok[one]
+    fin[one[off]] = np.uint32(UNKNOWN) | cps[off]
     extra = fam.extra_cps
     fin[fam.n_vocab:] = np.uint32(UNKNOWN) | extra
     space_id = NO_ID

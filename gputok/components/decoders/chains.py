@@ -115,9 +115,8 @@ class SpmDecoder:
 
     @functools.cached_property
     def odd(self) -> frozenset:
-        """Pieces (not byte pieces) whose bytes hold a NUL (none in real models; sentencepiece
-        skips a NUL piece) or are not UTF-8 alone (none: pieces are checked at load): the
-        per-run path."""
+        """Pieces (not byte pieces) whose bytes hold a NUL (the one sentencepiece skips) or
+        are not UTF-8 alone (none: checked at load): the per-run path."""
         fam = self.fam
         blob, off = self.table.spaced
         at = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)

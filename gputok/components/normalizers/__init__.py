@@ -12,10 +12,20 @@ from __future__ import annotations
 
 from ...stages import counters
 from ...stages.normalize import check_steps, normalize_text
-from ...unicode import FORMS
 from .spm import SpmNormalizer
 
 __all__ = ["UnicodeSteps", "SpmNormalizer", "HFSteps", "BertNormalizer"]
+
+_FORMS: list = []
+
+
+def _forms() -> tuple:
+    """``unicode.FORMS``, imported on first use (with the pinned normalisation data)."""
+    if not _FORMS:
+        from ...unicode.normalization import FORMS
+
+        _FORMS.append(FORMS)
+    return _FORMS[0]
 
 
 class UnicodeSteps(tuple):
@@ -34,7 +44,7 @@ class UnicodeSteps(tuple):
 
     @property
     def device_form(self) -> "str | None":
-        return self[0] if len(self) == 1 and self[0] in FORMS else None
+        return self[0] if len(self) == 1 and self[0] in _forms() else None
 
     def normalize(self, text: str) -> str:
         return normalize_text(self, text) if self else text

@@ -16,10 +16,21 @@ from __future__ import annotations
 import re
 
 from ...stages import counters
-from ...stages.pretok import Pretokenizer
-from .bert import BertPreTokenizer
 
 __all__ = ["Pretokenizer", "Whole", "Metaspace", "BertPreTokenizer", "Sequence"]
+
+
+def __getattr__(name: str):
+    """``Pretokenizer`` and ``BertPreTokenizer``, imported on first use (a SentencePiece model's
+    ``Whole`` needs neither the regex stage nor BERT's Unicode tables)."""
+    if name == "Pretokenizer":
+        from ...stages.pretok import Pretokenizer as got
+    elif name == "BertPreTokenizer":
+        from .bert import BertPreTokenizer as got
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = got
+    return got
 
 
 class _Host:
@@ -89,7 +100,7 @@ class Metaspace(_Host):
 class Sequence(_Host):
     """HF's ``Sequence``: each pre-tokenizer splits every word the previous one made.
 
-    >>> from gputok.stages.pretok import PretokSpec, Split
+    >>> from gputok.stages.pretok import Pretokenizer, PretokSpec, Split
     >>> ws = Pretokenizer(PretokSpec((Split(r"\\S+"),), family="hf"))
     >>> Sequence([ws, Metaspace()]).split_batch(["hi  there"])
     [['▁hi', '▁there']]

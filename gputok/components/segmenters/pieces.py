@@ -108,7 +108,7 @@ class PieceTable:
             return cps, self.offsets
         b = np.frombuffer(self.blob, np.uint8)
         starts = np.zeros(len(b) + 1, np.int64)  # characters that start before each byte
-        np.cumsum((b & 0xC0) != 0x80, out=starts[1:])
+        np.cumsum(((b & 0xC0) != 0x80).view(np.uint8), out=starts[1:])
         return cps, starts[self.offsets]
 
     @functools.cached_property
@@ -119,6 +119,22 @@ class PieceTable:
     @functools.cached_property
     def char_lengths(self) -> np.ndarray:
         return np.diff(self.chars[1])
+
+    def single_chars(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, code points) of the pieces that are one character, read from their bytes (no
+        decoding of the whole table)."""
+        off, blen = self.offsets[:-1], np.diff(self.offsets)
+        b = np.frombuffer(self.blob + bytes(4), np.uint8)
+        lead = b[off].astype(np.uint32)
+        width = 1 + (lead >= 0xC0) + (lead >= 0xE0) + (lead >= 0xF0)
+        ids = np.flatnonzero((blen == width) & (blen > 0))
+        at, w, cp = off[ids], width[ids], lead[ids]
+        cp = np.where(w == 1, cp, np.where(w == 2, cp & 0x1F, np.where(w == 3, cp & 0x0F,
+                                                                      cp & 0x07)))
+        for k in (1, 2, 3):
+            more = w > k
+            cp[more] = (cp[more] << 6) | (b[at[more] + k].astype(np.uint32) & 0x3F)
+        return ids, cp
 
     def starts_with(self, prefix: bytes) -> np.ndarray:
         """Per piece: does its UTF-8 start with ``prefix``."""
