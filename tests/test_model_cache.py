@@ -41,7 +41,13 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("GPUTOK_MODEL_CACHE", raising=False)
     monkeypatch.setattr(MC, "MIN_BUILD_S", 0.0)  # (these small files build in milliseconds)
+    monkeypatch.setattr(MC, "_live", _NotKept())  # (every load goes to the entries)
     return tmp_path / "cache" / "models"
+
+
+class _NotKept(dict):
+    def __setitem__(self, key, value):
+        pass
 
 
 def _entries(cache: Path) -> list:
@@ -61,6 +67,30 @@ def test_second_load_reads_the_entry(cache, tmp_path, monkeypatch):
         assert second.encode_ordinary(t) == first.encode_ordinary(t)
         assert second.decode(second.encode_ordinary(t)) == first.decode(first.encode_ordinary(t))
     assert entry.read_bytes()[:8] == MC.MAGIC
+
+
+def test_a_process_loads_a_file_again_as_the_same_model(tmp_path, monkeypatch):
+    """While an encoding holds a model, loading its file again is a lookup: the same model
+    (its tables built once), no entry read; once no encoding holds it, it is read again."""
+    import gc
+    import weakref
+
+    monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUTOK_MODEL_CACHE", raising=False)
+    path = _tokenizer_json(tmp_path / "tokenizer.json")
+    first = gputok.load(path)
+    reads = []
+    real = MC.read
+    monkeypatch.setattr(MC, "read", lambda key: reads.append(key) or real(key))
+    again = gputok.load(path)
+    assert again is not first and again.model is first.model and not reads
+    assert again.encode_ordinary("Hello world") == first.encode_ordinary("Hello world")
+    gone = weakref.ref(first.model)
+    del first, again
+    gc.collect()
+    assert gone() is None
+    gputok.load(path)
+    assert len(reads) == 1
 
 
 def test_keyed_by_content_name_and_code(cache, tmp_path, monkeypatch):

@@ -40,6 +40,7 @@ import os
 import pickle
 import struct
 import time
+import weakref
 import zlib
 from pathlib import Path
 
@@ -165,15 +166,28 @@ def _trim() -> None:
             pass
 
 
+# the models of this process by key, while an encoding holds them: loading a file again is a
+# lookup (models are immutable; their tables, built on first use, are then built once)
+_live: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
 def cached(key: "bytes | None", build):
-    """``build()``'s model, through the cache when ``key`` is given and the cache is on."""
+    """``build()``'s model, through the cache when ``key`` is given and the cache is on: the
+    same model object while this process holds it, else the stored entry, else built (and
+    stored when that took ``MIN_BUILD_S``)."""
     if key is None or not enabled():
         return build()
-    model = read(key)
+    model = _live.get(key)
     if model is not None:
         return model
-    start = time.perf_counter()
-    model = build()
-    if time.perf_counter() - start >= MIN_BUILD_S:
-        write(key, model)
+    model = read(key)
+    if model is None:
+        start = time.perf_counter()
+        model = build()
+        if time.perf_counter() - start >= MIN_BUILD_S:
+            write(key, model)
+    try:
+        _live[key] = model
+    except TypeError:  # (an object without weak references: not kept)
+        pass
     return model

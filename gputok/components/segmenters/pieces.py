@@ -254,32 +254,42 @@ class PieceIndex:
 
     def probe(self, q: np.ndarray) -> np.ndarray:
         """The piece whose hash is ``q`` (each), -1 where none (not yet checked by text)."""
-        out = np.full(len(q), -1, np.int64)
         slot = self._home(q)
-        todo = np.arange(len(q))
+        k = self.ids[slot]
+        hit = self.keys[slot] == q
+        hit &= k >= 0
+        out = np.where(hit, k, -1).astype(np.int64)
+        todo = np.flatnonzero(~hit & (k >= 0))  # (the first probe of all at once; the rest)
+        slot = slot[todo]
         mask = len(self.ids) - 1
         while len(todo):
-            s = slot[todo]
-            k = self.ids[s]
-            hit = (k >= 0) & (self.keys[s] == q[todo])
+            slot = (slot + 1) & mask
+            k = self.ids[slot]
+            hit = (k >= 0) & (self.keys[slot] == q[todo])
             out[todo[hit]] = k[hit]
-            todo = todo[~hit & (k >= 0)]  # an empty slot ends a probe: absent
-            slot[todo] = (slot[todo] + 1) & mask
+            go = ~hit & (k >= 0)  # an empty slot ends a probe: absent
+            todo, slot = todo[go], slot[go]
         return out
 
     def find_runs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The indexed piece spelled by each run ``cps[a:b]`` of the table's own code points,
         -1 where none."""
-        got = self.probe(self.hasher.runs(a, b))
+        return self.find(self.hasher.runs(a, b), a, b - a)
+
+    def find(self, q: np.ndarray, a: np.ndarray, n) -> np.ndarray:
+        """``find_runs`` of the runs ``cps[a:a + n]`` (``n``: an array or one length) whose
+        hashes ``q`` the caller has."""
+        got = self.probe(q)
         cps, coff = self.table.chars
         hit = np.flatnonzero(got >= 0)
-        n = b[hit] - a[hit]
+        n = np.broadcast_to(np.asarray(n, np.int64), a.shape)[hit]
         start = coff[got[hit]]
         bad = (coff[got[hit] + 1] - start) != n  # exact: the same length, the same characters
         live = np.flatnonzero(~bad)
+        at = a[hit]
         j = 0
         while len(live):
-            diff = cps[a[hit[live]] + j] != cps[start[live] + j]
+            diff = cps[at[live] + j] != cps[start[live] + j]
             bad[live[diff]] = True
             j += 1
             live = live[~diff & (n[live] > j)]

@@ -115,38 +115,45 @@ def build(table: PieceTable, types: np.ndarray, in_pid: np.ndarray, rank: np.nda
     text_ok[:n] = ~frozen
 
     index = _index(table, r_ids)
+    pre, inv = index.hasher.prefix, index.hasher.ipw
 
-    def symbol(lo: np.ndarray, hi: np.ndarray, one: bool) -> np.ndarray:
-        """The symbol spelled by each run (all of one character where ``one``), -1 none."""
-        if not one:
-            return index.find_runs(lo, hi)
-        s = sym_of[cps[lo]].astype(np.int64)
+    def char_symbol(at: np.ndarray) -> np.ndarray:
+        """The symbol of the character at each position (-1: none with a text)."""
+        s = sym_of[cps[at]].astype(np.int64)
         ok = s < UNKNOWN
         ok[ok] = text_ok[s[ok]]
         return np.where(ok, s, -1)
 
     # every split of every merge result, a split position at a time over the results longer
-    # than it (longest first): the left half, then the right half where the left is a symbol
+    # than it (longest first): the left half, then the right half where the left is a symbol;
+    # a half's hash from the prefix sums each result's start and end read once
     order = np.argsort(-r_len.astype(np.int16), kind="stable")  # (a radix sort)
     starts, lens = r_start[order], r_len[order]
+    ends = starts + lens
+    pre_a, inv_a, pre_e = pre[starts], inv[starts], pre[ends]
     longer = np.searchsorted(-lens, -np.arange(int(lens[0]) if len(lens) else 0), "left")
     found_l, found_r, found_m, prefix = [], [], [], np.full(len(r_ids), -1, np.int64)
     for k in range(1, len(longer)):
         c = int(longer[k])  # results with more than k characters
-        a, ln = starts[:c], lens[:c]
+        a = starts[:c]
         mid = a + k
-        left = symbol(a, mid, k == 1)
-        last = np.flatnonzero(ln == k + 1)  # (the split before a result's last character)
+        pre_m = pre[mid]
+        if k == 1:
+            left = char_symbol(a)
+        else:
+            left = index.find((pre_m - pre_a[:c]) * inv_a[:c], a, k)
+        last = np.flatnonzero(lens[:c] == k + 1)  # (the split before a result's last character)
         prefix[order[last]] = left[last]
         has = np.flatnonzero(left >= 0)
         if not len(has):
             continue
-        right = symbol(mid[has], a[has] + ln[has], False) if k + 1 < int(ln[0]) else None
-        if right is None:
-            right = symbol(mid[has], mid[has] + 1, True)
-        else:  # (a mix of one-character and longer right halves)
-            single = np.flatnonzero(ln[has] == k + 1)
-            right[single] = symbol(mid[has][single], mid[has][single] + 1, True)
+        right = np.full(len(has), -1, np.int64)
+        one = lens[has] == k + 1
+        right[one] = char_symbol(mid[has[one]])
+        many = has[~one]
+        if len(many):
+            right[~one] = index.find((pre_e[many] - pre_m[many]) * inv[mid[many]], mid[many],
+                                     lens[many] - k)
         got = right >= 0
         found_l.append(left[has][got])
         found_r.append(right[got])
