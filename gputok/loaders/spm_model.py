@@ -35,7 +35,6 @@ from .post import spm_post
 from ..components.normalizers.charsmap import CharsMap, CharsMapError
 from ..components.segmenters.pieces import PieceTable
 from ..components.segmenters.spm_bpe import SpmFamily, decoder_map
-from ..components.segmenters.unigram import SpmUnigram
 from ..components.normalizers.spm import SpmNormalizer
 
 MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
@@ -358,6 +357,8 @@ def model_from_spec(spec: SpmSpec, name: str, *, where: str, digest: "str | None
                    decode_strip=spec.add_dummy_prefix or spec.remove_extra_whitespaces,
                    decode_all_ws=spec.remove_extra_whitespaces)
     if spec.model_type == 1:
+        from ..components.segmenters.unigram import SpmUnigram
+
         fam = SpmUnigram(spec.pieces, spec.scores, spec.types, **options)
         types = table.types
     else:

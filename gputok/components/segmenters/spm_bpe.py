@@ -27,6 +27,13 @@ on ids; O(n log n)). No real model we know has one; crafted ones are in the test
 Oracle quirks kept (found by experiment, see cpu_ref): -0.0 ranks below +0.0 (the comparator
 is on float bit patterns); a NUL piece is skipped (conversion scripts add one next to
 <0x00>); a single character that spells a CONTROL/BYTE/UNUSED piece is unknown.
+
+Load and first use: the pieces stay arrays (``pieces.PieceTable``); a load checks them with
+array passes (empty or NUL pieces, duplicates by hash, the byte pieces by shape) and makes the
+few dicts the contract needs (control and user-defined pieces); the encode tables above
+(``spm_build``), the piece -> id dict and the decoders' tables are made when first needed. A
+262K-piece model loads in ~35 ms here (sentencepiece: ~65 ms); its tables build in ~0.3 s once
+per machine (the dict walk they replace took 3 s per load) and map from the cache in ~2 ms.
 """
 
 from __future__ import annotations
