@@ -238,7 +238,7 @@ def load_gguf(path: "str | Path", *, name: "str | None" = None) -> Model:
     hint = _hint_path(path) if model_cache.enabled() else None
     known = _known_digest(path, hint)
     if known is not None:
-        model = model_cache.read(model_cache.make_key("gguf", known, name, path.stem))
+        model = model_cache.get(model_cache.make_key("gguf", known, name, path.stem))
         if model is not None:
             return model
     meta, digest, covered = _read_metadata(path)

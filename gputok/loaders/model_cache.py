@@ -177,17 +177,28 @@ def cached(key: "bytes | None", build):
     stored when that took ``MIN_BUILD_S``)."""
     if key is None or not enabled():
         return build()
-    model = _live.get(key)
-    if model is not None:
-        return model
-    model = read(key)
+    model = get(key)
     if model is None:
         start = time.perf_counter()
         model = build()
         if time.perf_counter() - start >= MIN_BUILD_S:
             write(key, model)
+        _keep(key, model)
+    return model
+
+
+def get(key: bytes):
+    """The model of ``key`` this process holds, else the stored entry's, else None."""
+    model = _live.get(key)
+    if model is None:
+        model = read(key)
+        if model is not None:
+            _keep(key, model)
+    return model
+
+
+def _keep(key: bytes, model) -> None:
     try:
         _live[key] = model
     except TypeError:  # (an object without weak references: not kept)
         pass
-    return model
