@@ -372,9 +372,12 @@ def test_an_encoding_pickles_after_its_bound_text_calls(tmp_path):
 
     path = tmp_path / "m.model"
     path.write_bytes(F.model_source("mistral_v7"))
-    for enc in (gputok.get_encoding("cl100k_base"), gputok.load(path)):
+    tiny = gputok.Encoding("tiny", pat_str=r"\S+|\s+", special_tokens={"</s>": 258},
+                           mergeable_ranks={bytes([b]): b for b in range(256)} | {b"hi": 256,
+                                                                                  b"<s": 257})
+    for enc in (tiny, gputok.load(path)):
         want = enc.encode("hello world"), enc.encode_ordinary("hi <s>")
         again = pickle.loads(pickle.dumps(enc))
         assert (again.encode("hello world"), again.encode_ordinary("hi <s>")) == want
         with pytest.raises(ValueError, match="special token"):
-            again.encode("a <|endoftext|>" if "cl100k" in enc.name else "a </s>")
+            again.encode("a </s>")
