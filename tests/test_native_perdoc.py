@@ -346,3 +346,25 @@ def test_backend_flagged_documents_take_the_pipeline(backend):
     assert counters["device.per_doc_flagged"] > before
     got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
     assert_docs(got, [hf.encode(d, add_special_tokens=False).ids for d in docs], docs)
+
+
+def test_backend_text_call(backend):
+    """``Backend.text_call`` of a byte-level model: the pass's str encoder bound once (what
+    ``Encoding.encode`` keeps); a long text, a lone surrogate and a profiled backend take the
+    backend's ``encode_text``."""
+    enc, tk = gputok.get_encoding("o200k_base"), tiktoken_oracle("o200k_base")
+    call = backend.text_call(enc.model)
+    assert call is not None
+    texts = EDGE + tricky_texts(50, seed=5) + ["x \ud83d y", "ab " * 3000]
+    assert [call(t) for t in texts] == [tk.encode_ordinary(t) for t in texts]
+    seen = []
+    real = backend.encode_text
+    backend.encode_text = lambda m, t, a: seen.append(t) or real(m, t, a)
+    assert call("hello") == tk.encode_ordinary("hello") and not seen
+    call("ab " * 3000)
+    backend.profile = []
+    call("hello")
+    assert seen == ["ab " * 3000, "hello"]
+    backend.profile = None
+    assert backend.text_call(gputok.load(testdata.family_path("minilm_tokenizer_json")).model) \
+        is None  # (WordPiece: not the pass's)

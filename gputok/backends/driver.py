@@ -178,7 +178,9 @@ class DeviceBackend(Backend):
 
     def text_call(self, model):
         spm = self.spm.for_model(model)
-        return spm.text_call(model) if spm is not None else None
+        if spm is not None:
+            return spm.text_call(model)
+        return self.perdoc.text_call(model) if self.perdoc is not None else None
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
         spm = self.spm.for_model(model)
