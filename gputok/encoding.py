@@ -439,7 +439,7 @@ class Encoding:
         return special_args(self.model.special_set, allowed_special, disallowed_special)
 
 
-# ---- one text: what ``Encoding.encode`` keeps per encoding ----------------------------------------
+# ---- one text: what ``Encoding.encode`` keeps per encoding --------------------------------------
 
 _SEARCH = object()  # (``_TextCalls``' key of the special search)
 
