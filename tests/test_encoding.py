@@ -381,3 +381,27 @@ def test_an_encoding_pickles_after_its_bound_text_calls(tmp_path):
         assert (again.encode("hello world"), again.encode_ordinary("hi <s>")) == want
         with pytest.raises(ValueError, match="special token"):
             again.encode("a </s>")
+
+
+def _encode_in_child(enc, texts):
+    return [enc.encode(t) for t in texts]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "gpt2", "qwen2"])
+def test_an_encoding_pickles_after_use(name):
+    """A corpus job hands its encoding to spawned workers: an encoding pickles, and encodes the
+    same in a fresh process, after its scanner, tables and one-text calls were made here (the
+    scanner's families hold lambdas: they pickle by name)."""
+    import multiprocessing
+    import pickle
+
+    from conftest import hf_encoding
+
+    enc = hf_encoding(name) if name == "qwen2" else gputok.get_encoding(name)
+    texts = ["hello wörld 123 " * 200, "x" * 5000, "日本語 😀 " * 300, "a b c"]
+    want = [enc.encode(t) for t in texts]
+    enc.encode_batch(texts * 50)
+    enc.encode_ordinary_batch(texts, backend="numpy")
+    assert [pickle.loads(pickle.dumps(enc)).encode(t) for t in texts] == want
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_encode_in_child, (enc, texts)) == want

@@ -247,6 +247,9 @@ class _Family:
         cls.setflags(write=False)
         return cls
 
+    def __reduce__(self):  # one object per family: a pickled scanner (a job's spawned worker)
+        return _family, (self.name,)  # refers to its family by name (its rules are lambdas)
+
     def cls256(self, unicode_family: str = "tiktoken") -> bytes:
         """The classes of U+0000..U+00FF as a ``bytes.translate`` table (latin-1 text)."""
         return self.tables(unicode_family)[:256].tobytes()
@@ -263,6 +266,10 @@ FAMILIES = {
                      lambda p, c: _o200k_rules(p, c) if p < 12 and c < 12 else 0,
                      {0x20: OSP, 0x27: OA, 0x2F: OSL}, (OU, 8), (OP, 4)),
 }
+
+def _family(name: str) -> _Family:
+    return FAMILIES[name]
+
 
 def _supported() -> dict:
     return {  # pattern: (name, family, digit group, trailing whitespace whole, case-folded)
