@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import subprocess
+import threading
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -156,10 +157,12 @@ def _build(tu: str, shim: Path, include_dirs: Sequence[Path], flags: Sequence[st
     d = cache_dir()
     so = d / f"{key}.so"
     if not so.exists():
-        # unique names while building, so concurrent test processes never see half a file
-        src = d / f"{key}.{os.getpid()}.tmp.cpp"
+        # unique names while building, so concurrent test processes (and threads: emulated
+        # GPUs of one job each build their kernels) never see half a file
+        tag = f"{os.getpid()}.{threading.get_ident()}"
+        src = d / f"{key}.{tag}.tmp.cpp"
         src.write_text(tu)
-        tmp = d / f"{key}.{os.getpid()}.tmp.so"
+        tmp = d / f"{key}.{tag}.tmp.so"
         cmd = [cxx] + cmd_flags + ["-o", str(tmp), str(src)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         os.replace(src, d / f"{key}.cpp")  # kept next to the library for debugging
