@@ -265,6 +265,7 @@ def job_main(args) -> None:
         tiny = os.path.join(d, "tiny.txt")
         with open(tiny, "w") as f:
             f.write("hello")
+        job_peak_mb(tiny, args)  # (a first job may build the model and store it: not measured)
         base = min(job_peak_mb(tiny, args)[0] for _ in range(max(1, args.procs)))
         for kind in args.kinds:
             for n in args.sizes:

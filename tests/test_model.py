@@ -150,5 +150,22 @@ def test_models_are_reused_not_rebuilt():
     assert gputok.get_encoding("o200k_base") is a
     h = gputok.get_encoding("o200k_harmony")
     assert h.model.ranks is not a.model.ranks or h.model.digest == a.model.digest
-    assert gputok.load(testdata.vocab_path("llama3_tokenizer_json")).model is not \
-        hf_encoding("llama3").model
+    # a file loaded again while an encoding holds its model is the same model (by content) ...
+    held = hf_encoding("llama3")
+    path = testdata.vocab_path("llama3_tokenizer_json")
+    assert gputok.load(path).model is held.model
+
+
+def test_a_changed_file_is_a_new_model(tmp_path):
+    """... and a file whose bytes changed is built again, not looked up."""
+    held = hf_encoding("llama3")
+    data = testdata.vocab_path("llama3_tokenizer_json").read_bytes()
+    copy = tmp_path / "tokenizer.json"
+    copy.write_bytes(data)
+    same = gputok.load(copy)  # (the model's name comes from its folder: a model of its own)
+    assert gputok.load(copy).model is same.model
+    copy.write_bytes(data.replace(b'"Hello"', b'"Hello" ', 1) if b'"Hello"' in data
+                     else data + b"\n")
+    other = gputok.load(copy)
+    assert other.model is not same.model
+    assert other.encode("Hello world") == held.encode("Hello world")

@@ -106,6 +106,8 @@ def test_tables_of_crafted_pieces(tmp_path, monkeypatch):
 
 def test_tables_are_kept_by_content(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUTOK_CACHE", str(tmp_path))
+    # (not the model this process may already hold for these bytes: its tables are built here)
+    monkeypatch.setenv("GPUTOK_MODEL_CACHE", "0")
     data = F.model_source("mistral_v7")
     path = tmp_path / "m.model"
     path.write_bytes(data)
