@@ -43,7 +43,7 @@ from gputok.stages.split import token_spans
 from gputok.stages.spm_arrays import (encode_spm_fuse, encode_spm_merge, encode_spm_spans,
                                       entries_of, spm_chunk)
 from gputok.stages.spm_plan import mark_array, plan_chunk
-from gputok.stages.spm_tables import spm_tables
+from gputok.backends.spm_tables import spm_tables
 
 
 SPM_EDGE = ["", " ", "  ", "a", "  a  b ", "\u2581", "\u2581\u2581 x \u2581", "[REF]x[/REF]",

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .._cache import map_arrays, write_arrays
-from ..stages.table import MergeTable, join_bitmap, merged_tokens  # noqa: F401  (join table)
+from ..stages.table import MergeTable, join_bitmap, merge_slots, merged_tokens  # noqa: F401
 
 EMPTY_SLOT = 0xFFFFFFFF
 PAIR_COMPACT = 0x100  # in t_bits: the merge table has 8-byte slots (pair_slots)
@@ -114,16 +114,6 @@ def whole_table(whole: "dict[bytes, int]") -> dict:
         slot[pending] = (slot[pending] + 1) & (cap - 1)
     return {"slots": slots.reshape(-1), "tok_bytes": data if len(data) else np.zeros(1, np.uint8),
             "bits": bits}
-
-
-def merge_slots(table) -> np.ndarray:
-    """The merge table's hash arrays interleaved for the kernels (``enc_pair_lookup``): two
-    uint64 per slot, [key, priority | merged << 32]."""
-    out = np.empty(2 * len(table.h_keys), np.uint64)
-    out[0::2] = table.h_keys
-    out[1::2] = table.h_prio.astype(np.uint64) | (table.h_merged.astype(np.uint64)
-                                                  << np.uint64(32))
-    return out
 
 
 def pair_slots(table) -> tuple[np.ndarray, int]:

@@ -21,12 +21,7 @@ import numpy as np
 
 from .._arrays import unique_sorted
 from ..stages.normalize import normalize_text
-from ..stages.split import NO_IDS
-
-# per-byte marks (the kernels get these as ENC_* defines)
-SEG_START, SEG_END, OUTSIDE, SPECIAL_START = 1, 2, 4, 8
-NORMAL = 0xFFFFFFFF  # spec[e]: a piece of text, merged
-GAP = NO_IDS  # spec[e]: no ids
+from ..stages.marks import GAP, NORMAL, OUTSIDE, SEG_END, SEG_START, SPECIAL_START  # noqa: F401
 
 
 def normalize_chunk(steps: tuple, chunk: bytes, off: np.ndarray, ss: np.ndarray, se: np.ndarray):

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..stages.merge import LONG_PIECE
 from ..stages.spm_plan import SpmChunk, pieces, remap
-from ..stages.spm_tables import SpmTables, spm_tables
+from ..stages.spm_tables import SpmTables
+from .spm_tables import spm_tables
 from .kernels import ENC_DONE
 
 i64, u32 = np.int64, np.uint32

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.hostplan import GAP, NORMAL, OUTSIDE, SEG_START, SPECIAL_START
-from ..components.segmenters.charbpe import UNKNOWN, CP_MASK
+from .marks import GAP, NORMAL, OUTSIDE, SEG_START, SPECIAL_START
 from .merge import LONG_PIECE, merge_long_ids, merge_small_ids
 from .spm_plan import normalize_piece
-from .spm_tables import (BYTE_FALLBACK, CUT_UNKNOWN, DUMMY, ESCAPE, FUSE_UNK, HF, NO_ID,
-                         SPACE_CP, SPLIT, SpmTables)
+from .spm_tables import (BYTE_FALLBACK, CP_MASK, CUT_UNKNOWN, DUMMY, ESCAPE, FUSE_UNK, HF,
+                         NO_ID, SPACE_CP, SPLIT, UNKNOWN, SpmTables)
 
 
 def _chars(buf: np.ndarray, t: SpmTables) -> tuple[np.ndarray, np.ndarray]:

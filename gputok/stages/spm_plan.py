@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._arrays import unique_sorted
-from ..backends.hostplan import OUTSIDE, SEG_START, SPECIAL_START
+from .marks import OUTSIDE, SEG_START, SPECIAL_START
 from .split import _bytes_regex, find_tokens
 from .spm_tables import DUMMY, SpmTables
 
@@ -82,16 +82,12 @@ def remap(bounds: np.ndarray, out_len: np.ndarray, doc_off, ss, se) -> tuple:
 
 
 def normalize_piece(model, raw: bytes, first: bool) -> bytes:
-    """One segment normalised by the model's host normaliser, then Metaspace's replacement and
-    prefix where its pre-tokenizer is one (``first``: the segment starts its document; its
-    split is THE SPM CUT's)."""
-    from ..components.pretokenizers import Metaspace
-
+    """One segment normalised by the model's host normaliser, then what its pre-tokenizer writes
+    into a segment (Metaspace's replacement and prefix: ``segment_text``; ``first``: the segment
+    starts its document; its split is THE SPM CUT's)."""
     text = model.normalizer.normalize(raw.decode("utf-8"))
-    pre = model.pretokenizer
-    if isinstance(pre, Metaspace):
-        text = pre.replace(text, first)
-    return text.encode("utf-8")
+    write = getattr(model.pretokenizer, "segment_text", None)
+    return (write(text, first) if write is not None else text).encode("utf-8")
 
 
 def normalize_segments(model, buf: bytes, doc_off: np.ndarray, ss: np.ndarray,

@@ -237,3 +237,13 @@ def merged_tokens(model, table) -> "list[bytes]":
         if model.decoder.get(i) != bytes([b]):
             toks += [bytes([x, b]) for x in range(256)] + [bytes([b, x]) for x in range(256)]
     return toks
+
+
+def merge_slots(table) -> np.ndarray:
+    """The merge table's hash arrays interleaved for the kernels (``enc_pair_lookup``): two
+    uint64 per slot, [key, priority | merged << 32]."""
+    out = np.empty(2 * len(table.h_keys), np.uint64)
+    out[0::2] = table.h_keys
+    out[1::2] = table.h_prio.astype(np.uint64) | (table.h_merged.astype(np.uint64)
+                                                  << np.uint64(32))
+    return out

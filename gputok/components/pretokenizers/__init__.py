@@ -46,6 +46,12 @@ class _Host:
     def split(self, text: str) -> list:
         return self.split_batch([text])[0]
 
+    def segment_text(self, text: str, first: bool) -> str:
+        """What the pre-tokenizer writes into a segment before it cuts it (``first``: the
+        segment starts its document); the SentencePiece device's host normaliser applies it
+        after the normaliser. Metaspace: its replacement and prefix; the others: nothing."""
+        return text
+
 
 class Whole(_Host):
     """The whole segment is one word (nothing for an empty one).
@@ -86,6 +92,8 @@ class Metaspace(_Host):
                 self.scheme == "first" and first)):
             text = rep + text
         return text
+
+    segment_text = replace
 
     def split_batch(self, texts: list, first=None) -> list:
         if first is None:

@@ -44,13 +44,12 @@ from .. import SegmenterDevice
 from ..._arrays import code_points  # noqa: F401  (re-exported)
 from ...stages import counters
 from ...stages.merge import LONG_PIECE, VECTOR_MIN, merge_long_ids, merge_rounds, merge_small_ids
+from ...stages.spm_tables import CP_MASK, UNKNOWN  # (the kernels' symbol codes)
 from ...stages.table import MergeTable
 
 #: the device form of character-level BPE: the device runs a whole chunk (its own cuts and
 #: normaliser; backends/runners/spm.py), a text of any length in one call where it can
 CHUNK_DEVICE = SegmenterDevice(stage="chunk", kernel="encode_spm_merge", one_call=True)
-UNKNOWN = 0x80000000  # symbol of a character no merge involves: UNKNOWN | code point
-CP_MASK = 0x1FFFFF
 N_CP = 0x110000
 
 
