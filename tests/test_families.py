@@ -448,7 +448,8 @@ def test_family_docstring_examples_run():
 
     for name in ("gputok.components.normalizers.charsmap", "gputok.components.segmenters.charbpe",
                  "gputok.components.segmenters.spm_bpe", "gputok.components.normalizers.spm",
-                 "gputok.components.pretokenizers.bert", "gputok.components.segmenters.wordpiece",
+                 "gputok.components.pretokenizers.bert", "gputok.components.bert_steps",
+                 "gputok.components.segmenters.wordpiece",
                  "gputok.loaders.spm_model", "gputok.loaders.gguf", "gputok.loaders.gguf_pre",
                  "gputok.components.segmenters.unigram", "gputok.components.segmenters.trie",
                  "gputok.components.segmenters.wordlevel", "gputok.components.pretokenizers",

@@ -36,12 +36,12 @@ import struct
 from pathlib import Path
 
 from ..model import Model
+from .gguf_types import BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED  # noqa: F401
 from .post import gguf_post
 
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
             12: "d"}
 _STRING, _ARRAY = 8, 9
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 _BLOCK = 1 << 20
 
 
@@ -261,7 +261,7 @@ def model_from_metadata(meta: dict, name: str, *, where: str = "GGUF",
     if kind == "gemma4":
         from .gguf_chars import char_level
 
-        model = char_level(meta, tokens, types, name, where, digest)
+        model = _hf_model(char_level(meta, tokens, types, where), name, where, digest)
     elif kind == "gpt2":
         model = _byte_level(meta, tokens, types, name, where, digest)
     elif kind in ("llama", "t5"):
@@ -293,7 +293,7 @@ def _byte_level(meta, tokens, types, name, where, digest) -> Model:
     if pre.symbols == "chars":
         from .gguf_chars import char_level
 
-        return char_level(meta, tokens, types, name, where, digest)
+        return _hf_model(char_level(meta, tokens, types, where), name, where, digest)
     if pre.symbols != "bytes":
         raise ValueError(f"{where}: tokenizer.ggml.pre {meta.get('tokenizer.ggml.pre')!r} (BPE "
                          f"on {pre.symbols}, llama.cpp's whitespace tokenizer) is not supported")

@@ -24,7 +24,7 @@ texts, ``tests/test_real_vocabs.py``).
 
 from __future__ import annotations
 
-from .gguf import CONTROL, UNKNOWN, USER_DEFINED
+from .gguf_types import CONTROL, UNKNOWN, USER_DEFINED
 
 def _newline_run_reached(run: str, rank: dict) -> bool:
     """Whether merging ``run`` (all newlines) by rank ends in one symbol (the HF rule, leftmost
@@ -40,9 +40,8 @@ def _newline_run_reached(run: str, rank: dict) -> bool:
     return True
 
 
-def char_level(meta, tokens, types, name, where, digest):
-    from .gguf import _hf_model
-
+def char_level(meta, tokens, types, where) -> dict:
+    """The tokenizer.json (as a dict) that the GGUF file's vocabulary stands for."""
     merges_in = meta.get("tokenizer.ggml.merges")
     if merges_in is None:
         raise ValueError(f"{where}: a gemma4 tokenizer needs tokenizer.ggml.merges")
@@ -91,4 +90,4 @@ def char_level(meta, tokens, types, name, where, digest):
         "model": {"type": "BPE", "vocab": vocab, "merges": merges, "unk_token": None,
                   "byte_fallback": True, "fuse_unk": False, "ignore_merges": False},
     }
-    return _hf_model(cfg, name, where, digest)
+    return cfg

@@ -18,7 +18,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import regex
 
 from .. import patterns

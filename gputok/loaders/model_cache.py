@@ -42,7 +42,6 @@ import struct
 import time
 import weakref
 import zlib
-from pathlib import Path
 
 from .._cache import cache_dir, code_digest as _code_digest, write_atomic
 

@@ -94,7 +94,7 @@ class HFSteps:
 
 
 class BertNormalizer:
-    """HF's ``BertNormalizer`` (see ``pretokenizers/bert.py``): alone it runs the per-character
+    """HF's ``BertNormalizer`` (see ``components/bert_steps.py``): alone it runs the per-character
     map over a whole batch's code points; with BERT's pre-tokenizer it runs in that pass.
 
     >>> BertNormalizer().normalize("Héllo 中")
@@ -106,7 +106,7 @@ class BertNormalizer:
 
     def __init__(self, *, clean_text: bool = True, handle_chinese_chars: bool = True,
                  strip_accents: "bool | None" = None, lowercase: bool = True):
-        from ..pretokenizers.bert import BertSteps
+        from ..bert_steps import BertSteps
 
         self.steps_on = BertSteps(clean_text=clean_text, handle_chinese_chars=handle_chinese_chars,
                                   strip_accents=strip_accents, lowercase=lowercase)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..._arrays import unique_sorted
-from ...stages import counters
 from . import Base
 from .charbpe import CHUNK_DEVICE, UNKNOWN, CharBpe, code_points
 

@@ -47,7 +47,6 @@ import numpy as np
 
 from ...stages import counters
 from .charbpe import CHUNK_DEVICE, CP_MASK, UNKNOWN, CharBpe, code_points
-from ..normalizers.spm import SPACE
 from . import Base, spm_build
 from .pieces import PieceTable, duplicates
 
