@@ -23,6 +23,8 @@
 // as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
 #pragma once
 
+#include "cpu_solve.h"
+
 #ifndef ENC_CPU_AHEAD
 #define ENC_CPU_AHEAD 8  // a power of two
 #endif
