@@ -200,7 +200,7 @@ def test_gputok_trainer_errors_and_files(tmp_path):
 def test_normalising_many_sentences_at_once():
     from gputok.components.normalizers.charsmap import CharsMap
     from gputok.components.normalizers.spm import SpmNormalizer
-    from gputok.train import spm as gspm
+    from gputok.train import spm_options as gspm
 
     lines = lines_of("multilingual", 0.05) + synthetic(11, 50) + \
         ["", "\x00a  b", "  ", "ｱｲｳ  ", "aaa東京x", "ﬁ\u3000x"]
@@ -216,17 +216,17 @@ def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
     import re
     from collections import Counter
 
-    from gputok.train import spm as gspm
+    from gputok.train import spm_options, spm_words
 
     lines = lines_of("multilingual", 0.1) + lines_of("code", 0.05) + synthetic(12, 200) + \
         ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb"]
-    o = gspm.SpmOptions(**kw)
-    norm = gspm._normalizer(o)
-    keys = sorted({p for p, _ in gspm.meta_pieces(o).values()}, key=lambda k: (-len(k), k))
+    o = spm_options.SpmOptions(**kw)
+    norm = spm_words._normalizer(o)
+    keys = sorted({p for p, _ in spm_options.meta_pieces(o).values()}, key=lambda k: (-len(k), k))
     meta = re.compile("|".join(map(re.escape, keys)))
     want: Counter = Counter()
     for s in lines:
-        if s and gspm.UNK_CHAR not in s:
-            t = meta.sub(gspm.BOUNDARY, norm.normalize(s))
-            want.update(gspm.split_into_words(t, o) if t else [])
-    assert gspm.count_words(lines, o) == want
+        if s and spm_options.UNK_CHAR not in s:
+            t = meta.sub(spm_options.BOUNDARY, norm.normalize(s))
+            want.update(spm_words.split_into_words(t, o) if t else [])
+    assert spm_words.count_words(lines, o) == want

@@ -19,62 +19,20 @@ reads its input; .jsonl / .parquet: each document's lines).
 
 from __future__ import annotations
 
-import gzip
 import os
-import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
-from itertools import islice
 from importlib import resources
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from . import native
 from .spm_model import MODEL_TYPE_BPE, model_bytes
-
-SPACE = "\u2581"
-UNK_CHAR = "\u2585"
-BOUNDARY = "\u001f"
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6
-
-
-class SpmTrainError(ValueError):
-    """Settings or a corpus sentencepiece's trainer refuses, with its reason."""
-
-
-@dataclass
-class SpmOptions:
-    """The trainer's settings that change pieces, scores or ids (TrainerSpec's names and
-    defaults; ``cpu_ref.spm_train.SpmOptions`` is the same)."""
-
-    vocab_size: int = 8000
-    character_coverage: float = 0.9995
-    max_sentencepiece_length: int = 16
-    max_sentence_length: int = 4192
-    split_by_unicode_script: bool = True
-    split_by_number: bool = True
-    split_by_whitespace: bool = True
-    split_digits: bool = False
-    treat_whitespace_as_suffix: bool = False
-    allow_whitespace_only_pieces: bool = False
-    byte_fallback: bool = False
-    required_chars: str = ""
-    control_symbols: list = field(default_factory=list)
-    user_defined_symbols: list = field(default_factory=list)
-    unk_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    pad_id: int = -1
-    unk_piece: str = "<unk>"
-    bos_piece: str = "<s>"
-    eos_piece: str = "</s>"
-    pad_piece: str = "<pad>"
-    hard_vocab_limit: bool = True
-    normalization_rule_name: str = "nmt_nfkc"
-    add_dummy_prefix: bool = True
-    remove_extra_whitespaces: bool = True
+from .spm_options import (BOUNDARY, NORMAL, UNK_CHAR, SpmOptions, SpmTrainError, charsmap_blob,
+                          meta_pieces)
+from .spm_words import count_words
 
 
 @dataclass
@@ -116,16 +74,6 @@ class SpmTrained:
 
 
 @lru_cache(maxsize=None)
-def charsmap_blob(name: str) -> bytes:
-    if name == "identity":
-        return b""
-    if name == "nmt_nfkc":
-        raw = (resources.files("gputok") / "data" / "spm_nmt_nfkc.charsmap.gz").read_bytes()
-        return gzip.decompress(raw)
-    raise SpmTrainError(f"normalization_rule_name {name!r}: nmt_nfkc and identity are known")
-
-
-@lru_cache(maxsize=None)
 def _scripts() -> tuple:
     rows = [line.split() for line in (resources.files("gputok") / "data" / "spm_scripts.txt")
             .read_text().splitlines() if line.strip() and not line.startswith("#")]
@@ -152,211 +100,6 @@ def char_classes(chars: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     flags[cps == 0x2581] |= 2
     flags[np.isin(cps, [0, 0x1F, 0x20, 0x2585]) | ((cps >= 0xD800) & (cps <= 0xDFFF))] |= 4
     return cps.astype(np.uint32), script, flags
-
-
-# ---------------------------------------------------------------- rules 1-4
-
-
-def meta_pieces(o: SpmOptions) -> dict[int, tuple[str, int]]:
-    """Rule 10's ids of the meta pieces: ``{id: (piece, type)}``."""
-    meta: dict[int, tuple[str, int]] = {}
-    for i, p in ((o.unk_id, o.unk_piece), (o.bos_id, o.bos_piece), (o.eos_id, o.eos_piece),
-                 (o.pad_id, o.pad_piece)):
-        if i < 0:
-            continue
-        if i >= o.vocab_size or i in meta:
-            raise SpmTrainError(f"id {i} of {p!r} is taken or outside the vocabulary")
-        meta[i] = (p, UNKNOWN if p == o.unk_piece else CONTROL)
-    if o.unk_id < 0 and not o.byte_fallback:
-        raise SpmTrainError(f"{o.unk_piece} must be defined")
-    seen: set = set()
-    nxt = 0
-    extra = [(w, CONTROL) for w in o.control_symbols] + \
-        [(w, USER_DEFINED) for w in o.user_defined_symbols] + \
-        ([(f"<0x{b:02X}>", BYTE) for b in range(256)] if o.byte_fallback else [])
-    for w, kind in extra:
-        if w in seen:
-            raise SpmTrainError(f"{w} is already defined. duplicated symbols are not allowed.")
-        if w == o.unk_piece:
-            raise SpmTrainError(f"{o.unk_piece} must not be defined with --control_symbols and "
-                                "--user_defined_symbols.")
-        seen.add(w)
-        special = [i for i, p in ((o.bos_id, o.bos_piece), (o.eos_id, o.eos_piece),
-                                  (o.pad_id, o.pad_piece)) if w == p and i >= 0]
-        if special:
-            meta[special[0]] = (w, kind)
-            continue
-        while nxt in meta:
-            nxt += 1
-        meta[nxt] = (w, kind)
-    return meta
-
-
-def _normalizer(o: SpmOptions):
-    from ..components.normalizers.charsmap import CharsMap
-    from ..components.normalizers.spm import SpmNormalizer
-
-    blob = charsmap_blob(o.normalization_rule_name)
-    return SpmNormalizer(charsmap=CharsMap(blob) if blob else None,
-                         add_dummy_prefix=o.add_dummy_prefix,
-                         remove_extra_whitespaces=o.remove_extra_whitespaces,
-                         treat_whitespace_as_suffix=o.treat_whitespace_as_suffix,
-                         user_defined=o.user_defined_symbols)
-
-
-def split_into_words(text: str, o: SpmOptions) -> list[str]:
-    """Rule 4 (``SplitIntoWords``); the default settings take ``str.split``."""
-    if not o.treat_whitespace_as_suffix and not o.allow_whitespace_only_pieces:
-        parts = text.split(SPACE)
-        head = [parts[0]] if parts[0] else []
-        return head + [SPACE + p for p in parts[1:]]
-    words: list[str] = []
-    in_ws = False
-    if o.treat_whitespace_as_suffix:
-        if text:
-            words.append("")
-        for i, c in enumerate(text):
-            is_ws = c == SPACE
-            if is_ws:
-                in_ws = True
-            elif in_ws:
-                if o.allow_whitespace_only_pieces:
-                    words.append("")
-                in_ws = False
-            words[-1] += c
-            if i + 1 < len(text) and is_ws and not o.allow_whitespace_only_pieces:
-                words.append("")
-        return words
-    for i, c in enumerate(text):
-        is_ws = c == SPACE
-        if i == 0 or (is_ws and (not in_ws or not o.allow_whitespace_only_pieces)):
-            words.append("")
-            in_ws = True
-        if in_ws and not is_ws:
-            in_ws = False
-        words[-1] += c
-    return words
-
-
-def count_words(sentences: Iterable[str], o: SpmOptions, threads: "int | None" = None
-                ) -> Counter:
-    """Rules 1, 2 and 4 on normalised text: the words and their counts."""
-    norm = _normalizer(o)
-    keys = sorted({p for p, _ in meta_pieces(o).values()}, key=lambda k: (-len(k), k))
-    meta_re = re.compile("|".join(map(re.escape, keys))) if keys else None
-    usual = (o.add_dummy_prefix and o.remove_extra_whitespaces and
-             not o.treat_whitespace_as_suffix and not o.allow_whitespace_only_pieces)
-    words: Counter = Counter()
-    parts = native.WordCounter(None, threads or native._threads())  # the fast path's words
-    limit = o.max_sentence_length
-    batch: list[str] = []
-
-    def flush():
-        rest = batch
-        if usual:
-            rest = _count_plain(norm, batch, meta_re, parts)
-        for t in norm.normalize_many(rest):
-            if meta_re is not None and meta_re.search(t):
-                t = meta_re.sub(BOUNDARY, t)
-            if t:
-                words.update(split_into_words(t, o))
-        batch.clear()
-
-    it = iter(sentences)
-    while True:  # rule 1, a chunk at a time
-        chunk = list(islice(it, 8192))
-        if not chunk:
-            break
-        batch.extend(s for s in chunk if s and UNK_CHAR not in s and
-                     (len(s) * 4 <= limit or len(s.encode("utf-8")) <= limit))
-        flush()
-    try:
-        for w, n in parts.result().items():
-            words[w.decode("utf-8")] += n
-    finally:
-        parts.close()
-    return words
-
-
-def _may_rewrite(norm, cps: np.ndarray) -> np.ndarray:
-    """Positions where a rule or a user-defined piece may start: a superset of
-    ``norm._candidates`` that costs two table lookups per character (``_rewrite_tables``)."""
-    if norm.ud_first is not None or norm.charsmap is None:
-        return norm._candidates(cps)[0]
-    single, start, second = _rewrite_tables(norm.charsmap)
-    hit = single[cps]
-    if len(cps) > 1:
-        hit[:-1] |= start[cps[:-1]] & second[cps[1:]]
-    return np.flatnonzero(hit)
-
-
-_TABLES: dict = {}
-
-
-def _rewrite_tables(cm) -> tuple:
-    """Per code point: a one-character rule; the first character of a longer key; and a
-    character whose first UTF-8 byte continues some key after its first character (found by
-    trying every byte from every node a first character reaches: for nmt_nfkc only combining
-    marks and characters of 3-4 bytes do, so a plain Latin sentence is one lookup a
-    character)."""
-    got = _TABLES.get(id(cm))
-    if got is None or got[0] is not cm:
-        from ..components.normalizers.charsmap import utf8_bytes
-
-        node1, leaf1, _value = cm._per_cp
-        nodes = np.unique(node1[node1 >= 0]).astype(np.int64)
-        units = cm.units.astype(np.int64)
-        b = np.arange(256, dtype=np.int64)
-        nxt = nodes[:, None] ^ b[None, :]
-        ok = nxt < len(units)
-        unit = np.where(ok, units[np.minimum(nxt, len(units) - 1)], 0)
-        first = np.flatnonzero((ok & ((unit & 0x800000FF) == b[None, :])).any(axis=0))
-        lead = utf8_bytes(np.arange(0x110000, dtype=np.uint32))[0][:, 0]
-        got = _TABLES[id(cm)] = (cm, (leaf1.copy(), node1 >= 0, np.isin(lead, first)))
-    return got[1]
-
-
-_MARK = SPACE.encode("utf-8")
-_RUNS = re.compile(" {2,}")
-_TRAILING = re.compile("\u2581+(?=\0|$)")
-
-
-def _count_plain(norm, batch: list, meta_re, parts) -> list:
-    """The usual settings' fast path: the sentences no rule or user-defined piece touches
-    (most of them) normalised and cut into words all at once, over the joined batch; returns
-    the others. Per sentence (U+0000 joins them; sentences holding it go the slow way): runs
-    of spaces collapse, leading and trailing spaces go and so do trailing ``▁`` (an all-space
-    sentence becomes empty and is dropped), spaces become ``▁``, meta pieces become U+001F.
-    Each sentence then starts with the dummy ``▁``: the batch's words are its pieces that start
-    with ``▁``, which the native counter ``parts`` counts (``WordCounter.add_marked``)."""
-    from .._arrays import code_points
-
-    keep = [s for s in batch if "\0" not in s]
-    others = [s for s in batch if "\0" in s]
-    joined = "\0".join(keep)
-    cand = _may_rewrite(norm, code_points(joined))
-    if len(cand):  # sentences a rule may touch go the sentence-by-sentence way
-        starts = np.zeros(len(keep) + 1, np.int64)
-        np.cumsum([len(s) + 1 for s in keep], out=starts[1:])
-        touched = np.zeros(len(keep), bool)
-        touched[np.searchsorted(starts, cand, side="right") - 1] = True
-        others += [s for s, t in zip(keep, touched.tolist()) if t]
-        joined = "\0".join(s for s, t in zip(keep, touched.tolist()) if not t)
-    if not joined:
-        return others
-    if "  " in joined:
-        joined = _RUNS.sub(" ", joined)
-    joined = joined.replace("\0 ", "\0").replace(" \0", "\0").strip(" ")
-    if SPACE + "\0" in joined or joined.endswith(SPACE):
-        joined = _TRAILING.sub("", joined)
-    while "\0\0" in joined:  # sentences left empty
-        joined = joined.replace("\0\0", "\0")
-    joined = joined.strip("\0").replace(" ", SPACE)
-    if meta_re is not None:
-        joined = meta_re.sub(BOUNDARY, joined)
-    if joined:
-        parts.add_marked((SPACE + joined.replace("\0", SPACE)).encode("utf-8"), _MARK)
-    return others
 
 
 def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]], list[str]]:
@@ -476,7 +219,6 @@ def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
            threads: "int | None") -> list[str]:
     """Rules 5-9 in the native loop: the merged pieces in order."""
     alphabet = chars + [UNK_CHAR]
-    cid = {c: i for i, c in enumerate(alphabet)}
     text = "".join(words)
     cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
     lut = np.zeros(0x110000, np.uint32)
