@@ -33,12 +33,27 @@ DEVICES. A device is one folder here and one registration:
                     registered: it brings no kernels of its own
 
 and what every device shares: the driver and its runners (``driver.py``, ``runners/``), the
-stages on a device (``device_stages.py``), a model's tables (``device_tables.py``), the host
-side of a chunk (``hostplan.py``), kernel sources and constants (``kernels.py``), host
-workspace (``host_pool.py``) and the training kernels' numpy reference (``train_arrays.py``).
-Adding a device: a folder with ``available()`` and ``create()`` whose adapter subclasses
-``protocol.Device`` and states its ``Capabilities``, plus one ``Registration`` in
-``devices.py``; nothing else names it.
+stages on a device (``device_stages.py``), a model's tables (``device_tables.py``; a
+SentencePiece model's: ``spm_tables.py``, ``spm_device.py``), the host side of a chunk
+(``hostplan.py``), kernel sources and constants (``kernels.py``), host workspace
+(``host_pool.py``) and the training kernels' numpy reference (``train_arrays.py``).
+
+Adding a device, step by step:
+
+1. a folder here with ``available() -> (bool, why)`` and ``create(...)``, whose adapter
+   subclasses ``protocol.Device`` (uploads, launches, downloads, memory) and states its
+   ``Capabilities`` (streams, chunk workers, one-call texts, per-document pass, ...): the driver
+   picks its runners (``runners/``) from them and never probes;
+2. its kernels from the shared sources (``kernels/common/*.h``; ``kernels.py`` hands them and
+   their constants over), so every rule stays stated once;
+3. one ``Registration`` in ``devices.py`` (its place in "auto", GPU or not, indexed, trainer);
+   ``get_backend``, the CLI, the corpus job and ``train_bpe`` then know it, and nothing else
+   names it;
+4. its row in ``tests/test_backend_matrix.py`` (every model x path against the oracles) and, for
+   a GPU, the emulator's run of its kernels (``tests/emulator``).
+
+Modules here import the stages, the components and the model, never the loaders, the encoding
+or the corpus job (``tests/test_layers.py``).
 """
 
 from __future__ import annotations

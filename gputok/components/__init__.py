@@ -42,7 +42,12 @@ quick check (``device_form``).
    ``Model(name=..., decoder=..., byte_ids=..., segmenter=..., normalizer=..., pretokenizer=...,
    post=..., detok=...)``. Loaders are the only place that reads a file's kind;
 4. optionally a device form: a ``SegmenterDevice`` on the segmenter, a device stage in
-   ``backends/device_stages.py`` and its kernel. Nothing else changes.
+   ``backends/device_stages.py`` and its kernel. Nothing else changes;
+5. its parity tests against the family's library (``tests/test_parity_families.py``,
+   ``tests/test_real_vocabs.py`` for real files) and its rows in ``tests/test_backend_matrix.py``.
+
+Components import the stages and the pinned Unicode data, never the backends or the loaders
+(``tests/test_layers.py``).
 
 ``tests/test_components.py`` checks that every component class implements its protocol.
 """
