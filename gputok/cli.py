@@ -103,8 +103,8 @@ def _bar(args, total, desc):
 def cmd_encode(args) -> int:
     from .corpus import encode_corpus
 
-    encoding = _encoding_spec(args)
     bar = None
+    allowed = _allowed(args)
 
     def start(total):  # drawn once the job starts: nothing frozen at 0 during its set-up
         nonlocal bar
@@ -115,10 +115,11 @@ def cmd_encode(args) -> int:
             bar.update(nbytes)
             bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
 
+    encoding = _encoding_spec(args)  # (the command line's own checks first, then the files)
     try:
         s = encode_corpus(args.inputs, args.output, encoding=encoding,
                           fmt=args.format, field=args.field, input_format=args.input_format,
-                          errors=args.errors, allowed_special=_allowed(args),
+                          errors=args.errors, allowed_special=allowed,
                           special_as_text=args.special_as_text, append_eot=args.append_eot,
                           add_special_tokens=args.add_special_tokens,
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
