@@ -314,6 +314,8 @@ def main():
     p.add_argument("--peers", nargs="+", default=list(PEERS), choices=PEERS)
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
+                                    "e.g. bench/results/cpu.md")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--docs", help=argparse.SUPPRESS)
@@ -325,21 +327,25 @@ def main():
         return
     cells = args.cells or [f"{m}/{k}" for m in SHORT for k in KINDS]
     _common.compile_bytecode()
-    print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
-          f"command: python {' '.join(sys.argv)}\nload average: {os.getloadavg()}")
-    results = {"machine": _common.machine(), "command": " ".join(sys.argv), "cells": {}}
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        for c in cells:
-            m, kind = c.split("/")
-            model = SHORT.get(m, m)
-            cell = run_cell(model, kind, args, tmp)
-            results["cells"][c] = cell
-            report(model, kind, cell, args.threads)
-    print(f"\nload average at the end: {os.getloadavg()}")
+    with _common.recording(args.record, "bench_cpu.py", "the native CPU device against the CPU "
+                           "tokenizers, cold and warm, in fresh processes",
+                           ["gigatoken", "toktok-rs", "quicktok-v1", "tiktoken",
+                            "tokenizers"]) as rec:
+        print(f"machine: {_common.machine()}\ndate: {time.strftime('%Y-%m-%d %H:%M')}\n"
+              f"command: python {' '.join(sys.argv)}\nload average: {os.getloadavg()}")
+        results = {"machine": _common.machine(), "command": " ".join(sys.argv), "cells": {}}
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            for c in cells:
+                m, kind = c.split("/")
+                model = SHORT.get(m, m)
+                cell = run_cell(model, kind, args, tmp)
+                results["cells"][c] = cell
+                report(model, kind, cell, args.threads)
+        print(f"\nload average at the end: {os.getloadavg()}")
+        rec["data"] = results
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-
 
 if __name__ == "__main__":
     main()

@@ -203,3 +203,40 @@ def test_class_tables_are_mapped_from_the_cache_and_rebuilt_when_damaged(cache):
         f.truncate(1000)
     again = fam._class_table("tiktoken")
     assert np.array_equal(again, built)
+
+
+def test_a_tokenizer_json_models_tables_are_cached_by_its_source(cache, tmp_path):
+    """A merges (HF rule) model loaded from a file: its device tables are built once, then
+    mapped (no merge table built), equal to a fresh build and giving the same ids; the same
+    merges in a changed file are keyed apart."""
+    import json
+
+    import numpy as np
+
+    import testdata
+    from gputok.backends import device_tables
+
+    src = testdata.vocab_path("llama3_tokenizer_json")
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(src.read_bytes())
+    enc = gputok.load(path)
+    assert enc.model.ranks is None and enc.model.digest
+    built = device_tables.host_tables(enc.model)
+    where = device_tables._cache_path(enc.model)
+    assert where is not None and where.startswith(str(cache))
+    assert "slots" not in built  # (Llama 3: no whole-token table)
+    fresh = gputok.load(path)  # (the same model object while ``enc`` holds it)
+    fresh.model.__dict__.pop("merge_table", None)
+    mapped = device_tables.host_tables(fresh.model)
+    assert "merge_table" not in fresh.model.__dict__  # mapped: nothing built
+    assert set(mapped) == set(built)
+    for k, v in built.items():
+        assert np.array_equal(mapped[k], v), k
+    text = "Hello wörld, 12345 tokens  \n\t héllo"
+    assert enc.encode_batch([text], backend="native") == [enc.encode(text, backend="numpy")]
+    cfg = json.loads(path.read_text("utf-8"))
+    cfg["added_tokens"] = cfg["added_tokens"][:-1]  # (another file, the same merges)
+    other = tmp_path / "other" / "tokenizer.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps(cfg), "utf-8")
+    assert device_tables._cache_path(gputok.load(other).model) != where

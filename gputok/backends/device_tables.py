@@ -185,15 +185,41 @@ _CACHED = {"t_slots", "byte_ids", "slots", "tok_bytes", "join"}
 
 
 def _cache_path(model) -> "str | None":
-    """Where a tiktoken-rule model's host-built tables are cached (None: not cached). The key
-    covers the vocabulary, every hash constant and both builders' versions."""
-    if model.ranks is None or model.ranks_digest is None:
-        return None
+    """Where a byte-level model's host-built tables are cached (None: not cached). The key
+    covers the vocabulary (a tiktoken-rule model's ranks digest; a merges model's source digest
+    with gputok's code, which reads the merges from it), every hash constant and both builders'
+    versions."""
     from ..stages.table import _cache_file, cache_key
 
-    key = hashlib.sha256(f"{cache_key(model.ranks_digest)}|{BYTES_SEED:x}|{WORD_MUL:x}|"
+    if model.ranks is not None:
+        if model.ranks_digest is None:
+            return None
+        base = cache_key(model.ranks_digest)
+    else:
+        base = _merges_key(model)
+        if base is None:
+            return None
+    key = hashlib.sha256(f"{base}|{BYTES_SEED:x}|{WORD_MUL:x}|"
                          f"{MIX1:x}|{MIX2:x}|{TABLES_VERSION}".encode()).hexdigest()[:32]
     return _cache_file(key).replace("merge-table-", "device-tables-").replace(".npz", ".bin")
+
+
+def _merges_key(model) -> "str | None":
+    """The key of a merges (HF rule) model's tables: the digest of the file it was loaded from
+    (a tokenizer.json's bytes, a GGUF file's metadata) and of gputok's code, with the merges'
+    count, ends, byte ids and whole-token lookup as a check; None for a model without a
+    source digest (built in this process: its tables are built, not cached)."""
+    from .._cache import code_digest
+
+    seg = model.segmenter
+    merges = getattr(seg, "merges", None)
+    if not model.digest or not merges or not getattr(seg, "byte_level", False):
+        return None
+    h = hashlib.sha256(f"merges|{model.digest}|{len(merges)}|{tuple(merges[0])}|"
+                       f"{tuple(merges[-1])}|{len(seg.whole or ())}|".encode())
+    h.update(code_digest())
+    h.update(np.ascontiguousarray(seg.byte_ids, np.int64).tobytes())
+    return h.hexdigest()[:32]
 
 
 def prefetch(model) -> None:
@@ -228,31 +254,34 @@ def _mapped(path: str) -> "dict | None":
     if got is None:
         return None
     arrays, scalars = got
+    whole = "slots" in arrays  # (a merges model without whole-token lookup has no such table)
     try:
-        bits, t_bits = int(scalars["bits"]), int(scalars["t_bits"])
+        bits, t_bits = int(scalars["bits"]) if whole else 4, int(scalars["t_bits"])
     except (KeyError, TypeError, ValueError):
         return None
     w_size, size_bits = bits & SIZE_BITS, t_bits & SIZE_BITS
-    if set(arrays) != _CACHED or not 0 < w_size < 32 or not 0 < size_bits < 32 or \
+    if set(arrays) != (_CACHED if whole else _CACHED - {"slots", "tok_bytes"}) or \
+            not 0 < w_size < 32 or not 0 < size_bits < 32 or \
             bits & ~(SIZE_BITS | WHOLE_BYTES) or t_bits & ~(SIZE_BITS | PAIR_COMPACT | PAIR_BYTES):
         return None
     words = 1 if t_bits & PAIR_COMPACT else 2
     w_len = (4 << w_size) + (WHOLE_BLOCK_WORDS if bits & WHOLE_BYTES else 0)
     t_len = (words << size_bits) + (PAIR_BLOCK_WORDS if t_bits & PAIR_BYTES else 0)
-    if len(arrays["slots"]) != w_len or len(arrays["t_slots"]) != t_len or \
+    if (whole and len(arrays["slots"]) != w_len) or len(arrays["t_slots"]) != t_len or \
             len(arrays["join"]) != 2048 or len(arrays["byte_ids"]) != 256:
         return None
-    return dict(arrays, bits=bits, t_bits=t_bits)
+    return dict(arrays, bits=bits, t_bits=t_bits) if whole else dict(arrays, t_bits=t_bits)
 
 
 def host_tables(model) -> dict:
     """Every table a device needs, as host arrays: the merge table's slots (``t_slots``,
     ``t_bits``, ``byte_ids``), the whole-token table (``slots``, ``tok_bytes``, ``bits``; absent
-    without whole-piece lookup) and the join bits. Built here (~0.5 s for a 200K vocabulary) or,
-    for the tiktoken rule, mapped from a cache next to the merge table's: a process that finds
-    it does not load the merge table at all, and copies no table byte (an ``.npz`` read cost
-    30-80 ms for cl100k / o200k, a plain read 15-30 ms; the mapping, page table filled, 0.5-4
-    ms; the pages are the page cache's, shared by every process)."""
+    without whole-piece lookup) and the join bits. Built here (~0.5 s for a 200K vocabulary) or
+    mapped from a cache next to the merge table's, for a byte-level model whose source is known
+    (``_cache_path``): a process that finds it does not build the merge table at all, and
+    copies no table byte (an ``.npz`` read cost 30-80 ms for cl100k / o200k, a plain read 15-30
+    ms; the mapping, page table filled, 0.5-4 ms; the pages are the page cache's, shared by
+    every process). Llama 3's tokenizer.json: 0.49 s built, a few ms mapped."""
     path = _cache_path(model)
     if path is not None:
         got = _mapped(path)
@@ -265,8 +294,8 @@ def host_tables(model) -> dict:
                byte_ids=table.byte_ids.astype(np.uint32),
                join=join_bitmap(merged_tokens(model, table)))
     with_byte_blocks(out, table)
-    if path is not None and table.whole:
-        scalars = {k: int(out[k]) for k in ("bits", "t_bits")}
+    if path is not None:
+        scalars = {k: int(out[k]) for k in ("bits", "t_bits") if k in out}
         write_arrays(path, {k: v for k, v in out.items() if k not in scalars}, scalars)
     return out
 
