@@ -1,0 +1,258 @@
+"""Every tokenizer of the pinned test data against its own library, on generated documents.
+
+For each tokenizer (named encodings vs tiktoken; tokenizer.json files vs HF ``tokenizers``;
+SentencePiece ``.model`` files, BPE and Unigram, vs ``sentencepiece``; llama.cpp's GGUF
+vocabularies vs HF on the tokenizer.json they were converted from), ``--docs`` documents are
+made from a fixed seed: slices of the project's corpora (prose, code, multilingual, emoji),
+random code points from every plane (unassigned ones, planes 4-11, controls, private use),
+mixes of the characters the patterns and normalisers care about (letter cases, marks, digits
+of every script, apostrophes, every whitespace kind, CJK, emoji ZWJ sequences, compatibility
+forms), long runs of one character, the tokenizer's own special-token strings inside text, and
+for the named encodings lone surrogates (tiktoken's repair is the rule). gputok's ids
+(``encode_batch_arrays`` on each backend, and ``encode`` on a sample) are compared with the
+library's, document by document; the host fallbacks of the native device are counted.
+
+    python bench/fuzz_families.py --docs 20000 --record bench/results/fuzz.md
+    python bench/fuzz_families.py --docs 300 --only cl100k_base llama3 botchan_unigram
+
+Exit status 1 on any mismatch (the first documents that differ are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+
+import _common  # noqa: E402
+import gputok  # noqa: E402
+import testdata  # noqa: E402
+
+TRICKY = list("aZéÉßǅʰ中日本ﾟ\u0301\u0915\u093f0129٣²½'’ \t\n\r\x0b\x0c\x85\u00a0\u2028\u3000"
+              ".,!?-_/\\\"#$%&*+<=>@[]^`{|}~😀👍🏽\u200d\ufe0fｱｲ①ﬁ\u212b\u1100\u1161") + \
+    ["'s", "'ll", "'VE", "\r\n", "  ", "e\u0301", "\u0041\u030a", "👨\u200d👩\u200d👧",
+     "\U000e0100", "\u2581", "▁▁", "<0x41>", "ＡＢＣ１２３"]
+
+
+def _random_char(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.5:
+        return chr(rng.randrange(0x20, 0x7F))
+    if r < 0.7:
+        return chr(rng.randrange(0xA0, 0x3000))
+    if r < 0.8:
+        return chr(rng.randrange(0x3000, 0xD800))
+    if r < 0.9:
+        cp = rng.randrange(0xE000, 0x110000)
+        return chr(cp)
+    return chr(rng.randrange(0, 0x20))
+
+
+def make_docs(n: int, seed: int, specials: list, surrogates: bool) -> list:
+    """``n`` documents from ``seed`` (see the module docstring)."""
+    rng = random.Random(seed)
+    pool = [d for kind in ("prose", "code", "multilingual", "emoji")
+            for d in _common.corpus(kind, 1) if d]
+    docs = []
+    for k in range(n):
+        kind = k % 6
+        if kind == 0:
+            d = rng.choice(pool)
+            a = rng.randrange(len(d))
+            doc = d[a:a + rng.randrange(1, 800)]
+        elif kind == 1:
+            doc = "".join(_random_char(rng) for _ in range(rng.randrange(0, 120)))
+        elif kind == 2:
+            doc = "".join(rng.choice(TRICKY) for _ in range(rng.randrange(0, 80)))
+        elif kind == 3:
+            doc = rng.choice(TRICKY + ["a", " ", "\n", "中", "😀", "0", "."]) * \
+                rng.randrange(1, 600)
+        elif kind == 4:
+            parts = [rng.choice(pool)[:rng.randrange(0, 200)] for _ in range(3)]
+            if specials:
+                parts.insert(rng.randrange(4), rng.choice(specials))
+            doc = "".join(parts)
+        else:
+            doc = "".join(rng.choice([rng.choice(TRICKY), _random_char(rng),
+                                      rng.choice(pool)[:rng.randrange(0, 40)]])
+                          for _ in range(rng.randrange(0, 30)))
+        if surrogates and k % 50 == 7:
+            at = rng.randrange(len(doc) + 1)
+            doc = doc[:at] + chr(rng.randrange(0xD800, 0xE000)) + doc[at:]
+        docs.append(doc)
+    return docs
+
+
+def _fixed(text: str) -> str:
+    """What the oracles see for a lone surrogate: U+FFFD (tiktoken's repair; gputok's rule)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# ---- the tokenizers: name -> (family, loader of (gputok Encoding, oracle fn, gputok kwargs))
+
+def _named(name: str):
+    oracle = _common.tiktoken_for(name)  # (built from the pinned files, offline)
+    return gputok.get_encoding(name), \
+        (lambda docs: oracle.encode_ordinary_batch([_fixed(d) for d in docs])), \
+        {"disallowed_special": ()}, True
+
+
+def _hf_file(path):
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(path))
+    hf.no_truncation()  # (a file may ask for both: MiniLM's truncates at 128 and pads)
+    hf.no_padding()
+    return gputok.load(path), \
+        (lambda docs: [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]), \
+        {"allowed_special": "all"}, False
+
+
+def _gguf_json(name: str):
+    import test_real_vocabs as R
+
+    path = Path(tempfile.mkdtemp()) / "tokenizer.json"
+    path.write_text(json.dumps(R.tokenizer_json_from_gguf(name), ensure_ascii=False), "utf-8")
+    enc, oracle, kw, sur = _hf_file(path)
+    return gputok.load(testdata.family_path(f"llama_cpp_{name}")), oracle, kw, sur
+
+
+def _spm(data: bytes, name: str):
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=data)
+    path = Path(tempfile.mkdtemp()) / f"{name}.model"
+    path.write_bytes(data)
+    return gputok.load(path), (lambda docs: sp.encode(docs)), {"disallowed_special": ()}, False
+
+
+def tokenizers() -> dict:
+    import families as F
+
+    out = {}
+    for n in ("r50k_base", "p50k_base", "cl100k_base", "o200k_base", "o200k_harmony"):
+        out[n] = ("byte-level BPE (tiktoken)", "tiktoken", functools.partial(_named, n))
+    for n in ("llama3", "qwen2"):
+        out[n] = ("byte-level BPE (tokenizer.json)", "tokenizers",
+                  functools.partial(_hf_file, testdata.vocab_path(f"{n}_tokenizer_json")))
+    for n in ("deepseek_coder", "deepseek_llm"):
+        out[n] = ("byte-level BPE (tokenizer.json)", "tokenizers",
+                  functools.partial(_hf_file, testdata.family_path(f"{n}_tokenizer_json")))
+    out["minilm"] = ("WordPiece (tokenizer.json)", "tokenizers",
+                     functools.partial(_hf_file, testdata.family_path("minilm_tokenizer_json")))
+    for n in ("command-r", "deepseek-coder", "deepseek-llm", "falcon", "mpt", "qwen35", "refact",
+              "starcoder"):
+        out[f"gguf:{n}"] = ("byte-level BPE (GGUF)", "tokenizers",
+                            functools.partial(_gguf_json, n))
+    for n in testdata.SPM_MODELS:
+        out[n] = ("SentencePiece BPE (.model)", "sentencepiece",
+                  functools.partial(lambda n: _spm(F.model_source(n), n), n))
+    for n in F.TRAINED:
+        out[f"trained:{n}"] = ("SentencePiece BPE (.model)", "sentencepiece",
+                               functools.partial(lambda n: _spm(F.model_source(n), n), n))
+    for n in ("botchan_unigram", "kyoto_unigram"):
+        out[n] = ("SentencePiece Unigram (.model)", "sentencepiece",
+                  functools.partial(lambda n: _spm(F.unigram_source(n), n), n))
+    return out
+
+
+def _backend_ids(enc, docs, backend, kw) -> "tuple[list, dict]":
+    be = gputok.backends.get_backend(backend)
+    before = dict(be.fallbacks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids, off = enc.encode_batch_arrays(docs, backend=be, **kw)
+    got = [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])]
+    return got, {k: v - before.get(k, 0) for k, v in be.fallbacks.items() if v > before.get(k, 0)}
+
+
+def run_one(name: str, spec, args) -> dict:
+    family, oracle_name, load = spec
+    t0 = time.perf_counter()
+    enc, oracle, kw, surrogates = load()
+    specials = sorted(getattr(enc, "special_tokens_set", ()) or ())[:50]
+    docs = make_docs(args.docs, args.seed, specials, surrogates)
+    want = oracle(docs)
+    row = {"tokenizer": name, "family": family, "oracle": oracle_name, "docs": len(docs)}
+    bad_examples = []
+    for backend in args.backends:
+        got, fb = _backend_ids(enc, docs, backend, kw)
+        bad = [k for k, (g, w) in enumerate(zip(got, want)) if g != w]
+        row[f"mismatch_{backend}"] = len(bad)
+        row[f"fallbacks_{backend}"] = sum(fb.values())
+        row[f"fallback_stages_{backend}"] = sorted({f"{st}: {why}" for st, why in fb})
+        for k in bad[:3]:
+            g, w = got[k], want[k]
+            at = next((i for i, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
+            bad_examples.append(f"{backend} doc {k} {docs[k][:120]!r}: first difference at id "
+                                f"{at}: gputok {g[at:at + 5]} vs {w[at:at + 5]}")
+    sample = range(0, len(docs), max(1, len(docs) // 200))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = [k for k in sample if enc.encode(docs[k], **kw) != want[k]]
+    row["mismatch_encode_sample"] = len(one)
+    bad_examples += [f"encode doc {k} {docs[k][:120]!r}" for k in one[:3]]
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    row["examples"] = bad_examples
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--docs", type=int, default=2000, help="documents per tokenizer")
+    p.add_argument("--seed", type=int, default=20261128)
+    p.add_argument("--backends", nargs="+", default=["numpy", "native"])
+    p.add_argument("--only", nargs="+", help="these tokenizers (names as printed)")
+    p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--record", help="write the record here (bench/README.md), e.g. "
+                                    "bench/results/fuzz.md")
+    args = p.parse_args()
+    specs = tokenizers()
+    names = args.only or list(specs)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise SystemExit(f"unknown tokenizers {unknown}; known: {', '.join(specs)}")
+    rows = []
+    with _common.recording(args.record, "fuzz_families.py", "every tokenizer of the test data "
+                           "against its own library on generated documents",
+                           ["tiktoken", "tokenizers", "sentencepiece"]) as rec:
+        print(f"machine: {_common.machine()}\ndocuments per tokenizer: {args.docs} "
+              f"(seed {args.seed}); backends: {', '.join(args.backends)}")
+        head = f"{'tokenizer':<28}{'family':<34}{'oracle':<15}{'docs':>7}"
+        head += "".join(f"{'bad ' + b:>12}" for b in args.backends)
+        head += f"{'bad encode':>11}{'native host fallbacks':>23}{'s':>7}"
+        print(head)
+        for n in names:
+            row = run_one(n, specs[n], args)
+            rows.append(row)
+            line = f"{n:<28}{row['family']:<34}{row['oracle']:<15}{row['docs']:>7}"
+            line += "".join(f"{row[f'mismatch_{b}']:>12}" for b in args.backends)
+            line += f"{row['mismatch_encode_sample']:>11}"
+            line += f"{row.get('fallbacks_native', '-'):>23}{row['seconds']:>7}"
+            print(line, flush=True)
+            for e in row.get("fallback_stages_native", []):
+                print(f"    native host stage: {e}", flush=True)
+            for e in row["examples"]:
+                print(f"    {e}", flush=True)
+        total = sum(r[f"mismatch_{b}"] for r in rows for b in args.backends) + \
+            sum(r["mismatch_encode_sample"] for r in rows)
+        print(f"\n{len(rows)} tokenizers, {sum(r['docs'] for r in rows)} documents each way: "
+              f"{total} mismatched")
+        rec["data"] = rows
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
