@@ -228,14 +228,14 @@ def main() -> int:
                            ["tiktoken", "tokenizers", "sentencepiece"]) as rec:
         print(f"machine: {_common.machine()}\ndocuments per tokenizer: {args.docs} "
               f"(seed {args.seed}); backends: {', '.join(args.backends)}")
-        head = f"{'tokenizer':<28}{'family':<34}{'oracle':<15}{'docs':>7}"
+        head = f"{'tokenizer':<32}{'family':<34}{'oracle':<15}{'docs':>7}"
         head += "".join(f"{'bad ' + b:>12}" for b in args.backends)
         head += f"{'bad encode':>11}{'native host fallbacks':>23}{'s':>7}"
         print(head)
         for n in names:
             row = run_one(n, specs[n], args)
             rows.append(row)
-            line = f"{n:<28}{row['family']:<34}{row['oracle']:<15}{row['docs']:>7}"
+            line = f"{n:<32}{row['family']:<34}{row['oracle']:<15}{row['docs']:>7}"
             line += "".join(f"{row[f'mismatch_{b}']:>12}" for b in args.backends)
             line += f"{row['mismatch_encode_sample']:>11}"
             line += f"{row.get('fallbacks_native', '-'):>23}{row['seconds']:>7}"
