@@ -291,8 +291,8 @@ def table(plan, out, args) -> list:
                     c, w = med(x["cold"]), med(x["warm"])
                     if x["bad"]:
                         cells.append(f"NOT EXACT ({c:.1f} / {w:.1f})")
-                        notes.append(f"{model} {kind} {p}: ids differ from the reference: "
-                                     f"{x['bad'][:3]}")
+                        notes.append(f"{model} {kind} threads {threads or 'all'} {p}: ids differ "
+                                     f"from the reference: {x['bad'][:3]}")
                     else:
                         cells.append(f"{c:.1f} / {w:.1f}")
                         rates[p] = (c, w)
