@@ -118,16 +118,16 @@ ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
 }
 
 // The pieces of one text of n bytes (valid UTF-8, one segment): where each ends, into ends
-// (room for n); returns their count. fast: as the segment loop finds them (cpu_scan.h's fast
-// matchers first, when ENC_CPU_SCAN), else the family's matcher alone: tests hold the two
-// equal (tests/test_native_perdoc.py). -1 without memory.
+// (room for n); returns their count. fast: by cpu_scan.h's fast matchers first (for every
+// family, whether or not its segment loop takes them), else the family's matcher alone: tests
+// hold the two equal (tests/test_native_perdoc.py). -1 without memory.
 template <class T>
 long long enc_cpu_pieces(const T& t, int fast, long long* ends) {
   EncCpuScan sc;
   enc_cpu_scan_reset(sc);
   long long count = 0;
   for (enc_i64 i = 0; i < t.n;) {
-    enc_i64 e = fast && ENC_CPU_SCAN ? enc_cpu_piece(sc, t, i) : enc_cpu_match(t, i);
+    enc_i64 e = fast ? enc_cpu_scan_piece(sc, t, i) : enc_cpu_match(t, i);
     if (e <= i) e = enc_span_next(t, i);  // (as the segment loop)
     ends[count++] = e;
     i = e;

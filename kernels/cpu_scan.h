@@ -28,7 +28,10 @@
 // turn: ~100 instructions a piece of o200k prose (callgrind); the masks cost ~2.5 a byte with
 // SSSE3 and the fast matchers ~25 a piece. Measured (one thread, thread CPU time, 2 MB, three
 // interleaved runs, against ENC_CPU_SCAN=0): o200k prose 154-162 MB/s warm against 143-145,
-// 76-79 cold against 71-73; cl100k code the same either way (165-170 warm).
+// 76-79 cold against 71-73; o200k code 105-148 against 128-140 warm. cl100k: prose and code
+// the same either way, multilingual 5-30% slower warm (96-102 against 107-110): the cl family
+// asks its matcher (ENC_CPU_SCAN_CL). A region mostly outside ASCII went 6-25% slower through
+// the masks (o200k multilingual) before ENC_CPU_SCAN_PLAIN; with it, the same as the matcher.
 #pragma once
 
 #ifndef ENC_CPU_SCAN
@@ -40,6 +43,12 @@
 #endif
 #ifndef ENC_CPU_SCAN_CORE
 #define ENC_CPU_SCAN_CORE 2048  // bytes: pieces are found from a region's start up to this
+#endif
+#ifndef ENC_CPU_SCAN_CL
+#define ENC_CPU_SCAN_CL 0  // 1: cl-family pieces too (see the performance notes)
+#endif
+#ifndef ENC_CPU_SCAN_PLAIN
+#define ENC_CPU_SCAN_PLAIN 16  // see enc_cpu_scan
 #endif
 #define ENC_CPU_SETS 5
 
@@ -64,6 +73,7 @@ struct EncCpuScan {
   enc_i64 base;      // the text position of bit 0
   enc_i64 core_end;  // pieces starting before this are found here (the text's end: no limit)
   int words;
+  bool plain;  // a region mostly outside ASCII: its pieces are the family's matcher's (no masks)
   enc_u64 m[ENC_CPU_SETS][ENC_CPU_SCAN_WORDS];
 };
 
@@ -97,6 +107,18 @@ inline void enc_cpu_scan(EncCpuScan& sc, const EncCpuText<O>& t, enc_i64 q) {
   sc.base = q;
   sc.words = words;
   const enc_u8* p = t.buf + q;
+  // a region of more than one byte in ENC_CPU_SCAN_PLAIN outside ASCII (in its first words, up
+  // to the core's end) is left to the matcher: each such character is decoded and looked up
+  // for the masks, and its letters (o200k: often of both cases or marked) mostly fall back
+  enc_u32 wide = 0;
+  const int probe = words < ENC_CPU_SCAN_CORE / 64 ? words : ENC_CPU_SCAN_CORE / 64;
+  for (int k = 0; k < 64 * probe; k += 8) {
+    enc_u64 x;
+    memcpy(&x, p + k, 8);
+    wide += (enc_u32)__builtin_popcountll(x & 0x8080808080808080ull);
+  }
+  sc.plain = wide * ENC_CPU_SCAN_PLAIN > (enc_u32)(64 * probe);
+  if (sc.plain) return;
   enc_u64 carry[ENC_CPU_SETS] = {0, 0, 0, 0, 0};  // a character's bytes past its word's end
 #if defined(__SSSE3__)
   __m128i rows[ENC_CPU_SETS];
@@ -272,13 +294,23 @@ __forceinline__ enc_i64 enc_cpu_fast(const EncCpuScan& sc, const EncCpuO2Text& t
 __forceinline__ void enc_cpu_scan_reset(EncCpuScan& sc) {
   sc.base = 0;
   sc.core_end = -1;
+  sc.plain = false;
 }
 
 // The end of the piece that starts at i: the fast matcher's answer from the region (scanned
 // from i when i is outside its core), else the family's matcher's.
 template <class T>
-__forceinline__ enc_i64 enc_cpu_piece(EncCpuScan& sc, const T& t, enc_i64 i) {
+__forceinline__ enc_i64 enc_cpu_scan_piece(EncCpuScan& sc, const T& t, enc_i64 i) {
   if (i >= sc.core_end || i < sc.base) enc_cpu_scan(sc, t, i);
+  if (sc.plain) return enc_cpu_match(t, i);
   const enc_i64 e = enc_cpu_fast(sc, t, i);
   return e >= 0 ? e : enc_cpu_match(t, i);
+}
+
+// The segment loop's piece finder: the scan for the families where it measured faster (o200k;
+// cl with ENC_CPU_SCAN_CL), else the family's matcher.
+template <int O>
+__forceinline__ enc_i64 enc_cpu_piece(EncCpuScan& sc, const EncCpuText<O>& t, enc_i64 i) {
+  if (O == 0 && !ENC_CPU_SCAN_CL) return enc_cpu_match(t, i);
+  return enc_cpu_scan_piece(sc, t, i);
 }

@@ -97,8 +97,8 @@ def scan_texts(n: int, seed: int) -> list:
 
 @pytest.mark.parametrize("name", NAMED + ["llama3", "qwen2"])
 def test_class_scan_finds_the_matchers_pieces(name):
-    """The pieces the pass finds (kernels/cpu_scan.h's fast matchers, the family's matcher where
-    they pass) are the family's matcher's own, on edge cases, random text of every class the
+    """The class scan's pieces (kernels/cpu_scan.h's fast matchers, the family's matcher where
+    they pass; every family, whether or not its pass takes the scan) are the matcher's own, on edge cases, random text of every class the
     masks tell apart (shifted across the 64-byte words and the regions) and the real corpora."""
     enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
     tables, p = plan_of(enc).tables, cpu()

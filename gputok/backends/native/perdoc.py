@@ -196,8 +196,8 @@ class PerDocPass:
         return out[:got]
 
     def pieces(self, tables, data: bytes, fast: bool = True) -> np.ndarray:
-        """Where each piece of one text (valid UTF-8, one segment) ends, as the pass finds them
-        (``fast``: the class scan first, kernels/cpu_scan.h) or by the family's matcher alone."""
+        """Where each piece of one text (valid UTF-8, one segment) ends: by the class scan's fast
+        matchers first (``fast``, any family: kernels/cpu_scan.h) or by the family's matcher."""
         m = self.model(tables)
         out = np.empty(max(1, len(data)), np.int64)
         got = self.lib.gputok_cpu_pieces(data, len(data), m.address, int(fast), out.ctypes.data)
