@@ -3,8 +3,9 @@
 // first byte to its last ids in a single pass, where the chunk pipeline (kernels/host_chunk.h,
 // the GPU's kernels run in order) writes and reads an array per stage for a whole chunk:
 //
-//   for each piece the pattern matcher finds (kernels/cpu_text.h: THE CL / O200K MATCHER over
-//   the bytes, the classes looked up as it goes)
+//   for each piece the pattern matcher finds (kernels/cpu_scan.h: the class scan's fast
+//   matchers for the common pieces, else kernels/cpu_text.h: THE CL / O200K MATCHER over the
+//   bytes, the classes looked up as it goes)
 //     one byte         the one-byte block (EncWholeTable)
 //     2-24 bytes       the piece cache (kernels/cpu_cache.h, shared by the threads, kept from
 //                      batch to batch), else as below and then cached
@@ -114,6 +115,37 @@ ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
   enc_u32* end = enc_cpu_encode(m, c, wk, text, n, out);
   enc_cpu_count(c, wk);
   return end == nullptr ? -1 : (long long)(end - out);
+}
+
+// The pieces of one text of n bytes (valid UTF-8, one segment): where each ends, into ends
+// (room for n); returns their count. fast: by cpu_scan.h's fast matchers first (for every
+// family, whether or not its segment loop takes them), else the family's matcher alone: tests
+// hold the two equal (tests/test_native_perdoc.py). -1 without memory.
+template <class T>
+long long enc_cpu_pieces(const T& t, int fast, long long* ends) {
+  EncCpuScan sc;
+  enc_cpu_scan_reset(sc);
+  long long count = 0;
+  for (enc_i64 i = 0; i < t.n;) {
+    enc_i64 e = fast ? enc_cpu_scan_piece(sc, t, i) : enc_cpu_match(t, i);
+    if (e <= i) e = enc_span_next(t, i);  // (as the segment loop)
+    ends[count++] = e;
+    i = e;
+  }
+  return count;
+}
+
+ENC_HOST_EXPORT long long gputok_cpu_pieces(const enc_u8* buf, long long n,
+                                            const unsigned long long* tab, int fast,
+                                            long long* ends) {
+  const EncCpuModel m = enc_cpu_model(tab);
+  EncCpuWork& wk = enc_cpu_work();
+  enc_u8* text = wk.text.room((enc_u64)n);
+  if (text == nullptr) return -1;
+  memcpy(text, buf, (size_t)n);
+  wk.text.pad((enc_u64)n);
+  if (m.o200k) return enc_cpu_pieces(enc_cpu_text<EncCpuO2Text>(m, text, n), fast, ends);
+  return enc_cpu_pieces(enc_cpu_text<EncCpuClText>(m, text, n), fast, ends);
 }
 
 // ---------------------------------------------------------------- one str to one list

@@ -2,7 +2,8 @@
 // found, looked up in the piece cache and emitted a window at a time, and the window's misses
 // are solved together, so that their table misses overlap.
 //
-//   find       the matcher finds ENC_CPU_AHEAD pieces before the first is looked up, each
+//   find       the class scan's fast matchers (cpu_scan.h; the family's matcher where they
+//              pass) find ENC_CPU_AHEAD pieces before the first is looked up, each
 //              one's cache slot prefetched as it is found
 //   look up    a piece of one byte takes the one-byte block; a cached piece its slot's ids (a
 //              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
@@ -24,6 +25,7 @@
 #pragma once
 
 #include "cpu_solve.h"
+#include "cpu_scan.h"
 
 #ifndef ENC_CPU_AHEAD
 #define ENC_CPU_AHEAD 8  // a power of two
@@ -256,9 +258,17 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
   w.count = w.n_miss = 0;
   unsigned found = 0, done = 0;  // pieces found, pieces looked up (ring indices mod AHEAD)
   enc_i64 i = 0;
+#if ENC_CPU_SCAN
+  EncCpuScan sc;
+  enc_cpu_scan_reset(sc);
+#endif
   while (true) {
     if (i < stop) {  // find the next piece; its cache slot on its way
+#if ENC_CPU_SCAN
+      enc_i64 e = enc_cpu_piece(sc, t, i);
+#else
       enc_i64 e = enc_cpu_match(t, i);
+#endif
       if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
       EncCpuFound& f = ring[found++ & (ENC_CPU_AHEAD - 1)];
       f.s = i;

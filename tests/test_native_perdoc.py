@@ -74,6 +74,49 @@ def test_text_matches_tiktoken(name):
     assert stats["slots"] == 0 and stats["lookups"] == 0
 
 
+# the class scan's test alphabet: every class its masks and fast matchers tell apart (ASCII and
+# not: letters of each case, titlecase, modifier and other letters, marks, digits, punctuation,
+# apostrophes and contractions, blanks, CR/LF and other line ends), some runs long
+SCAN_ALPHABET = (list("aZq9 .,'/\r\n\t-_") + ["'s", "'T", "'ll", "'RE", "\u00e9", "\u00c9", "\u01c5",
+                 "\u02b0", "\u0301", "\u05d0", "\u4e16", "\u0663", "\u00a0", "\u3000", "\u0085",
+                 "\u2028", "\u00bf", "\U0001f600", "\U0001f3fd", "\u017f", "\u00df", "\u0130"]
+                 + ["word", "Word", "WORD", " the", "  ", "\r\n", "123456", "\u4e16\u754c" * 20])
+
+
+def scan_texts(n: int, seed: int) -> list:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.choice((8, 60, 400, 3000))  # within a word, across words, across regions
+        run = rng.random() < 0.3  # long runs of one piece of the alphabet
+        out.append("".join(rng.choice(SCAN_ALPHABET) * (rng.randrange(1, 300) if run and
+                                                         rng.random() < 0.05 else 1)
+                           for _ in range(rng.randrange(0, k))))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMED + ["llama3", "qwen2"])
+def test_class_scan_finds_the_matchers_pieces(name):
+    """The class scan's pieces (kernels/cpu_scan.h's fast matchers, the family's matcher where
+    they pass; every family, whether or not its pass takes the scan) are the matcher's own, on edge cases, random text of every class the
+    masks tell apart (shifted across the 64-byte words and the regions) and the real corpora."""
+    enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
+    tables, p = plan_of(enc).tables, cpu()
+    texts = EDGE + tricky_texts(200, seed=7) + scan_texts(300, seed=len(name))
+    texts += ["\n".join(testdata.corpus(kind, max_mb=0.2)) for kind in testdata.KINDS]
+    for t in texts:
+        for shift in ("", "x", " " * 37):
+            data = (shift + t).encode("utf-8")
+            fast, rule = p.pieces(tables, data, True), p.pieces(tables, data, False)
+            if not np.array_equal(fast, rule):
+                k = int(np.argmax(fast[:len(rule)] != rule[:len(fast)])) if len(fast) and len(
+                    rule) else 0
+                at = int(rule[k - 1]) if k else 0
+                raise AssertionError(f"{name}: piece {k} at byte {at} ({data[at:at + 40]!r}): "
+                                     f"ends {fast[k:k + 3]} vs the matcher's {rule[k:k + 3]}")
+            assert len(rule) == 0 or rule[-1] == len(data)
+
+
 def test_cache_is_used_and_bounded():
     enc = gputok.get_encoding("cl100k_base")
     tables = plan_of(enc).tables

@@ -132,6 +132,8 @@ class PerDocPass:
         lib.gputok_cpu_cache_stats.restype = None
         lib.gputok_cpu_encode_text.argtypes = [ctypes.c_char_p, ll, vp, vp, vp]
         lib.gputok_cpu_encode_text.restype = ll
+        lib.gputok_cpu_pieces.argtypes = [ctypes.c_char_p, ll, vp, i, vp]
+        lib.gputok_cpu_pieces.restype = ll
         lib.gputok_cpu_batch_run.argtypes = [vp, vp, vp, vp, ll, vp, vp, u, vp, vp, vp, vp, vp,
                                              i, vp, vp, vp, vp]
         lib.gputok_cpu_batch_run.restype = vp
@@ -191,6 +193,16 @@ class PerDocPass:
                                               out.ctypes.data)
         if got < 0:
             raise MemoryError(f"no memory to encode a text of {len(data)} bytes")
+        return out[:got]
+
+    def pieces(self, tables, data: bytes, fast: bool = True) -> np.ndarray:
+        """Where each piece of one text (valid UTF-8, one segment) ends: by the class scan's fast
+        matchers first (``fast``, any family: kernels/cpu_scan.h) or by the family's matcher."""
+        m = self.model(tables)
+        out = np.empty(max(1, len(data)), np.int64)
+        got = self.lib.gputok_cpu_pieces(data, len(data), m.address, int(fast), out.ctypes.data)
+        if got < 0:
+            raise MemoryError(f"no memory for a text of {len(data)} bytes")
         return out[:got]
 
     def use_python(self, py_lib, layout, lists) -> None:
