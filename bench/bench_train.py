@@ -153,19 +153,41 @@ def worker(args) -> dict:
 
 # ---------------------------------------------------------------- the parent
 
-def _write_corpus(tmp: Path, kind: str, mb: float) -> tuple[int, int]:
+def _write_corpus(tmp: Path, kind: str, mb: float) -> tuple[int, int, int]:
+    """Write ``mb`` MB of the ``kind`` corpus (one JSON line per document, and one paragraph a
+    line for sentencepiece); returns (bytes, documents, passes). Past what the pinned corpora
+    hold, further passes over them are written with every letter of the ASCII alphabet shifted
+    by the pass number (``_shifted``): new words in the proportions of the old ones, so the
+    word counts and the pair table grow with the corpus as a larger real corpus's do, instead
+    of every count only multiplying (a repeated text trains the same merges)."""
     kinds = ("prose", "code", "multilingual") if kind == "mixed" else (kind,)
     parts = [_common.corpus(k, mb / len(kinds)) for k in kinds]
     docs = [d for group in zip(*parts) for d in group]  # interleaved, as a mixed corpus is
     docs += [d for p in parts for d in p[min(map(len, parts)):]]
-    nbytes = 0
+    want, nbytes, n_docs, passes = int(mb * 1e6), 0, 0, 0
     with open(tmp / "docs.jsonl", "w", encoding="utf-8") as f, \
             open(tmp / "lines.txt", "w", encoding="utf-8") as g:
-        for d in docs:
-            f.write(json.dumps({"text": d}) + "\n")
-            g.writelines(line + "\n" for line in d.split("\n") if line.strip())
-            nbytes += len(d.encode("utf-8"))
-    return nbytes, len(docs)
+        while nbytes < want and docs:
+            for d in docs:
+                d = _shifted(d, passes)
+                f.write(json.dumps({"text": d}) + "\n")
+                g.writelines(line + "\n" for line in d.split("\n") if line.strip())
+                nbytes += len(d.encode("utf-8"))
+                n_docs += 1
+                if passes and nbytes >= want:
+                    break
+            passes += 1
+    return nbytes, n_docs, passes
+
+
+def _shifted(text: str, k: int) -> str:
+    """``text`` with a-z and A-Z rotated by ``k`` places (k = 0: as it is)."""
+    if k % 26 == 0:
+        return text
+    low = "abcdefghijklmnopqrstuvwxyz"
+    up = low.upper()
+    r = k % 26
+    return text.translate(str.maketrans(low + up, low[r:] + low[:r] + up[r:] + up[:r]))
 
 
 def _same_prefix(a: list, b: list) -> int:
@@ -174,7 +196,7 @@ def _same_prefix(a: list, b: list) -> int:
 
 def run(args) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
-    nbytes, n_docs = _write_corpus(tmp, args.kind, args.mb)
+    nbytes, n_docs, passes = _write_corpus(tmp, args.kind, args.mb)
     results: dict = {}
     times: dict = {name: [] for name in args.trainers}
     failed: dict = {}
@@ -220,7 +242,10 @@ def run(args) -> str:
              f"- machine: {_common.machine()}",
              f"- command: `python bench/bench_train.py {' '.join(sys.argv[1:])}`".rstrip(),
              f"- corpus: {args.kind} (tests/testdata.py), {nbytes / 1e6:.2f} MB, {n_docs} "
-             f"documents, one JSON line each; vocab_size {args.vocab_size}, pattern "
+             f"documents, one JSON line each" + (f" ({passes} passes over the pinned corpora, "
+                                                "each further one with its letters shifted)"
+                                                if passes > 1 else "") +
+             f"; vocab_size {args.vocab_size}, pattern "
              f"{args.pattern}, min_frequency {args.min_frequency} (gputok, HF), special token "
              f"{EOT} (rustbpe and bpeasy: none, one id fewer)"]
     lines += [f"- merges: {c}" for c in checks]
