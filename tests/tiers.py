@@ -28,6 +28,13 @@ FULL_ONLY: tuple = (
     ("tests/test_resume.py::test_interrupt_keeps_the_encoded_documents*",
      "a real process interrupted; the default tier interrupts the job in process "
      "(test_cli.py::test_shard_cap_is_a_cap_and_small_jobs_keep_shards, the writer's own tests)"),
+    ("tests/test_corpus_devices.py::test_a_multi_gpu_job_killed_and_resumed_writes_the_same_shards",
+     "SIGKILL rounds of a three-GPU job (8-9 s); the default tier keeps a multi-GPU job "
+     "(test_a_list_of_gpus_uses_those_alone) and a job killed and resumed (test_resume.py)"),
+    ("tests/test_corpus_devices.py::test_one_pipeline_per_gpu_writes_one_encoders_shards",
+     "three emulated GPUs, one pipeline each (9 s); the default tier keeps two of them "
+     "(test_a_list_of_gpus_uses_those_alone) and each GPU's own context, pool and budget "
+     "(test_cuda_device.py)"),
     # exhaustive sweeps (every code point, every rule, every release)
     ("tests/test_unicode_pattern.py::test_pieces_do_not_depend_on_the_regex_release*",
      "three regex releases over the corpora; the pinned tables' own tests stay"),
