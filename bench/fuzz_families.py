@@ -120,10 +120,12 @@ def _hf_file(path):
 def _gguf_json(name: str):
     import test_real_vocabs as R
 
-    path = Path(tempfile.mkdtemp()) / "tokenizer.json"
-    path.write_text(json.dumps(R.tokenizer_json_from_gguf(name), ensure_ascii=False), "utf-8")
-    enc, oracle, kw, sur = _hf_file(path)
-    return gputok.load(testdata.family_path(f"llama_cpp_{name}")), oracle, kw, sur
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_str(json.dumps(R.tokenizer_json_from_gguf(name), ensure_ascii=False))
+    return gputok.load(testdata.family_path(f"llama_cpp_{name}")), \
+        (lambda docs: [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]), \
+        {"allowed_special": "all"}, False
 
 
 def _spm(data: bytes, name: str):

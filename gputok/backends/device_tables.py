@@ -256,21 +256,26 @@ def _mapped(path: str) -> "dict | None":
     arrays, scalars = got
     whole = "slots" in arrays  # (a merges model without whole-token lookup has no such table)
     try:
-        bits, t_bits = int(scalars["bits"]) if whole else 4, int(scalars["t_bits"])
+        t_bits = int(scalars["t_bits"])
+        bits = int(scalars["bits"]) if whole else None
     except (KeyError, TypeError, ValueError):
         return None
-    w_size, size_bits = bits & SIZE_BITS, t_bits & SIZE_BITS
+    size_bits = t_bits & SIZE_BITS
     if set(arrays) != (_CACHED if whole else _CACHED - {"slots", "tok_bytes"}) or \
-            not 0 < w_size < 32 or not 0 < size_bits < 32 or \
-            bits & ~(SIZE_BITS | WHOLE_BYTES) or t_bits & ~(SIZE_BITS | PAIR_COMPACT | PAIR_BYTES):
+            not 0 < size_bits < 32 or t_bits & ~(SIZE_BITS | PAIR_COMPACT | PAIR_BYTES):
         return None
     words = 1 if t_bits & PAIR_COMPACT else 2
-    w_len = (4 << w_size) + (WHOLE_BLOCK_WORDS if bits & WHOLE_BYTES else 0)
     t_len = (words << size_bits) + (PAIR_BLOCK_WORDS if t_bits & PAIR_BYTES else 0)
-    if (whole and len(arrays["slots"]) != w_len) or len(arrays["t_slots"]) != t_len or \
-            len(arrays["join"]) != 2048 or len(arrays["byte_ids"]) != 256:
+    if len(arrays["t_slots"]) != t_len or len(arrays["join"]) != 2048 or \
+            len(arrays["byte_ids"]) != 256:
         return None
-    return dict(arrays, bits=bits, t_bits=t_bits) if whole else dict(arrays, t_bits=t_bits)
+    if not whole:
+        return dict(arrays, t_bits=t_bits)
+    w_size = bits & SIZE_BITS
+    w_len = (4 << w_size) + (WHOLE_BLOCK_WORDS if bits & WHOLE_BYTES else 0)
+    if not 0 < w_size < 32 or bits & ~(SIZE_BITS | WHOLE_BYTES) or len(arrays["slots"]) != w_len:
+        return None
+    return dict(arrays, bits=bits, t_bits=t_bits)
 
 
 def host_tables(model) -> dict:
