@@ -137,6 +137,80 @@ def _spm(data: bytes, name: str):
     return gputok.load(path), (lambda docs: sp.encode(docs)), {"disallowed_special": ()}, False
 
 
+def _hf_cfg(cfg: dict, name: str):
+    """A tokenizer.json written from ``cfg`` (built here from the pinned files): gputok loads
+    the file, HF the same text."""
+    path = Path(tempfile.mkdtemp()) / name / "tokenizer.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg, ensure_ascii=False))
+    return _hf_file(path)
+
+
+def _hf_trained(kind: str):
+    """A WordLevel or Unigram tokenizer.json trained by HF's own trainer on botchan."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    if kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Metaspace()])
+        trainer = trainers.UnigramTrainer(vocab_size=700, special_tokens=["<unk>", "<s>"],
+                                          unk_token="<unk>")
+    else:
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer() if kind == "wordlevel_bert" else \
+            normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+        tok.pre_tokenizer = (pre_tokenizers.BertPreTokenizer() if kind == "wordlevel_bert"
+                             else pre_tokenizers.Whitespace())
+        trainer = trainers.WordLevelTrainer(vocab_size=3000,
+                                            special_tokens=["[UNK]", "[CLS]", "[SEP]"])
+    tok.train_from_iterator(testdata.botchan_lines(), trainer=trainer)
+    cfg = json.loads(tok.to_str())
+    if kind == "unigram":  # (with byte fallback: every character has ids)
+        cfg["model"]["vocab"] += [[f"<0x{b:02X}>", -30.0] for b in range(256)]
+        cfg["model"]["byte_fallback"] = True
+    return _hf_cfg(cfg, kind)
+
+
+def _gguf_ref(name: str):
+    """A GGUF whose source tokenizer is not in the test data (Phi-3, Gemma 4): cpu_ref's
+    statement of llama.cpp's rule, itself checked on llama.cpp's own test ids."""
+    from cpu_ref import gguf as ref_gguf
+
+    path = testdata.family_path(f"llama_cpp_{name}")
+    ref = ref_gguf.load(path)
+    return gputok.load(path), (lambda docs: [ref.encode_ordinary(d) for d in docs]), \
+        {"disallowed_special": ()}, False
+
+
+def _gguf_unigram():
+    """llama.cpp's XLM-RoBERTa vocabulary (t5 GGUF, 250K pieces) vs sentencepiece on the
+    .model it was converted from."""
+    import families as F
+    import sentencepiece as spm
+
+    from gputok.loaders.gguf import read_metadata
+
+    path = testdata.family_path("llama_cpp_nomic-bert-moe")
+    sp = spm.SentencePieceProcessor(model_proto=F.model_from_t5_gguf(read_metadata(path)[0]))
+    return gputok.load(path), (lambda docs: sp.encode(docs)), {"disallowed_special": ()}, False
+
+
+def _llama2c():
+    """llama2.c's tokenizer.bin exported from the Mistral v1 .model, vs cpu_ref's literal
+    ``run.c`` rule (short documents only: that rule is quadratic)."""
+    import families as F
+    from test_llama2c import export
+
+    from cpu_ref.llama2c import RefLlama2c
+
+    path = export(F.model_source("mistral_v1"), Path(tempfile.mkdtemp()) / "tokenizer.bin")
+    ref = RefLlama2c.load(path)
+    return gputok.load(path), (lambda docs: [ref.encode(d) for d in docs]), \
+        {"disallowed_special": ()}, True
+
+
 def tokenizers() -> dict:
     import families as F
 
@@ -164,6 +238,20 @@ def tokenizers() -> dict:
     for n in ("botchan_unigram", "kyoto_unigram"):
         out[n] = ("SentencePiece Unigram (.model)", "sentencepiece",
                   functools.partial(lambda n: _spm(F.unigram_source(n), n), n))
+    for shape in ("legacy", "metaspace_split"):
+        out[f"hf_spm:{shape}"] = (
+            "SPM-style BPE (tokenizer.json)", "tokenizers",
+            functools.partial(lambda s: _hf_cfg(F.spm_tokenizer_json(
+                F.model_source("mistral_v1"), shape=s), f"hf_spm_{s}"), shape))
+    out["hf_unigram"] = ("Unigram (tokenizer.json)", "tokenizers",
+                         functools.partial(_hf_trained, "unigram"))
+    for n in ("wordlevel", "wordlevel_bert"):
+        out[n] = ("WordLevel (tokenizer.json)", "tokenizers", functools.partial(_hf_trained, n))
+    for n in ("phi-3", "gemma-4"):
+        out[f"gguf:{n}"] = ("SentencePiece BPE (GGUF)" if n == "phi-3" else
+                            "BPE on characters (GGUF)", "cpu_ref", functools.partial(_gguf_ref, n))
+    out["gguf:nomic-bert-moe"] = ("Unigram (GGUF t5)", "sentencepiece", _gguf_unigram)
+    out["llama2c"] = ("SentencePiece BPE (tokenizer.bin)", "cpu_ref", _llama2c)
     return out
 
 

@@ -129,6 +129,21 @@ def test_real_vocabulary_equals_spec_and_sentencepiece(mistral, corpora):
         assert _batch(enc, docs, backend) == want, backend
 
 
+def test_text_holding_the_space_symbol(mistral):
+    """The exported tokens hold " " where the .model had "▁": a "▁" in the text is a character
+    no token holds, so run.c gives its three bytes (id = byte + 3), never the space token."""
+    _, enc, ref = mistral
+    for text in ("a\u2581b", "\u2581", "x \u2581\u2581 y", "\u2581\u2581▁hello"):
+        want = ref.encode(text)
+        assert enc.encode_ordinary(text) == want, text
+        for backend in _backends():
+            assert _batch(enc, [text], backend) == [want], backend
+    got = enc.encode_ordinary("a\u2581b")
+    assert enc.decode(enc.encode(" x", allowed_special="all")) == " x"  # (only the dummy one)
+    assert enc.decode([1] + enc.encode_ordinary("hi there")) == "hi there"
+    assert [0xE2 + 3, 0x96 + 3, 0x81 + 3] == got[1:4] and enc.decode(got) == "a\u2581b"
+
+
 @pytest.mark.parametrize("what, tokens, match", [
     ("no byte tokens", ["<unk>", "<s>", "</s>", " ", "a"], "needs <unk>, <s>, </s>"),
     ("bytes elsewhere", ["<unk>", "<s>", "</s>", " "] + BYTES, "token 3 is ' '"),

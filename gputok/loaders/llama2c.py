@@ -5,17 +5,19 @@ length, bytes``; llama2.c's exporter writes a SentencePiece model's pieces with 
 as "\\n<s>\\n", EOS as "\\n</s>\\n", the <0xXX> byte pieces at ids 3-258. ``run.c``'s encode (stated
 in ``cpu_ref/llama2c.py``: dummy " ", characters or their bytes at id byte + 3, merge the pair
 whose concatenation is the best-scoring token, leftmost on ties) is SentencePiece BPE on those
-pieces with " " back to "▁" and the identity normaliser, whenever no merge can make or use a
+pieces as they are (" " kept: the identity normaliser without whitespace escaping), whenever no merge can make or use a
 special or byte token; the loader checks that, and the byte layout, and refuses a file where the
 two could differ. BOS and EOS become the special tokens "<s>" and "</s>".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 from pathlib import Path
 
+from ..components.decoders.llama2c import Llama2cDecoder
 from ..model import Model
 
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
@@ -107,9 +109,12 @@ def _load(path: Path, data: bytes, name: "str | None") -> Model:
                 if (t.startswith(s) and t[6:] in ids) or (t.endswith(s) and t[:-6] in ids):
                     raise ValueError(f"{where}: token {i} {t!r} merges a byte token: not "
                                      "supported")
-    pieces = [t.replace(" ", "\u2581") for t in tokens]
+    # The pieces keep their " ": the normaliser adds a " " dummy prefix and leaves spaces alone
+    # (escape_whitespaces off), so a "▁" in the text stays a character no token holds, and goes
+    # to its bytes as in run.c (with "▁" for " ", text "▁" would read as a space).
+    pieces = list(tokens)
     types = [NORMAL] * len(pieces)
-    types[0] = UNKNOWN
+    types[0] = UNKNOWN  # (decoded by ``Llama2cDecoder``: the dummy " " dropped)
     for i in (1, 2):
         pieces[i] = tokens[i].strip("\n") or tokens[i]
         types[i] = CONTROL
@@ -117,6 +122,8 @@ def _load(path: Path, data: bytes, name: "str | None") -> Model:
         types[b + 3] = BYTE
     spec = SpmSpec(pieces=pieces, scores=scores, types=types, model_type=2, byte_fallback=True,
                    normalizer_name="identity", add_dummy_prefix=True,
-                   remove_extra_whitespaces=False)
-    return model_from_spec(spec, name or path.stem, where=where,
-                           digest=hashlib.sha256(data).hexdigest()[:32])
+                   remove_extra_whitespaces=False, escape_whitespaces=False)
+    model = model_from_spec(spec, name or path.stem, where=where,
+                            digest=hashlib.sha256(data).hexdigest()[:32])
+    fam = model.segmenter
+    return dataclasses.replace(model, detok=Llama2cDecoder(fam, fam.table, fam.type_codes))
