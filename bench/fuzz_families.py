@@ -156,14 +156,14 @@ def _hf_trained(kind: str):
         tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                      pre_tokenizers.Metaspace()])
         trainer = trainers.UnigramTrainer(vocab_size=700, special_tokens=["<unk>", "<s>"],
-                                          unk_token="<unk>")
+                                          unk_token="<unk>", show_progress=False)
     else:
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer() if kind == "wordlevel_bert" else \
             normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         tok.pre_tokenizer = (pre_tokenizers.BertPreTokenizer() if kind == "wordlevel_bert"
                              else pre_tokenizers.Whitespace())
-        trainer = trainers.WordLevelTrainer(vocab_size=3000,
+        trainer = trainers.WordLevelTrainer(vocab_size=3000, show_progress=False,
                                             special_tokens=["[UNK]", "[CLS]", "[SEP]"])
     tok.train_from_iterator(testdata.botchan_lines(), trainer=trainer)
     cfg = json.loads(tok.to_str())
