@@ -79,4 +79,4 @@ def test_every_family_a_loader_builds_is_a_composition(tmp_path):
         for proto, part in _parts(m).items():
             assert isinstance(part, proto), (family, proto.__name__, part)
         assert (m.segmenter.device is not None) == (family in ("WordPiece", "byte-level BPE",
-                                                               "SentencePiece BPE"))
+                                                               "SentencePiece BPE", "Unigram"))

@@ -65,14 +65,28 @@ def test_corpora_vs_sentencepiece(name, backend, corpora):
     assert [enc.decode(w) for w in want[:40]] == [sp.decode(w) for w in want[:40]]
 
 
-def test_native_counts_its_host_stage():
-    """No device form yet: on the native backend the lattice is a counted host stage."""
+def test_native_runs_the_lattice():
+    """The native device runs the lattice (and the SPM normaliser) itself: no counted host
+    stage; a model whose normaliser keeps user-defined pieces whole counts its normaliser on
+    the host, the lattice still on the device; numpy runs it all on the host, counted."""
     enc, sp = pair("uni_plain")
     be = get_backend("native")
     before = dict(be.fallbacks)
-    assert _batch(enc, ["hello world"] * 3, be) == [sp.encode("hello world")] * 3
-    assert be.fallbacks[("merge", "Unigram")] >= before.get(("merge", "Unigram"), 0) + 1
-    assert be.plan(enc.model)["merge"].startswith("host")
+    reset_counters()
+    docs = ["hello world", "  two  spaces ", "日本語", ""] * 3
+    assert _batch(enc, docs, be) == [sp.encode(d) for d in docs]
+    assert enc.encode("hello world", backend=be) == sp.encode("hello world")
+    assert dict(be.fallbacks) == before
+    assert counters["device.unigram_calls"] >= 1
+    assert all(where.startswith("device") for st, where in be.plan(enc.model).items()
+               if st != "split"), be.plan(enc.model)
+    enc2, sp2 = pair("uni_ud_bytes")
+    assert _batch(enc2, docs, be) == [_sp(sp2, d) for d in docs]
+    assert be.fallbacks[("normalize", "host")] >= before.get(("normalize", "host"), 0) + 1
+    assert ("merge", "Unigram") not in be.fallbacks
+    assert be.plan(enc2.model)["merge"].startswith("device")
+    np_be = get_backend("numpy")
+    assert be.plan(enc.model)["merge"] != np_be.plan(enc.model)["merge"]
 
 
 def test_specials_split_sentences():

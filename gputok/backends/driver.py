@@ -34,7 +34,8 @@ streamed str batches (``streamed.py``), one text (``onetext.py``) and the per-do
 (``perdoc.py``, in front of the others where the device has one); the native device's
 one-call forms are runners picked by its capabilities, not branches here. A segmenter whose
 device form is a whole chunk (``SegmenterDevice.stage`` "chunk": SentencePiece BPE, its own
-cuts and normaliser) has its runner (``spm.py``), batches and single texts alike.
+cuts and normaliser) has its runner (``spm.py``), batches and single texts alike; so has one
+whose form is a lattice ("lattice": Unigram, ``unigram.py``) on a device that has one.
 
 Performance notes (``bench/bench_cuda.py`` reports end-to-end and per-stage times; the H200
 runs: bench/results/cuda.md):
@@ -64,6 +65,7 @@ from .runners.onetext import SHORT_MAX, OneText
 from .runners.perdoc import PerDocRunner
 from .runners.plan import ModelPlan, Planner
 from .runners.spm import SpmRunner
+from .runners.unigram import UnigramRunner
 from .runners.staged import StagedBatch
 from .runners.streamed import StreamedBatch
 from .runners.streams import StreamLoop
@@ -118,6 +120,7 @@ class DeviceBackend(Backend):
         self.perdoc = PerDocRunner(self) if caps.per_doc else None
         self.text = OneText(self, one_call_max)
         self.spm = SpmRunner(self)  # segmenters whose device form is a whole chunk
+        self.unigram = UnigramRunner(self)  # lattice segmenters (Unigram), where it has one
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on {self.dev.name}>"
@@ -134,8 +137,8 @@ class DeviceBackend(Backend):
     # ---- public --------------------------------------------------------------------------------
 
     def plan(self, model) -> dict:
-        spm = self.spm.for_model(model)
-        return spm.plan(model) if spm is not None else self.planner.describe(model)
+        own = self.spm.for_model(model) or self.unigram.for_model(model)
+        return own.plan(model) if own is not None else self.planner.describe(model)
 
     def encode(self, model, docs, allowed: frozenset, disallowed: frozenset):
         try:
@@ -148,9 +151,9 @@ class DeviceBackend(Backend):
         return self.dev.hold()
 
     def _encode_batch(self, model, docs, allowed: frozenset, disallowed: frozenset):
-        spm = self.spm.for_model(model)
-        if spm is not None:
-            return spm.encode(model, docs, allowed, disallowed)
+        own = self.spm.for_model(model) or self.unigram.for_model(model)
+        if own is not None:
+            return own.encode(model, docs, allowed, disallowed)
         if self.perdoc is not None:
             got = self.perdoc.encode(model, docs, allowed, disallowed)
             if got is not None:
@@ -174,18 +177,21 @@ class DeviceBackend(Backend):
         if spm is not None:  # (a text of any length, tokens and all: one call where it can)
             got = spm.encode_text(model, text, allowed)
             return got if got is not None else self.encode_list(model, text, allowed)
+        uni = self.unigram.for_model(model)
+        if uni is not None:
+            return uni.encode_text(model, text, allowed)
         return self.text.encode_text(model, text, allowed)
 
     def text_call(self, model):
-        spm = self.spm.for_model(model)
-        if spm is not None:
-            return spm.text_call(model)
+        own = self.spm.for_model(model) or self.unigram.for_model(model)
+        if own is not None:
+            return own.text_call(model)
         return self.perdoc.text_call(model) if self.perdoc is not None else None
 
     def encode_list(self, model, text: str, allowed: frozenset) -> list:
-        spm = self.spm.for_model(model)
-        if spm is not None:
-            ids, _ = spm.encode(model, Documents([text]), allowed, frozenset())
+        own = self.spm.for_model(model) or self.unigram.for_model(model)
+        if own is not None:
+            ids, _ = own.encode(model, Documents([text]), allowed, frozenset())
             return self.id_list(ids)
         return self.text.encode_list(model, text, allowed)
 

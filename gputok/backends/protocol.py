@@ -52,6 +52,7 @@ Members that come with a capability (the base class raises for a device that lac
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
+    unigram_lattice(tables, norm, w)  with ``unigram_inline``: one Unigram model's lattice
     stage(slot, nbytes)               with ``staging``: the slot's host staging, free to write
     per_doc_pass()                    with ``per_doc``: the per-document pass (its batches and
                                       texts: ``runners/perdoc.py``)
@@ -94,6 +95,8 @@ class Capabilities:
     cover (a model outside them cuts or normalises on the host, counted).
     ``spm_inline``: ``spm_chunk`` runs a SentencePiece chunk's whole kernel sequence as one
     call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
+    ``unigram_inline``: ``unigram_lattice`` makes a Unigram model's lattice, whose calls run
+    items, units and one text on the calling thread (``runners/unigram.py``).
     ``kernels``: the encode kernels it has a form of (None: every one).
     ``dedup``: whether it can run the piece dedup (a 64-bit compare-and-swap per piece).
     ``staging``: uploads go through host staging it lends (``stage(slot, nbytes)``): a chunk
@@ -113,6 +116,7 @@ class Capabilities:
     pretok_inline: bool = False
     merge_inline: bool = False
     spm_inline: bool = False
+    unigram_inline: bool = False
     pretok_families: tuple = DEVICE_FAMILIES
     normal_forms: tuple = FORMS
     kernels: "frozenset | None" = None
@@ -221,6 +225,9 @@ class Device:
 
     def spm_text_call(self, t, up: dict, out_dtype):
         raise self._lacks("spm_text_call", "spm_inline")
+
+    def unigram_lattice(self, tables: tuple, norm, where: str):
+        raise self._lacks("unigram_lattice", "unigram_inline")
 
     def per_doc_pass(self):
         raise self._lacks("per_doc_pass", "per_doc")

@@ -41,8 +41,10 @@ class PieceCache(dict):
             del self[p]
 
 
-def ids_of_pieces(model, pieces: list, device_merge=None) -> list:
+def ids_of_pieces(model, pieces: list, device_merge=None, segment=None) -> list:
     """Ids of one document's items (the single-text path): a list of tuples.
+    ``segment(units)``: the segmenter's rule run elsewhere (a device's Unigram lattice) for
+    the misses; default ``model.segmenter.segment``.
 
     ``device_merge(pieces)``: the merge stage of a device (UTF-8 bytes in, a tuple of ids per
     piece out, or None when it cannot take them). The missing pieces of ``LONG_PIECE`` bytes or
@@ -65,17 +67,18 @@ def ids_of_pieces(model, pieces: list, device_merge=None) -> list:
                 got.update(zip([p for p, _ in send], merged))
                 counters["merge.device_pieces"] += len(send)
                 missing = [p for p in missing if p not in got] if len(got) < len(missing) else []
-        got.update(zip(missing, model.segmenter.segment(missing)))
+        got.update(zip(missing, (segment or model.segmenter.segment)(missing)))
         fresh = list(got)
         cache.store(fresh, [got[p] for p in fresh])
-        vals = [v if v is not None else _resolve(model, got, p) for p, v in zip(pieces, vals)]
+        vals = [v if v is not None else _resolve(model, got, p, segment)
+                for p, v in zip(pieces, vals)]
     counters["dedup.pieces"] += len(pieces)
     return vals
 
 
-def ids_of_documents(model, items_per_doc: list) -> list:
+def ids_of_documents(model, items_per_doc: list, segment=None) -> list:
     """Ids of every document's items: per document, a list of tuples. All misses of the batch
-    are merged in one call to the merge stage."""
+    are merged in one call to the merge stage (``segment``: as ``ids_of_pieces``)."""
     cache = model.piece_cache
     get = cache.get
     vals_per_doc = [list(map(get, items)) for items in items_per_doc]
@@ -83,27 +86,27 @@ def ids_of_documents(model, items_per_doc: list) -> list:
     if missing_docs:
         misses = set(chain.from_iterable(items_per_doc[d] for d in missing_docs))
         misses = [p for p in misses.difference(cache) if p.__class__ is str]
-        got = dict(zip(misses, model.segmenter.segment(misses)))
+        got = dict(zip(misses, (segment or model.segmenter.segment)(misses)))
         cache.store(misses, [got[p] for p in misses])
         for d in missing_docs:
             items = items_per_doc[d]
             vals = list(map(get, items))  # a second probe, now that the cache is filled
             if None in vals:  # tokens, long pieces, or a cache reset mid-batch
-                vals = [v if v is not None else _resolve(model, got, p)
+                vals = [v if v is not None else _resolve(model, got, p, segment)
                         for p, v in zip(items, vals)]
             vals_per_doc[d] = vals
     counters["dedup.documents"] += len(items_per_doc)
     return vals_per_doc
 
 
-def _resolve(model, got: dict, item):
+def _resolve(model, got: dict, item, segment=None):
     """The value of an item whose first probe missed: a token's ``(id,)`` as is, a piece from
     this batch's merges, or (if another thread cached it meanwhile, or a cache reset dropped
     it) from the cache or a fresh merge."""
     if item.__class__ is not str:
         return item
     v = got.get(item) or model.piece_cache.get(item)
-    return v if v is not None else model.segmenter.segment([item])[0]
+    return v if v is not None else (segment or model.segmenter.segment)([item])[0]
 
 
 def flat_ids(vals: list) -> list:

@@ -13,14 +13,17 @@ from .pack import fix_surrogates, utf8_data
 from ..specials import split_text
 
 
-def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list[int]:
+def encode_text(model, text: str, allowed: frozenset, device_merge=None,
+                segment=None) -> list[int]:
     """One text (already checked for disallowed tokens) to ids. ``device_merge``: a device's
-    merge stage for the long pieces and many misses (``dedup.ids_of_pieces``)."""
+    merge stage for the long pieces and many misses; ``segment``: the segmenter's rule run
+    elsewhere for every miss (``dedup.ids_of_pieces``)."""
     text = fix_surrogates(text)
     active = model.active_tokens(allowed)
     seg = model.segmenter
     if not active:
-        ids = dedup.flat_ids(dedup.ids_of_pieces(model, model.pieces(text), device_merge))
+        ids = dedup.flat_ids(dedup.ids_of_pieces(model, model.pieces(text), device_merge,
+                                                 segment))
         return seg.finish_list(ids)
     items: list = []
     for k, (part, is_tok) in enumerate(split_text(text, active, model.lstrip, model.rstrip)):
@@ -28,7 +31,8 @@ def encode_text(model, text: str, allowed: frozenset, device_merge=None) -> list
             items.append((model.token_id(part),))
         else:  # (``first``: the segment starts the document)
             items.extend(model.pieces(part, k == 0))
-    return seg.finish_list(dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge)))
+    return seg.finish_list(dedup.flat_ids(dedup.ids_of_pieces(model, items, device_merge,
+                                                              segment)))
 
 
 def encode_few(model, text: str, allowed: frozenset, device_merge, limit: int,

@@ -8,7 +8,8 @@ The module is one shared library made of:
   expanded, a header the files share once), then the host-only launch sequences
   (``HOST_EXTRAS``: ``kernels/host_merge.h``, the merge stage of a few host-cut pieces as one
   call, ``NativeDevice.merge_inline``; ``kernels/host_chunk.h``, a chunk's whole sequence as one
-  call, ``NativeDevice.chunk_inline``), then a generated launch table per file
+  call, ``NativeDevice.chunk_inline``; ``kernels/host_spm.h``, a SentencePiece chunk's;
+  ``kernels/host_unigram.h``, the Unigram lattice), then a generated launch table per file
   (``ENC_HOST_KERNEL(name)`` per kernel);
 * the runtime (``kernels/host_runtime.h``): the worker pool, the launch entry point and the host
   prefix scans;
@@ -60,7 +61,7 @@ from .. import kernels
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
                    if f not in ("encode_scan.cu", "encode_merge_huge.cu"))
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
-HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h")
+HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h", "host_unigram.h")
 #: BPE training's host code, one unit of its own (it calls the pre-tokenizer through its export)
 TRAIN_FILES = ("host_train_words.h", "host_train_spm.h", "host_train_merge.h")
 #: the per-document pass, a unit of its own (the shared rules it includes expanded there)

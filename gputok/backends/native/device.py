@@ -18,6 +18,7 @@ from ..protocol import Capabilities, Device, HostTools, Ready
 from . import build as native_build
 from .calls import OneCalls
 from .spm import SpmCalls
+from .unigram import UnigramCalls
 from .library import _address, _shared_stream, library
 from .settings import (HOST_BLOCK, INLINE_ANY, INLINE_MAX_BYTES, MAX_BLOCKS, SLAB_PER_THREAD,
                        SPLIT_MIN, STREAM_MIN, TEXT_SHORT_MAX, threads_default)
@@ -56,7 +57,7 @@ class _ThreadState(threading.local):
 #   lowest pair: no gain, or slower (the short merges are bound by the merge step's own work);
 # * dedup off: a hash insert per piece that is not a token costs less than the merges it saves;
 # * 4 MB chunks: the same warm speed, 1.5x tiktoken's peak memory; 128 KB: no faster than 256 KB.
-class NativeDevice(OneCalls, SpmCalls, Device):
+class NativeDevice(OneCalls, SpmCalls, UnigramCalls, Device):
     """The kernels on this machine's cores (see the module docstring).
 
     Inside ``stream(slot)`` (the driver's chunks) launches, scans and marks are queued on that
@@ -92,7 +93,8 @@ class NativeDevice(OneCalls, SpmCalls, Device):
             chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
             inline_max_bytes=INLINE_ANY if self.threads == 1 else INLINE_MAX_BYTES,
             text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True,
-            spm_inline=True, kernels=frozenset(self.lib.kernels), per_doc=bool(per_doc))
+            spm_inline=True, unigram_inline=True, kernels=frozenset(self.lib.kernels),
+            per_doc=bool(per_doc))
         self.oom_errors = (MemoryError,)
         self._launches: dict = {}
         self._count_lock = threading.Lock()

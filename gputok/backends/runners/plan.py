@@ -38,7 +38,7 @@ def pretok_mode(model, families=DEVICE_FAMILIES) -> tuple[str, str]:
     """(mode, reason): where a model's pieces are cut on a device backend whose pretok kernels
     implement the scanner ``families`` (a device adapter may name fewer: ``pretok_families``)."""
     seg = model.segmenter
-    if seg.device is None:
+    if seg.device is None or seg.device.stage == "lattice":  # (a lattice: runners/unigram.py)
         return "host", f"{seg.name}: every stage runs on the host (no device kernels yet)"
     norm, pre = model.front
     if norm is not None and norm.steps is None:
@@ -106,7 +106,8 @@ class Planner:
 
     def host_family(self, model) -> "str | None":
         """Why every stage of ``model`` runs on the host here (None: the device runs some): a
-        segmenter without a device form (Unigram, WordLevel) everywhere; one whose kernel this
+        segmenter without a device form (WordLevel) everywhere, a lattice (Unigram) on a device
+        without one; one whose kernel this
         device lacks (``caps.kernels``, e.g. Metal's). A segmenter whose device form is a whole
         chunk (SentencePiece BPE: ``runners/spm.py``, which the backend asks first) never runs
         through this planner's stages: the reason says so, with the device's own reason for a
@@ -117,6 +118,11 @@ class Planner:
 
             why = why_not(model)
             return f"{model.segmenter.name}: {why or 'its device form is a whole chunk'}"
+        if form is not None and form.stage == "lattice":  # (``runners/unigram.py``)
+            return (f"{model.segmenter.name}: its device form is a lattice" if
+                    self.dev.caps.unigram_inline else
+                    f"{model.segmenter.name}: every stage runs on the host (the {self.name} "
+                    "device has no lattice)")
         mode, why = pretok_mode(model)
         if mode == "host":
             return why

@@ -20,9 +20,12 @@ cut rounds differently (a near-tie can flip).
 
 Performance notes: the lockstep costs ~20 numpy calls per character of the longest unit in the
 batch, so a batch of words (HF) is cheap and a batch of long sentences is not (a 4K-character
-document ~0.1 s). Device form: none yet, a counted host stage on every backend; the hook is
-``device`` (a ``components.SegmenterDevice``: one lattice per unit, one thread each, from the
-same edges and rules).
+document ~0.1 s).
+
+Device form (``device``, stage "lattice"): the native CPU's lattice (``kernels/host_unigram.h``,
+``backends/runners/unigram.py``), one unit at a time on each thread, from the arrays
+``lattice_tables`` gives (the candidate pieces' trie is built there); GPUs have none and run
+the model on the host, counted.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import functools
 import numpy as np
 
 from ...stages import counters
+from .. import SegmenterDevice
 from . import Base
 from .trie import ByteTrie
 
@@ -41,13 +45,13 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 UNK_PENALTY = 10.0
 SCORE_RESET = np.float32(100000.0)
 LOCKSTEP_MIN = 8  # units sharing a step below which each runs on alone (``_one_unit``)
+NO_ID = 0xFFFFFFFF  # (lattice_tables: no unk id, no byte piece)
 
 
 class _Lattice(Base):
     """The shared walk; a subclass sets ``trie``, ``unk_id`` and the rule's arithmetic."""
 
     name = "Unigram"
-    device = None  # the device form's hook (see the module docstring)
     float32 = False  # sentencepiece: scores and sums in float32; HF: float64
 
     def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -55,6 +59,34 @@ class _Lattice(Base):
 
     def candidates(self) -> dict:
         raise NotImplementedError
+
+    def byte_table(self) -> np.ndarray:
+        """uint32[256]: the id each byte becomes under byte fallback (``NO_ID``: none)."""
+        raise NotImplementedError
+
+    @functools.cached_property
+    def device(self) -> SegmenterDevice:
+        return SegmenterDevice(stage="lattice", kernel="unigram_lattice", one_call=True,
+                               tables=self.lattice_tables)
+
+    def lattice_tables(self) -> tuple[dict, dict]:
+        """What the device's lattice takes (``kernels/host_unigram.h``): arrays ``keys`` (the
+        candidate pieces' UTF-8 joined), ``key_off`` (int64, one more), ``key_ids`` (int32),
+        ``score`` (float64, each id's edge score), ``byte_ids``; scalars ``hf``,
+        ``byte_fallback``, ``unk`` (``NO_ID``: none), ``unk_score``."""
+        cand = self.candidates()
+        raw = list(cand)
+        off = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=off[1:])
+        score = self.edge_scores(np.arange(len(self.scores64)), None)
+        arrays = {"keys": np.frombuffer(b"".join(raw), np.uint8), "key_off": off,
+                  "key_ids": np.fromiter(cand.values(), np.int32, len(cand)),
+                  "score": np.ascontiguousarray(score, np.float64),
+                  "byte_ids": self.byte_table()}
+        scalars = {"hf": not self.float32, "byte_fallback": bool(self.byte_fallback),
+                   "unk": NO_ID if self.unk_id is None else int(self.unk_id),
+                   "unk_score": float(self.unk_score)}
+        return arrays, scalars
 
     @functools.cached_property
     def trie(self) -> ByteTrie:
@@ -265,12 +297,18 @@ class SpmUnigram(_Lattice):
         return {p.encode("utf-8"): i for p, i in self.piece_to_id.items()
                 if self.types[i] in (NORMAL, USER_DEFINED)}
 
-    def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def edge_scores(self, ids: np.ndarray, lengths: "np.ndarray | None") -> np.ndarray:
+        """Each edge's score (``lengths``: its bytes; None: the pieces' own, ids being all)."""
         out = self.scores64[ids]
         ud = self.is_ud[ids]
         if ud.any():  # 0.1 * (bytes - 1): a bonus over log probabilities (rounded when used)
+            if lengths is None:
+                lengths = np.array([len(p.encode("utf-8")) for p in self.pieces], np.int64)
             out[ud] = 0.1 * (lengths[ud] - 1)
         return out
+
+    def byte_table(self) -> np.ndarray:
+        return self.byte_ids
 
     def segment(self, units: list) -> list:
         """The processor's rule on the paths, vectorised: an unknown piece becomes its bytes'
@@ -327,8 +365,11 @@ class HFUnigram(_Lattice):
         """Every vocabulary entry (HF matches the unk token and byte tokens too)."""
         return {t.encode("utf-8"): i for t, i in self.vocab.items()}
 
-    def edge_scores(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def edge_scores(self, ids: np.ndarray, lengths: "np.ndarray | None") -> np.ndarray:
         return self.scores64[ids]
+
+    def byte_table(self) -> np.ndarray:
+        return np.array([NO_ID if t is None else t for t in self.byte_tok], np.uint32)
 
     def segment(self, units: list) -> list:
         out = []
