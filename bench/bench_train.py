@@ -8,9 +8,11 @@ Trainers (each in a fresh subprocess, so its peak memory, ``ru_maxrss``, is its 
 * ``rustbpe``     ``rustbpe.Tokenizer().train_from_iterator`` (nanochat's trainer)
 * ``bpeasy``      ``bpeasy.train_bpe``
 * ``hf``          HF ``tokenizers`` ``BpeTrainer`` behind ``Split(pattern)`` + ``ByteLevel``
-* ``spm``         sentencepiece's BPE trainer (``model_type=bpe``, byte fallback) on the same
-                  text, one paragraph per line: its own kind of BPE, a reference for time and
-                  memory, not for output
+* ``spm``         ``spm_train --model_type=bpe`` (sentencepiece's trainer: byte fallback,
+                  character_coverage 1.0, the special token as a user-defined symbol) on the
+                  same text, one paragraph per line: its own kind of BPE
+* ``gputok-spm``  ``gputok.train_spm_bpe`` with those options on that text file: its pieces,
+                  scores and types must equal spm_train's
 
 Every trainer reads the corpus from disk itself (a JSON-lines file; sentencepiece a text file):
 those that take an iterator get one that reads the file line by line. Time covers the training
@@ -18,12 +20,14 @@ call (reading, word counting, merges), not imports. Runs are interleaved (``--re
 the best run is reported, every run listed): on a shared machine single runs vary by +-30%.
 
 Merges are compared as the learned tokens' bytes in order (the first difference is printed):
-gputok against HF and gigatoken (HF's rule), gputok-bytes against rustbpe (byte-order ties).
-The run fails if gputok's differ from HF's.
+gputok against HF and gigatoken (HF's rule), gputok-bytes against rustbpe (byte-order ties);
+gputok-spm's model against spm_train's, piece by piece. The run fails if gputok's merges differ
+from HF's or gputok-spm's pieces from spm_train's.
 
     python bench/bench_train.py --mb 32 --vocab-size 32768            # prose
     python bench/bench_train.py --kind mixed --mb 96 --vocab-size 32768
     python bench/bench_train.py --trainers gputok gigatoken --repeat 1
+    python bench/bench_train.py --mb 32 --vocab-size 32768 --trainers gputok-spm spm
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ from pathlib import Path
 import _common
 
 EOT = "<|endoftext|>"
-TRAINERS = ("gputok", "gputok-bytes", "gigatoken", "rustbpe", "bpeasy", "hf", "spm")
+TRAINERS = ("gputok", "gputok-bytes", "gigatoken", "rustbpe", "bpeasy", "hf", "spm", "gputok-spm")
 LABELS = {"gputok": "gputok", "gputok-bytes": "gputok id_order=bytes",
           "gigatoken": "gigatoken train_bpe", "rustbpe": "rustbpe", "bpeasy": "bpeasy",
-          "hf": "HF tokenizers BpeTrainer", "spm": "sentencepiece BPE"}
+          "hf": "HF tokenizers BpeTrainer", "spm": "sentencepiece BPE (spm_train)",
+          "gputok-spm": "gputok train_spm_bpe"}
+SPM_OPTIONS = {"model_type": "bpe", "character_coverage": 1.0, "byte_fallback": True,
+               "max_sentence_length": 1 << 16, "user_defined_symbols": [EOT]}
 
 
 # ---------------------------------------------------------------- workers (one per subprocess)
@@ -137,10 +144,19 @@ def worker(args) -> dict:
 
         t0 = time.perf_counter()
         spm.SentencePieceTrainer.train(
-            input=str(tmp / "lines.txt"), model_prefix=str(tmp / "spm"), model_type="bpe",
-            vocab_size=args.vocab_size, character_coverage=1.0, byte_fallback=True,
-            num_threads=os.cpu_count(), max_sentence_length=1 << 16, minloglevel=2,
-            user_defined_symbols=[EOT])
+            input=str(tmp / "lines.txt"), model_prefix=str(tmp / "spm"),
+            vocab_size=args.vocab_size, num_threads=os.cpu_count(), minloglevel=2,
+            **SPM_OPTIONS)
+        out["seconds"] = time.perf_counter() - t0
+    elif args.worker == "gputok-spm":  # (the same options: pieces compared with spm_train's)
+        import gputok.train.native as gn
+        from gputok.train import train_spm_bpe
+
+        gn.library()
+        opts = {k: v for k, v in SPM_OPTIONS.items() if k != "model_type"}
+        t0 = time.perf_counter()
+        trained = train_spm_bpe(tmp / "lines.txt", vocab_size=args.vocab_size, **opts)
+        trained.save(tmp / "gputok-spm.model")
         out["seconds"] = time.perf_counter() - t0
     else:
         raise SystemExit(f"unknown worker {args.worker}")
@@ -236,8 +252,22 @@ def run(args) -> str:
         if (ours, theirs) == ("gputok", "hf") and not same == len(a) == len(b):
             bad.append(checks[-1])
 
-    base = results.get("gputok", {}).get("seconds")
-    base_mb = results.get("gputok", {}).get("peak_mb")
+    if (tmp / "spm.model").exists() and (tmp / "gputok-spm.model").exists():
+        import sentencepiece as spm
+
+        a, b = (spm.SentencePieceProcessor(model_file=str(tmp / f)) for f in
+                ("gputok-spm.model", "spm.model"))
+        pa, pb = ([(m.id_to_piece(i), m.get_score(i), m.is_control(i), m.is_unknown(i),
+                    m.is_byte(i)) for i in range(m.get_piece_size())] for m in (a, b))
+        same = _same_prefix(pa, pb)
+        checks.append(f"{LABELS['gputok-spm']} vs {LABELS['spm']}: {same} identical leading "
+                      f"pieces (text, score, type) of {len(pa)} / {len(pb)}" +
+                      ("" if same == len(pa) == len(pb) else f" (first difference at id {same})"))
+        if not same == len(pa) == len(pb):
+            bad.append(checks[-1])
+    first = next((n for n in ("gputok", "gputok-spm", *args.trainers) if n in results), None)
+    base = results.get(first, {}).get("seconds")  # (the ratios' base: gputok, else the first)
+    base_mb = results.get(first, {}).get("peak_mb")
     lines = [f"# BPE training, {time.strftime('%Y-%m-%d')}\n",
              f"- machine: {_common.machine()}",
              f"- command: `python bench/bench_train.py {' '.join(sys.argv[1:])}`".rstrip(),
@@ -255,8 +285,9 @@ def run(args) -> str:
                      f"words), merges {g['merges_s']:.2f} s ({g['n_merges']} merges, "
                      f"{g['backend']} backend)")
     lines += [f"- {LABELS[n]} failed: {why}" for n, why in failed.items()]
+    who = LABELS.get(first, "?")
     lines += ["", f"| trainer | time (s), best of {args.repeat} | all runs (s) | MB/s | time / "
-              "gputok's | peak RSS (MB) | RSS / gputok's |", "|---|---:|---|---:|---:|---:|---:|"]
+              f"{who}'s | peak RSS (MB) | RSS / {who}'s |", "|---|---:|---|---:|---:|---:|---:|"]
     for name in args.trainers:
         r = results.get(name)
         if r is None:
@@ -272,7 +303,7 @@ def run(args) -> str:
     report = "\n".join(lines) + "\n"
     if bad:
         print(report)
-        raise SystemExit(f"gputok's merges differ from HF's: {bad[0]}")
+        raise SystemExit(f"gputok's result differs from its oracle's: {bad[0]}")
     return report
 
 

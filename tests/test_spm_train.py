@@ -197,6 +197,28 @@ def test_gputok_trainer_errors_and_files(tmp_path):
     assert spm_proto.parse_model(out.getvalue()).pieces == want  # spm_train reads lines so
 
 
+def test_text_files_are_read_in_blocks_of_whole_lines(tmp_path, monkeypatch):
+    """``.txt`` lines end at "\\n" only (a "\\r" stays), however the file falls into blocks;
+    invalid UTF-8 names its line, or is replaced per line with errors="replace"."""
+    from gputok.train import spm as gspm
+
+    lines = ["a\r", "", "héllo wörld", "東京" * 5, "", "last"]
+    path = tmp_path / "c.txt"
+    for data, want in ((("\n".join(lines) + "\n").encode(), lines),
+                       ("\n".join(lines).encode(), lines), (b"", []), (b"\n\n", ["", ""])):
+        path.write_bytes(data)
+        for block in (1, 3, 7, 1 << 20):
+            monkeypatch.setattr(gspm, "_BLOCK", block)
+            assert list(gspm.sentences_of(path)) == want, (data, block)
+    path.write_bytes(b"ok\nfine\nbad \xff here\nafter\n")
+    for block in (4, 1 << 20):
+        monkeypatch.setattr(gspm, "_BLOCK", block)
+        with pytest.raises(ValueError, match=r"c\.txt:3: invalid UTF-8"):
+            list(gspm.sentences_of(path))
+        assert list(gspm.sentences_of(path, errors="replace")) == ["ok", "fine", "bad \ufffd here",
+                                                                   "after"]
+
+
 def test_normalising_many_sentences_at_once():
     from gputok.components.normalizers.charsmap import CharsMap
     from gputok.components.normalizers.spm import SpmNormalizer
@@ -211,6 +233,7 @@ def test_normalising_many_sentences_at_once():
 
 
 @pytest.mark.parametrize("kw", [{}, {"byte_fallback": True}, {"user_defined_symbols": ["aaa", "x"]},
+                                {"user_defined_symbols": ["ｱｲ", "ﬁx", "a b"]},
                                 {"treat_whitespace_as_suffix": True}])
 def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
     import re
@@ -219,7 +242,8 @@ def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
     from gputok.train import spm_options, spm_words
 
     lines = lines_of("multilingual", 0.1) + lines_of("code", 0.05) + synthetic(12, 200) + \
-        ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb"]
+        ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb",
+         "ｱｲｳ ｱｲ", "ﬁx ﬁ ﬁxﬁ", "a b  a  b"]
     o = spm_options.SpmOptions(**kw)
     norm = spm_words._normalizer(o)
     keys = sorted({p for p, _ in spm_options.meta_pieces(o).values()}, key=lambda k: (-len(k), k))

@@ -101,16 +101,24 @@ def count_words(sentences: Iterable[str], o: SpmOptions, threads: "int | None" =
     return words
 
 
-def _may_rewrite(norm, cps: np.ndarray) -> np.ndarray:
-    """Positions where a rule or a user-defined piece may start: a superset of
-    ``norm._candidates`` that costs two table lookups per character (``_rewrite_tables``)."""
-    if norm.ud_first is not None or norm.charsmap is None:
-        return norm._candidates(cps)[0]
-    single, start, second = _rewrite_tables(norm.charsmap)
-    hit = single[cps]
-    if len(cps) > 1:
-        hit[:-1] |= start[cps[:-1]] & second[cps[1:]]
-    return np.flatnonzero(hit)
+def _may_rewrite(norm, cps: np.ndarray, text: str) -> np.ndarray:
+    """Positions of ``text`` (code points ``cps``) where a rule may start or a user-defined
+    piece starts: a superset of ``norm._candidates`` that costs two table lookups per
+    character (``_rewrite_tables``), plus the user-defined pieces' own matches (one regex
+    pass: a sentence holding one goes the slow way, where the piece is kept whole)."""
+    if norm.charsmap is None:
+        hit = np.zeros(0, np.int64)
+    else:
+        single, start, second = _rewrite_tables(norm.charsmap)
+        mark = single[cps]
+        if len(cps) > 1:
+            mark[:-1] |= start[cps[:-1]] & second[cps[1:]]
+        hit = np.flatnonzero(mark)
+    if norm.ud_regex is not None:
+        ud = np.fromiter((m.start() for m in norm.ud_regex.finditer(text)), np.int64)
+        if len(ud):
+            hit = np.union1d(hit, ud)
+    return hit
 
 
 _TABLES: dict = {}
@@ -157,7 +165,7 @@ def _count_plain(norm, batch: list, meta_re, parts) -> list:
     keep = [s for s in batch if "\0" not in s]
     others = [s for s in batch if "\0" in s]
     joined = "\0".join(keep)
-    cand = _may_rewrite(norm, code_points(joined))
+    cand = _may_rewrite(norm, code_points(joined), joined)
     if len(cand):  # sentences a rule may touch go the sentence-by-sentence way
         starts = np.zeros(len(keep) + 1, np.int64)
         np.cumsum([len(s) + 1 for s in keep], out=starts[1:])
