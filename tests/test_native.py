@@ -153,8 +153,8 @@ def test_pretok_with_special_tokens_matches_host_paths(layout):
     buf, off = pack(docs)
     sp = specials_of(enc, buf, off, [eot])
     got = {mode: device_entries(backend(layout, pretok=mode), enc, buf, off, sp)
-           for mode in ("device", "scanner", "split")}
-    for mode in ("scanner", "split"):
+           for mode in ("device", "scanner", "split", "program")}
+    for mode in ("scanner", "split", "program"):
         for a, b in zip(got["device"], got[mode]):
             np.testing.assert_array_equal(a, b, err_msg=mode)
     assert (got["device"][1] == enc._special_tokens[eot]).sum() == len(sp[0])
@@ -989,7 +989,8 @@ def test_arguments_are_checked_before_a_launch():
 def test_the_library_is_cached_by_sources_compiler_and_flags(monkeypatch, tmp_path):
     path, cxx, units, fl = native_build.library_path()
     assert path.exists() and set(units) == {"encode_kernels.cpp", "host_runtime.cpp",
-                                            "host_jsonl.cpp", "host_train.cpp", "cpu_encode.cpp"}
+                                            "host_jsonl.cpp", "host_train.cpp", "cpu_encode.cpp",
+                                            "host_regex.cpp"}
     before = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == before  # no rebuild
     # found by the sources' stamp without expanding the units; a touched file, a new stamp

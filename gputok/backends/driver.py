@@ -249,7 +249,7 @@ class DeviceBackend(Backend):
         spans = token_spans(model, buf, doc_off, allowed)
         with self.lock:
             keep = None
-            if self.planner.mode(model)[0] != "split":  # a pattern family whose safe cuts are known
+            if self.planner.mode(model)[0] not in ("split", "program"):  # safe cuts known
                 doc_off, keep = cut_long_documents(buf, doc_off, spans, self.chunk_budget())
             parts = self._encode(model, buf, doc_off, spans, allowed)
         return parts, len(doc_off) - 1, keep
@@ -266,7 +266,7 @@ class DeviceBackend(Backend):
                           f"out of device memory uploading {model.name}'s tables ({e}); "
                           "encoding this batch on the host")
             return [self._host_part(model, buf, doc_off, 0, n_docs, allowed)]
-        if plan.mode != "device":
+        if plan.mode not in ("device", "program"):  # (a program runs on the device itself)
             self.fallback("pretok", plan.mode, f"{model.name}: {plan.why}",
                           once_key=("pretok", id(model)))
         if plan.normalizer and plan.norm_form is None:

@@ -323,7 +323,8 @@ def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
     """The host side of one chunk (documents d0..d1-1): its inputs, ready to upload.
 
     ``mode``: where pieces are cut ("device", "scanner": the vectorised scanner on the host,
-    "split": the pre-tokenizer's ``split`` per segment); ``spans``: (starts, ends, ids) of the
+    "split": the pre-tokenizer's ``split`` per segment, "program": ``pretok.cut_chunk``, the
+    device's pattern matcher); ``spans``: (starts, ends, ids) of the
     batch's token spans (``stages.split.token_spans``); ``normalizer``: the steps to run on the
     host here (a chunk whose text they change is rebuilt before its pieces are cut; a form whose
     quick check runs on the device is not passed: ``splice_normalized`` does its rare spans)."""
@@ -339,7 +340,7 @@ def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
     if mode == "device" and not normalizer:  # a view: the kernels read the batch's buffer
         return _device_chunk(d0, d1, memoryview(buf)[b0:b1], off, ss, se, sid)
     chunk = buf[b0:b1]
-    if normalizer and mode != "split":
+    if normalizer and mode != "split":  # (the program cuts the normalised chunk)
         chunk, off, ss, se = normalize_chunk(normalizer, chunk, off, ss, se)
         n = len(chunk)
     data = np.frombuffer(chunk, np.uint8)
@@ -347,6 +348,12 @@ def prepare(mode: str, pretok, buf, doc_off, spans, d0: int, d1: int,
         return _device_chunk(d0, d1, chunk, off, ss, se, sid)
     if mode == "scanner":
         pstart, spec, doc_entry = entries_from_scanner(pretok.scanner, data, off, ss, se, sid)
+    elif mode == "program":  # the device's pattern matcher (``pretok.cut_chunk``)
+        raw, pstart, spec, doc_entry = pretok.cut_chunk(chunk, off, ss, se, sid)
+        data = np.frombuffer(raw, np.uint8)
+        n = len(data)
+        if n == 0:
+            return HostChunk(d0, d1, 0, mode, [], nd)
     else:
         if normalizer:
             def cut(text, _split=pretok.split):

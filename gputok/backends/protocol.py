@@ -53,6 +53,8 @@ Members that come with a capability (the base class raises for a device that lac
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
     unigram_lattice(tables, norm, w)  with ``unigram_inline``: one Unigram model's lattice
+    program_cutter(pre, program)      with ``pretok_program``: a pre-tokenizer no scanner knows,
+                                      cut by the device from its program
     stage(slot, nbytes)               with ``staging``: the slot's host staging, free to write
     per_doc_pass()                    with ``per_doc``: the per-document pass (its batches and
                                       texts: ``runners/perdoc.py``)
@@ -95,6 +97,9 @@ class Capabilities:
     cover (a model outside them cuts or normalises on the host, counted).
     ``spm_inline``: ``spm_chunk`` runs a SentencePiece chunk's whole kernel sequence as one
     call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
+    ``pretok_program``: ``program_cutter`` cuts pieces of a pre-tokenizer whose pattern has no
+    scanner (``stages.pattern_program``) on the device itself (the native CPU: its C matcher),
+    so such a model has no host pretok stage there.
     ``unigram_inline``: ``unigram_lattice`` makes a Unigram model's lattice, whose calls run
     items, units and one text on the calling thread (``runners/unigram.py``).
     ``kernels``: the encode kernels it has a form of (None: every one).
@@ -117,6 +122,7 @@ class Capabilities:
     merge_inline: bool = False
     spm_inline: bool = False
     unigram_inline: bool = False
+    pretok_program: bool = False
     pretok_families: tuple = DEVICE_FAMILIES
     normal_forms: tuple = FORMS
     kernels: "frozenset | None" = None
@@ -228,6 +234,9 @@ class Device:
 
     def unigram_lattice(self, tables: tuple, norm, where: str):
         raise self._lacks("unigram_lattice", "unigram_inline")
+
+    def program_cutter(self, pre, program):
+        raise self._lacks("program_cutter", "pretok_program")
 
     def per_doc_pass(self):
         raise self._lacks("per_doc_pass", "per_doc")

@@ -93,7 +93,8 @@ class NativeDevice(OneCalls, SpmCalls, UnigramCalls, Device):
             chunk_workers=self.threads if self.threads > 1 else 0, chunk_inline=True,
             inline_max_bytes=INLINE_ANY if self.threads == 1 else INLINE_MAX_BYTES,
             text_short_max=TEXT_SHORT_MAX, pretok_inline=True, merge_inline=True,
-            spm_inline=True, unigram_inline=True, kernels=frozenset(self.lib.kernels),
+            spm_inline=True, unigram_inline=True, pretok_program=True,
+            kernels=frozenset(self.lib.kernels),
             per_doc=bool(per_doc))
         self.oom_errors = (MemoryError,)
         self._launches: dict = {}

@@ -150,10 +150,16 @@ class UnigramLattice:
 
 
 class UnigramCalls:
-    """The Unigram member of ``NativeDevice`` (a part of that class: it uses the device's
-    ``lib``)."""
+    """The Unigram and pattern-matcher members of ``NativeDevice`` (a part of that class: they
+    use the device's ``lib``)."""
 
     def unigram_lattice(self, tables: tuple, norm: "tuple | None", where: str
                         ) -> UnigramLattice:
         """One model's lattice (``UnigramLattice``), built in the library now."""
         return UnigramLattice(self.lib.lib, tables, norm, where)
+
+    def program_cutter(self, pre, program):
+        """A pre-tokenizer's native cut (``pattern.ProgramCut``) on this device's threads."""
+        from .pattern import ProgramCut
+
+        return ProgramCut(pre, program, self.threads)

@@ -18,14 +18,15 @@ from ..device_stages import Tables
 from ..device_tables import upload_tables
 from ..protocol import DEVICE_FAMILIES
 
-PRETOK_MODES = ("auto", "device", "scanner", "split")
+PRETOK_MODES = ("auto", "device", "scanner", "split", "program")
 
 
 @dataclass
 class ModelPlan:
     """Where a model's stages run on one device, and its uploaded tables."""
 
-    mode: str  # where pieces are cut: "device" | "scanner" (host) | "split" (host)
+    mode: str  # where pieces are cut: "device" | "program" (the device's pattern matcher) |
+    # "scanner" (host) | "split" (host)
     why: str
     pretok: object  # the model's Pretokenizer
     tables: Tables
@@ -91,7 +92,9 @@ class Planner:
             norm = (f"device quick check ({where}), flagged spans on the host"
                     if self.norm_form(model, mode) else "host")
         return {"split": "host", "normalize": norm,
-                "pretok": where if mode == "device" else f"host: {why}", "merge": where,
+                "pretok": where if mode == "device" else
+                f"{where}: pattern matcher" if mode == "program" else f"host: {why}",
+                "merge": where,
                 "emit": where}
 
     def known(self, model) -> bool:
@@ -134,6 +137,13 @@ class Planner:
     def mode(self, model) -> tuple[str, str]:
         mode, why = pretok_mode(model, self.dev.caps.pretok_families)
         want = self.pretok
+        if ((mode == "split" and want == "auto") or want == "program") and \
+                model.segmenter.device is not None and self.program(model) is not None:
+            return "program", ("pre-tokenization by the device's pattern matcher" +
+                               (" (forced)" if want == "program" else " (a pattern without a "
+                                                                       "scanner)"))
+        if want == "program":
+            raise ValueError(f"{model.name}: no pattern program on this device ({why})")
         if want == "auto" or want == mode or model.segmenter.device is None:
             return mode, why
         if want == "device":
@@ -143,6 +153,18 @@ class Planner:
                 raise ValueError(f"{model.name}: no vectorised scanner for this pre-tokenizer")
             return "scanner", "pieces cut on the host (vectorised scanner, forced)"
         return "split", "pieces cut on the host (pre-tokenizer split, forced)"
+
+    def program(self, model):
+        """The model's pattern program where this device cuts pieces by one
+        (``caps.pretok_program``) and its pre-tokenizer compiles to one, else None."""
+        if not self.dev.caps.pretok_program:
+            return None
+        spec = getattr(model.front[1], "spec", None)
+        if spec is None:
+            return None
+        from ...stages.pattern_program import program_for
+
+        return program_for(spec)
 
     def norm_form(self, model, mode: str) -> "str | None":
         return device_norm_form(model, mode, self.dev.caps.normal_forms)
@@ -160,6 +182,8 @@ class Planner:
         arrays, scalars = upload_tables(self.dev, model, scanner, self._class_tables, form)
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
         norm, pre = model.front  # (BERT's normaliser runs in its pre-tokenizer's pass)
+        if mode == "program":
+            pre = self.dev.program_cutter(pre, self.program(model))
         plan = ModelPlan(mode, why, pre, Tables(arrays, scalars),
                          norm.steps if norm is not None else (), form, model.segmenter.device)
         self._plans[key] = (weakref.ref(model), plan)
