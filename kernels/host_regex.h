@@ -232,13 +232,13 @@ struct Cutter {
 }  // namespace gputok_rx
 
 // Cut documents d0..d1 (their bytes data[doc_off[d] .. doc_off[d + 1]), with the special-token
-// spans sp_* inside them, sorted) into `out`; doc_n[d - d0] = the entries of document d.
-static void gputok_rx_cut_docs(const gputok_rx::Prog& g, const uint8_t* data,
-                               const long long* doc_off, long long d0, long long d1,
-                               const long long* sp_start, const long long* sp_end,
+// spans sp_* inside them, sorted, from span k on) into `out` with `c.cut(0, text, n, out)` per
+// stretch of text between spans; doc_n[d - d0] = the entries of document d.
+template <class C>
+static void gputok_rx_cut_docs(C& c, const uint8_t* data, const long long* doc_off, long long d0,
+                               long long d1, const long long* sp_start, const long long* sp_end,
                                const uint32_t* sp_id, long long k, long long n_sp,
                                gputok_rx::Out& out, long long* doc_n) {
-  gputok_rx::Cutter c(g);
   for (long long d = d0; d < d1; ++d) {
     const long long lo = doc_off[d], hi = doc_off[d + 1];
     const size_t before = out.start.size();
@@ -261,22 +261,19 @@ struct GputokRxResult {
   std::vector<long long> doc_n;
 };
 
-// Cuts the chunk; returns a handle (or null on failure) whose sizes gputok_rx_sizes gives and
-// gputok_rx_take copies out (then frees it).
-extern "C" __attribute__((visibility("default"))) void* gputok_rx_cut(
-    const int32_t* code, const int32_t* steps, int n_steps, const long long* class_off,
-    const uint32_t* ranges, const uint32_t* ascii, const uint8_t* data, const long long* doc_off,
-    long long n_docs, const long long* sp_start, const long long* sp_end, const uint32_t* sp_id,
-    long long n_sp, int threads) {
+// A chunk cut by `make()`'s cutters (one per thread, over ranges of about equal bytes); the
+// handle gputok_rx_sizes / gputok_rx_take read (null on failure).
+template <class Make>
+static void* gputok_rx_chunk(Make make, const uint8_t* data, const long long* doc_off,
+                             long long n_docs, const long long* sp_start, const long long* sp_end,
+                             const uint32_t* sp_id, long long n_sp, int threads) {
   try {
-    const gputok_rx::Prog g{code, steps, n_steps, class_off, ranges, ascii};
     auto* r = new GputokRxResult();
     r->doc_n.assign((size_t)n_docs, 0);
     const long long total = n_docs ? doc_off[n_docs] - doc_off[0] : 0;
     int parts = threads < 1 ? 1 : threads;
     if (total < (1 << 16) || n_docs < 2) parts = 1;  // (threads cost more than a small chunk)
     if (parts > n_docs) parts = (int)(n_docs ? n_docs : 1);
-    // document ranges of about equal bytes
     std::vector<long long> cut((size_t)parts + 1, n_docs);
     cut[0] = 0;
     for (int p = 1; p < parts; ++p) {
@@ -290,18 +287,23 @@ extern "C" __attribute__((visibility("default"))) void* gputok_rx_cut(
       cut[(size_t)p] = lo;
     }
     r->parts.resize((size_t)parts);
+    std::vector<char> failed((size_t)parts, 0);
     auto job = [&](int p) {
       const long long a = cut[(size_t)p], b = cut[(size_t)p + 1];
       if (a >= b) return;
-      long long k = 0, lo = 0, hi = n_sp;  // the first span at or after the range's start
-      while (lo < hi) {
-        const long long mid = (lo + hi) >> 1;
-        if (sp_start[mid] < doc_off[a]) lo = mid + 1;
-        else hi = mid;
+      try {
+        long long lo = 0, hi = n_sp;  // the first span at or after the range's start
+        while (lo < hi) {
+          const long long mid = (lo + hi) >> 1;
+          if (sp_start[mid] < doc_off[a]) lo = mid + 1;
+          else hi = mid;
+        }
+        auto c = make();
+        gputok_rx_cut_docs(c, data, doc_off, a, b, sp_start, sp_end, sp_id, lo, n_sp,
+                           r->parts[(size_t)p], r->doc_n.data() + a);
+      } catch (...) {
+        failed[(size_t)p] = 1;
       }
-      k = lo;
-      gputok_rx_cut_docs(g, data, doc_off, a, b, sp_start, sp_end, sp_id, k, n_sp,
-                         r->parts[(size_t)p], r->doc_n.data() + a);
     };
     if (parts == 1) {
       job(0);
@@ -311,10 +313,23 @@ extern "C" __attribute__((visibility("default"))) void* gputok_rx_cut(
       job(0);
       for (auto& t : pool) t.join();
     }
+    for (char f : failed)
+      if (f) { delete r; return nullptr; }
     return r;
   } catch (...) {
     return nullptr;
   }
+}
+
+// Cuts a chunk by the pattern program; the result handle as gputok_rx_chunk's.
+extern "C" __attribute__((visibility("default"))) void* gputok_rx_cut(
+    const int32_t* code, const int32_t* steps, int n_steps, const long long* class_off,
+    const uint32_t* ranges, const uint32_t* ascii, const uint8_t* data, const long long* doc_off,
+    long long n_docs, const long long* sp_start, const long long* sp_end, const uint32_t* sp_id,
+    long long n_sp, int threads) {
+  const gputok_rx::Prog g{code, steps, n_steps, class_off, ranges, ascii};
+  return gputok_rx_chunk([&g]() { return gputok_rx::Cutter(g); }, data, doc_off, n_docs,
+                         sp_start, sp_end, sp_id, n_sp, threads);
 }
 
 // sizes[0] = bytes, sizes[1] = pieces (without the final GAP entry)

@@ -186,7 +186,7 @@ def test_models_cut_on_the_native_device_with_no_host_stage(name):
     _native()
     enc = gputok.load(testdata.family_path(name))
     be = gputok.backends.get_backend("native")
-    assert be.plan(enc.model)["pretok"].endswith("pattern matcher")
+    assert be.plan(enc.model)["pretok"].endswith("its own pass")
     docs = texts(300, 3) + ["Hello world " * 2000, "\u4e2d" * 5000 + " x 123456"]
     want = _batch(enc, docs, "numpy", disallowed_special=())
     before = dict(be.fallbacks)

@@ -153,6 +153,57 @@ def test_every_code_point_normalises_and_splits_like_hf(variant, context):
     assert not bad, bad[:10]
 
 
+def _native_words(steps: BertSteps, segs: list, threads: int = 2) -> list:
+    """Each segment's words as the native device's BERT pass (``kernels/host_bert.h``) cuts
+    them (segments as documents of one chunk)."""
+    import numpy as np
+
+    from gputok.backends import native
+    from gputok.backends.native.pattern import cutter
+    from gputok.components.pretokenizers.bert import BertPreTokenizer
+
+    if not native.available()[0]:
+        pytest.skip("no native device")
+    data = [s.encode("utf-8") for s in segs]
+    off = np.zeros(len(segs) + 1, np.int64)
+    np.cumsum([len(b) for b in data], out=off[1:])
+    none = np.zeros(0, np.int64)
+    pre = BertPreTokenizer(steps)
+    raw, pstart, _, doc_entry = cutter(pre, pre.program(), threads).cut_chunk(
+        b"".join(data), off, none, none, np.zeros(0, np.uint32))
+    ps = pstart.tolist()
+    return [[raw[ps[e]:ps[e + 1]].decode("utf-8") for e in range(doc_entry[d], doc_entry[d + 1])]
+            for d in range(len(segs))]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS) + ["off"])
+@pytest.mark.parametrize("context", ["{}", "A{}\u0301b"], ids=["alone", "in_context"])
+def test_native_pass_equals_the_numpy_pass_on_every_code_point(variant, context):
+    """The native BERT pass (normaliser and pre-tokenizer in C) against ``BertSteps`` (itself
+    equal to HF on every code point: the test above), and on the edge texts."""
+    opts = {"clean_text": True, "handle_chinese_chars": True, "strip_accents": None,
+            "lowercase": True, **VARIANTS.get(variant, {})}
+    steps = BertSteps(normalize=False) if variant == "off" else BertSteps(**opts)
+    segs = [context.format(chr(c)) for c in CPS] + EDGES
+    want = steps.words_batch(segs)
+    got = _native_words(steps, segs)
+    bad = [ascii(s) for s, g, w in zip(segs, got, want) if g != w]
+    assert not bad, bad[:10]
+
+
+def test_native_pass_reorders_marks_like_hf():
+    from tokenizers import normalizers
+
+    t = bu.tables()
+    marks = sorted(t.ccc)[::6]
+    hf = normalizers.BertNormalizer(strip_accents=True, lowercase=False)
+    steps = BertSteps(strip_accents=True, lowercase=False)
+    segs = [f"a{chr(x)}{chr(y)}{chr(x)}b" for x in marks for y in marks[::5]]
+    got = _native_words(steps, segs, threads=1)
+    bad = [s for s, g in zip(segs, got) if g != hf_words(hf, s)]
+    assert not bad, [ascii(s) for s in bad[:5]]
+
+
 def test_combining_marks_reorder_like_hf():
     """Pairs of marks in both orders (NFD's canonical ordering happens before the marks go)."""
     from tokenizers import normalizers

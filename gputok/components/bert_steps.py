@@ -23,6 +23,8 @@ multi-character lowercases leave numpy, and only where they occur.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..unicode import bert as bu
@@ -47,6 +49,16 @@ def _expand(cps: np.ndarray, seg: np.ndarray, at: np.ndarray, starts: np.ndarray
     return out, np.repeat(seg, new_len)
 
 
+@dataclass(frozen=True)
+class BertProgram:
+    """What a device's own BERT pass takes (the native device: ``kernels/host_bert.h``): the
+    options, as bits ``NORMALIZE CLEAN CJK STRIP LOWER``; the tables are the pinned ones."""
+
+    opts: int
+
+    NORMALIZE, CLEAN, CJK, STRIP, LOWER = 1, 2, 4, 8, 16
+
+
 class BertSteps:
     """One model's normaliser and pre-tokenizer; ``words_batch`` is the pretok stage.
 
@@ -62,6 +74,11 @@ class BertSteps:
         self.cjk = handle_chinese_chars
         self.strip_ = lowercase if strip_accents is None else bool(strip_accents)
         self.lower = lowercase
+
+    def program(self) -> BertProgram:
+        P = BertProgram
+        return P(self.on * P.NORMALIZE | self.clean * P.CLEAN | self.cjk * P.CJK |
+                 self.strip_ * P.STRIP | self.lower * P.LOWER)
 
     def normalize_array(self, cps: np.ndarray, seg: np.ndarray):
         """(code points, segment of each) after the normaliser."""

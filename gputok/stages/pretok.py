@@ -174,6 +174,12 @@ class Pretokenizer:
             pos = b
         return out
 
+    def program(self):
+        """This spec's native program (``pattern_program.program_for``), or None."""
+        from .pattern_program import program_for
+
+        return program_for(self.spec)
+
     @property
     def scanner(self):
         """The vectorised scanner for this spec's pattern, or None (built lazily: ~0.1 s)."""

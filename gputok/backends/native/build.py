@@ -19,7 +19,8 @@ The module is one shared library made of:
   lists (``kernels/host_lists.h``: token ids as a list of int whose recurring ids share their
   object, ``stages/lists.py``);
 * the pattern matcher (``kernels/host_regex.h``): a pre-tokenizer no scanner knows, cut on the
-  host's cores (``native/pattern.py``);
+  host's cores, and BERT's normaliser and pre-tokenizer (``kernels/host_bert.h``), in one unit
+  (``native/pattern.py``);
 * BPE training's word counter and merge loop (``kernels/host_train_words.h``,
   ``kernels/host_train_spm.h``, ``kernels/host_train_merge.h``, their own unit:
   ``gputok/train/native.py``, ``gputok/train/spm.py``);
@@ -202,7 +203,8 @@ def translation_units() -> dict[str, str]:
     # BPE training (gputok/train/native.py): word counting and the merge loop
     units["host_train.cpp"] = _unit_text("".join(f'#line 1 "{x}"\n{_read(x)}\n'
                                                  for x in TRAIN_FILES))
-    units["host_regex.cpp"] = _unit_text(f'#line 1 "host_regex.h"\n{_read("host_regex.h")}')
+    units["host_regex.cpp"] = _unit_text(f'#line 1 "host_regex.h"\n{_read("host_regex.h")}\n'
+                                         f'#line 1 "host_bert.h"\n{_read("host_bert.h")}')
     units["cpu_encode.cpp"] = _unit_text(
         f'#line 1 "dialect_host.h"\n{dialect}\n#line 1 "<constants>"\n'
         f'{kernels.defines_block(tuple(kernels.kernel_constants().items()))}'

@@ -159,7 +159,8 @@ class UnigramCalls:
         return UnigramLattice(self.lib.lib, tables, norm, where)
 
     def program_cutter(self, pre, program):
-        """A pre-tokenizer's native cut (``pattern.ProgramCut``) on this device's threads."""
-        from .pattern import ProgramCut
+        """A pre-tokenizer's native cut (``pattern.ProgramCut`` or ``pattern.BertCut``) on this
+        device's threads."""
+        from .pattern import cutter
 
-        return ProgramCut(pre, program, self.threads)
+        return cutter(pre, program, self.threads)

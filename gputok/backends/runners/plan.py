@@ -88,12 +88,14 @@ class Planner:
             return {"split": "host", "normalize": "host", "pretok": f"host: {why}",
                     "merge": f"host: {why}", "emit": "host"}
         norm = "none"
-        if model.normalizer:
+        if model.normalizer and mode == "program" and model.front[0] is None:
+            norm = f"{where}: in the pre-tokenizer's pass"  # (BERT's, fused)
+        elif model.normalizer:
             norm = (f"device quick check ({where}), flagged spans on the host"
                     if self.norm_form(model, mode) else "host")
         return {"split": "host", "normalize": norm,
                 "pretok": where if mode == "device" else
-                f"{where}: pattern matcher" if mode == "program" else f"host: {why}",
+                f"{where}: its own pass" if mode == "program" else f"host: {why}",
                 "merge": where,
                 "emit": where}
 
@@ -155,16 +157,13 @@ class Planner:
         return "split", "pieces cut on the host (pre-tokenizer split, forced)"
 
     def program(self, model):
-        """The model's pattern program where this device cuts pieces by one
-        (``caps.pretok_program``) and its pre-tokenizer compiles to one, else None."""
+        """The model's pre-tokenizer program (a pattern's, ``stages.pattern_program``; BERT's
+        pass, ``components.bert_steps.BertProgram``) where this device cuts pieces by one
+        (``caps.pretok_program``) and its pre-tokenizer has one, else None."""
         if not self.dev.caps.pretok_program:
             return None
-        spec = getattr(model.front[1], "spec", None)
-        if spec is None:
-            return None
-        from ...stages.pattern_program import program_for
-
-        return program_for(spec)
+        make = getattr(model.front[1], "program", None)  # (a pre-tokenizer that has one)
+        return make() if make is not None else None
 
     def norm_form(self, model, mode: str) -> "str | None":
         return device_norm_form(model, mode, self.dev.caps.normal_forms)

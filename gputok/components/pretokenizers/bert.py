@@ -1,6 +1,6 @@
 """HF's ``BertPreTokenizer``: cuts at whitespace (dropped) and makes every punctuation
 character a word, in the one pass of ``components/bert_steps.py`` (which also runs a fused
-``normalizers.BertNormalizer``).
+``normalizers.BertNormalizer``); the native device runs the same pass in C (``program``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ class BertPreTokenizer:
 
         return BertPreTokenizer(normalizer.steps_on) if isinstance(normalizer, BertNormalizer) \
             else None
+
+    def program(self):
+        """Its pass as a device runs it (``BertProgram``; the native device's C pass)."""
+        return self.steps.program()
 
     def split(self, text: str) -> list:
         return self.steps.words_batch([text])[0]
