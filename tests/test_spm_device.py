@@ -472,3 +472,19 @@ def test_fuzz_native_equals_sentencepiece(texts):
             warnings.simplefilter("ignore", FallbackWarning)
             got = split_ids(*enc.encode_batch_arrays(texts, disallowed_special=(), backend=be))
         assert got == [sp.encode(x) for x in texts]
+
+
+@pytest.mark.parametrize("name", ["mistral_v1", "botchan_bpe"])
+def test_decode_equals_sentencepiece_and_refuses_bad_ids(name, tmp_path_factory):
+    """decode (its joined path) equals sentencepiece's, and an id outside the vocabulary,
+    negative ones included (a tuple lookup would wrap them), is a KeyError naming it."""
+    enc, sp = spm_enc(name, tmp_path_factory), F.spm_oracle(F.model_source(name))
+    docs = docs_for(6, 2000) + NORM_DOCS
+    ids = [sp.encode(d) for d in docs]
+    assert [enc.decode(w) for w in ids] == [sp.decode(w) for w in ids]
+    assert enc.decode_batch(ids) == sp.decode(ids)
+    n = enc.n_vocab
+    for bad in (-1, -n, -n - 1, n, 2 * n - 1, 2 * n, 10 ** 9):
+        for seq in ([bad], [5, bad], [bad, 5, 6]):
+            with pytest.raises(KeyError, match=f"invalid token for decoding: {bad}"):
+                enc.decode(seq)
