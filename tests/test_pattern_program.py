@@ -16,7 +16,7 @@ import gputok
 import testdata
 from gputok import patterns
 from gputok.loaders import gguf_pre
-from gputok.stages.pattern_program import Unsupported, compile_pattern, program_for
+from gputok.stages.pattern_program import Unsupported, compile_pattern
 from gputok.stages.pretok import PrefixSpace, Pretokenizer, PretokSpec, Split
 
 
@@ -57,6 +57,10 @@ def texts(n: int, seed: int) -> list:
                                             "\u6771\u4eac", "  ", "\t", "x=y+1;", "(IMGIMG)"])
                                 for _ in range(rng.randrange(1, 30))))
     return out
+
+
+def program_for(spec: PretokSpec):
+    return Pretokenizer(spec).program()
 
 
 def native_pieces(spec: PretokSpec, docs: list, threads: int = 1) -> list:

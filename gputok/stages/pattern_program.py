@@ -1,8 +1,8 @@
 """A pre-tokenizer spec as a program for the native pattern matcher (``kernels/host_regex.h``).
 
-``program_for(spec)`` reads each ``Split`` step's pinned pattern (``unicode.pin_pattern``: every
-class explicit, every table- or engine-dependent atom already rewritten, so the text means the
-same to any engine) and compiles it into instructions for a backtracking matcher with the
+``program_for(steps, family)`` (called by ``Pretokenizer.program``) reads each ``Split`` step's
+pinned pattern (``unicode.pin_pattern``: every class explicit, every table- or engine-dependent
+atom already rewritten, so the text means the same to any engine) and compiles it into instructions for a backtracking matcher with the
 leftmost-first, greedy-first rule of Python's ``regex`` (which the host split runs, and which
 the oracles' engines agree with on these patterns), empty matches included (Python's rule:
 after an empty match the next match may not be empty at the same position). Nothing is
@@ -417,24 +417,26 @@ def _pinned(pattern: str, family: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def program_for(spec) -> "PatternProgram | None":
-    """The native program of a ``PretokSpec`` (steps of ``Split`` and ``PrefixSpace``), or None
-    where a step cannot run natively (module docstring)."""
-    from .pretok import PrefixSpace, Split
-
+def program_for(steps: tuple, family: str) -> "PatternProgram | None":
+    """The native program of a pre-tokenizer's steps (``Pretokenizer.program`` spells its
+    ``PretokSpec`` so: ("split", pattern, keep_gaps) or ("prefix",) each; ``family``: the
+    Unicode family its patterns are pinned to), or None where a step cannot run natively
+    (module docstring)."""
     em = _Emitter()
-    steps = []
+    out = []
     try:
-        for step in spec.steps:
-            if isinstance(step, PrefixSpace):
-                steps.append((PREFIX_STEP, 0, 0))
-            elif isinstance(step, Split):
-                _, entry = compile_pattern(_pinned(step.pattern, spec.family), step.keep_gaps, em)
-                steps.append((SPLIT_STEP, entry, int(step.keep_gaps)))
+        for step in steps:
+            if step[0] == "prefix":
+                out.append((PREFIX_STEP, 0, 0))
+            elif step[0] == "split":
+                _, pattern, keep_gaps = step
+                _, entry = compile_pattern(_pinned(pattern, family), keep_gaps, em)
+                out.append((SPLIT_STEP, entry, int(keep_gaps)))
             else:
                 return None
     except ValueError:  # (Unsupported; or a pattern the pinning itself refuses)
         return None
+    steps = out
     classes = sorted(em.classes.items(), key=lambda kv: kv[1])
     off = np.zeros(len(classes) + 1, np.int64)
     np.cumsum([len(r) for r, _ in classes], out=off[1:])

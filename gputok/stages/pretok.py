@@ -178,7 +178,10 @@ class Pretokenizer:
         """This spec's native program (``pattern_program.program_for``), or None."""
         from .pattern_program import program_for
 
-        return program_for(self.spec)
+        steps = tuple(("split", s.pattern, s.keep_gaps) if isinstance(s, Split) else
+                      ("prefix",) if isinstance(s, PrefixSpace) else ("?",)
+                      for s in self.spec.steps)
+        return program_for(steps, self.spec.family)
 
     @property
     def scanner(self):
