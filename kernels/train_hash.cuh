@@ -15,8 +15,9 @@
 #define TRAIN_EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 #endif
 
-// counts[key] += delta, claiming a slot for a new key. `n_used` counts claimed slots.
-__device__ __forceinline__ void train_table_add(train_u64* keys, train_u64* counts, train_u64 mask,
+// counts[key] += delta, claiming a slot for a new key; returns the slot. `n_used` counts
+// claimed slots.
+__device__ __forceinline__ train_u64 train_table_add(train_u64* keys, train_u64* counts, train_u64 mask,
                                                 train_u64 key, train_i64 delta,
                                                 train_u64* n_used) {
   train_u64 s = train_hash(key) & mask;
@@ -33,7 +34,7 @@ __device__ __forceinline__ void train_table_add(train_u64* keys, train_u64* coun
     }
     if (k == key) {
       atomicAdd(&counts[s], (train_u64)delta);
-      return;
+      return s;
     }
     s = (s + 1) & mask;
   }

@@ -2,10 +2,13 @@
 
 1. Compile checks: ``nvcc -ptx`` for sm_90 (H100) and sm_80 (A100).
 2. Emulation (tests/emulator, one fiber per GPU thread) in forward, reverse and shuffled thread
-   orders, on states built from real text: every kernel's output equals its numpy stage in
-   ``gputok.backends.train_arrays``.
-3. The whole device merge loop (``gputok.backends.cuda.train``, the code the CUDA backend runs) on the
-   emulator equals the CPU trainer's merges, with table rebuilds and compactions forced.
+   orders, on states built from real text: the pair counts, occurrence lists and table rebuild
+   equal their numpy stages in ``gputok.backends.train_arrays``; the list-driven loop in numpy
+   (``train_lists``) equals the CPU trainer.
+3. The whole device merge loop (``gputok.backends.cuda.train``, the code the CUDA backend runs:
+   blocks of merge steps on the device, merges read back per block) on the emulator equals the
+   CPU trainer's merges, with every reason a block stops forced (candidates chosen again, the
+   table grown, the occurrence pool repacked, the gain buffers grown).
 A real GPU run (CuPy) is at the end, skipped without one.
 """
 
@@ -34,8 +37,9 @@ from gputok.train.vocab import Vocab
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ROOT / "kernels" / "train_bpe.cu"
-KERNELS = ["train_count_pairs", "train_rehash", "train_best_partial", "train_best_final",
-           "train_find_matches", "train_merge_deltas", "train_apply_merge"]
+KERNELS = ["train_count_pairs", "train_count_occurrences", "train_place_occurrences",
+           "train_rehash", "train_step_select", "train_step_mark", "train_step_deltas",
+           "train_step_apply", "train_step_lists", "train_step_place"]
 # (order, seed); the last one also switches threads at every atomic, so claims of hash table
 # slots interleave between the read of a free slot and the atomicCAS
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle+yield", 2)]
@@ -133,12 +137,12 @@ def _table_dict(keys, counts) -> dict[int, int]:
 def _table(mod, s, order, seed, cap=1 << 16):
     keys = np.full(cap, arrays.EMPTY_KEY, dtype=np.uint64)
     counts = np.zeros(cap, dtype=np.uint64)
-    stats = np.zeros(2, dtype=np.uint64)
+    state = np.zeros(device.ST["SIZE"], dtype=np.int64)
     n = len(s["tok"])
     _launch(mod, "train_count_pairs", GRID, (BLOCK,),
-               [s["tok"], s["nxt"], s["word_of"], s["wcount"], np.int64(n), keys, counts,
-                np.uint64(cap - 1), stats], order, seed)
-    return keys, counts, stats
+            [s["tok"], s["nxt"], s["word_of"], s["wcount"], np.int64(n), keys, counts,
+             np.uint64(cap - 1), state], order, seed)
+    return keys, counts, state
 
 
 STATES = [("prose", 0), ("prose", 30), ("code", 0), ("code", 60), ("multilingual", 20)]
@@ -146,87 +150,33 @@ STATES = [("prose", 0), ("prose", 30), ("code", 0), ("code", 60), ("multilingual
 
 @pytest.mark.parametrize("kind,n_merges", STATES)
 @pytest.mark.parametrize("order,seed", ORDERS)
-def test_count_and_best(mod, kind, n_merges, order, seed):
+def test_count_pairs(mod, kind, n_merges, order, seed):
     s = _state(kind, n_merges)
-    keys, counts, stats = _table(mod, s, order, seed)
+    keys, counts, state = _table(mod, s, order, seed)
     assert _table_dict(keys, counts) == s["counts"]
-    assert int(stats[0]) == len(s["counts"])  # one slot claimed per distinct pair
-    n_parts = 5
-    part_count = np.zeros(n_parts, dtype=np.int64)
-    part_key = np.zeros(n_parts, dtype=np.uint64)
-    best = np.zeros(4, dtype=np.int64)
-    cap = len(keys)
-    _launch(mod, "train_best_partial", (n_parts,), (BLOCK,),
-               [keys, counts, np.int64(cap), part_count, part_key], order, seed)
-    _launch(mod, "train_best_final", (1,), (BLOCK,),
-               [part_count, part_key, np.int64(n_parts), keys, counts, np.uint64(cap - 1), stats,
-                best], order, seed)
-    want_count, want_key = arrays.best_pair(s["counts"])
-    assert (int(best[0]), int(best[1])) == (want_count, want_key)
-    assert int(best[2]) == len(s["counts"])
-    after = _table_dict(keys, counts)  # the winner's count is zeroed
-    assert want_key not in after and len(after) == len(s["counts"]) - 1
+    assert int(state[device.ST["USED"]]) == len(s["counts"])  # one slot per distinct pair
 
 
-def _run_merge(mod, s, a, b, c, order, seed):
-    """find_matches + merge_deltas + apply_merge on the emulator, against the numpy stages."""
-    keys, counts, stats = _table(mod, s, order, seed)
-    cap = len(keys)
-    n = len(s["tok"])
-    # what train_best_final does for the chosen pair
-    key = (a << 32) | b
-    slot = np.flatnonzero(keys == np.uint64(key))
-    counts[slot] = 0
-    tok, prv, nxt = s["tok"].copy(), s["prv"].copy(), s["nxt"].copy()
-    is_start = np.full(n, 7, dtype=np.uint8)
-    _launch(mod, "train_find_matches", GRID, (BLOCK,),
-               [tok, prv, nxt, np.int64(n), np.int32(a), np.int32(b), is_start, stats], order, seed)
-    want_start = arrays.find_matches(s["tok"], s["prv"], s["nxt"], a, b)
-    np.testing.assert_array_equal(is_start, want_start)
-    assert int(stats[1]) == int(want_start.sum()) > 0
-
-    _launch(mod, "train_merge_deltas", GRID, (BLOCK,),
-               [tok, prv, nxt, s["word_of"], s["wcount"], is_start, np.int64(n), np.int32(a),
-                np.int32(b), np.int32(c), keys, counts, np.uint64(cap - 1), stats], order, seed)
-    want = dict(s["counts"])
-    want.pop(key, None)
-    deltas = arrays.merge_deltas(s["tok"], s["prv"], s["nxt"], s["word_of"], s["wcount"],
-                                 want_start, a, b, c)
-    for k, d in deltas.items():
-        want[k] = want.get(k, 0) + d
-    want = {k: v for k, v in want.items() if v != 0}
-    assert _table_dict(keys, counts) == want
-
-    _launch(mod, "train_apply_merge", GRID, (BLOCK,),
-               [tok, prv, nxt, is_start, np.int64(n), np.int32(c)], order, seed)
-    w_tok, w_prv, w_nxt = s["tok"].copy(), s["prv"].copy(), s["nxt"].copy()
-    arrays.apply_merge(w_tok, w_prv, w_nxt, want_start, c)
-    np.testing.assert_array_equal(tok, w_tok)
-    np.testing.assert_array_equal(nxt[tok >= 0], w_nxt[w_tok >= 0])
-    np.testing.assert_array_equal(prv[tok >= 0], w_prv[w_tok >= 0])
-    # and the counts now are exactly the pairs of the new state
-    assert want == arrays.pair_counts(w_tok, w_nxt, s["word_of"], s["wcount"])
-
-
-@pytest.mark.parametrize("kind,n_merges", STATES)
+@pytest.mark.parametrize("kind,n_merges", STATES[:3])
 @pytest.mark.parametrize("order,seed", ORDERS)
-def test_merge_step_best_pair(mod, kind, n_merges, order, seed):
+def test_occurrence_lists(mod, kind, n_merges, order, seed):
+    """Every pair's list holds exactly the positions where it occurs (``arrays.occurrences``)."""
     s = _state(kind, n_merges)
-    _, key = arrays.best_pair(s["counts"])
-    a, b = key >> 32, key & _MASK
-    _run_merge(mod, s, a, b, s["vocab"].merge(a, b), order, seed)
-
-
-@pytest.mark.parametrize("kind,n_merges", [("code", 0), ("code", 60), ("prose", 0)])
-@pytest.mark.parametrize("order,seed", ORDERS)
-def test_merge_step_same_symbol_runs(mod, kind, n_merges, order, seed):
-    """(x, x) pairs: runs of one symbol merge pairwise from the left ("    " -> "  " "  ")."""
-    s = _state(kind, n_merges)
-    same = {k: c for k, c in s["counts"].items() if (k >> 32) == (k & _MASK)}
-    key = max(same, key=same.get)
-    a = key >> 32
-    # the state has runs of odd and even length longer than 2
-    _run_merge(mod, s, a, a, s["vocab"].merge(a, a), order, seed)
+    keys, counts, _ = _table(mod, s, order, seed)
+    cap, n = len(keys), len(s["tok"])
+    sizes = np.zeros(cap, dtype=np.uint32)
+    _launch(mod, "train_count_occurrences", GRID, (BLOCK,),
+            [s["tok"], s["nxt"], np.int64(n), keys, np.uint64(cap - 1), sizes], order, seed)
+    off = (np.cumsum(sizes.astype(np.int64)) - sizes).astype(np.int64)
+    lens = np.zeros(cap, dtype=np.uint32)
+    pool = np.zeros(max(int(sizes.sum()), 1), dtype=np.uint32)
+    _launch(mod, "train_place_occurrences", GRID, (BLOCK,),
+            [s["tok"], s["nxt"], np.int64(n), keys, np.uint64(cap - 1), off, lens, pool],
+            order, seed)
+    np.testing.assert_array_equal(lens, sizes)
+    got = {int(keys[t]): set(pool[off[t]:off[t] + lens[t]].tolist())
+           for t in np.flatnonzero(lens)}
+    assert got == arrays.occurrences(s["tok"], s["nxt"])
 
 
 @pytest.mark.parametrize("order,seed", ORDERS)
@@ -237,16 +187,39 @@ def test_rehash(mod, order, seed):
     dropped = sorted(live)[::3]
     for k in dropped:
         counts[np.flatnonzero(keys == np.uint64(k))] = 0
+    cap = len(keys)
+    off = np.arange(cap, dtype=np.int64) * 7  # (each slot's list moves with its pair)
+    lens = (np.arange(cap) % 5).astype(np.uint32)
     new_cap = 1 << 13
     new_keys = np.full(new_cap, arrays.EMPTY_KEY, dtype=np.uint64)
     new_counts = np.zeros(new_cap, dtype=np.uint64)
-    stats = np.zeros(2, dtype=np.uint64)
+    new_off = np.zeros(new_cap, dtype=np.int64)
+    new_lens = np.zeros(new_cap, dtype=np.uint32)
+    state = np.zeros(device.ST["SIZE"], dtype=np.int64)
     _launch(mod, "train_rehash", GRID, (BLOCK,),
-               [keys, counts, np.int64(len(keys)), new_keys, new_counts, np.uint64(new_cap - 1),
-                stats], order, seed)
+            [keys, counts, off, lens, np.int64(cap), new_keys, new_counts, new_off, new_lens,
+             np.uint64(new_cap - 1), state], order, seed)
     want = {k: c for k, c in live.items() if k not in set(dropped)}
     assert _table_dict(new_keys, new_counts) == want
-    assert int(stats[0]) == len(want)
+    assert int(state[device.ST["USED"]]) == len(want)
+    old_slot = {int(keys[t]): t for t in np.flatnonzero(keys != arrays.EMPTY_KEY)}
+    for t in np.flatnonzero((new_keys != arrays.EMPTY_KEY) & (new_counts != 0)):
+        o = old_slot[int(new_keys[t])]
+        assert (new_off[t], new_lens[t]) == (off[o], lens[o])
+
+
+@pytest.mark.parametrize("kind,vocab_size", [("prose", 420), ("code", 420),
+                                             ("multilingual", 380)])
+@pytest.mark.parametrize("candidates", [8, 64])
+def test_list_loop_in_numpy_equals_cpu(kind, vocab_size, candidates):
+    """The device loop's rule on numpy (``arrays.train_lists``: each step reads only the merged
+    pair's list, candidates chosen again when they cannot vouch for the best pair)."""
+    wc = _words(kind, 0.03)
+    want = cpu.train_words(wc, Vocab(["<|endoftext|>"]), vocab_size=vocab_size, min_frequency=2)
+    v = Vocab(["<|endoftext|>"])
+    ids, off, counts = cpu.word_arrays(wc, v)
+    assert arrays.train_lists(ids, off, counts, v, vocab_size=vocab_size, min_frequency=2,
+                              candidates=candidates) == want
 
 
 # ---------------------------------------------------------------- 3. the whole device loop
@@ -267,10 +240,31 @@ def _cpu_ref_merges(kind: str, vocab_size: int):
                      special_tokens=["<|endoftext|>"], min_frequency=2).merges
 
 
+def _spied(monkeypatch) -> dict:
+    """Counts of the host's moves between blocks (why blocks stopped)."""
+    seen = {"choose_candidates": 0, "rehash": 0, "repack_pool": 0, "blocks": 0}
+    for name in ("choose_candidates", "rehash", "repack_pool"):
+        real = getattr(device._Loop, name)
+
+        def spy(self, *a, _real=real, _name=name, **k):
+            seen[_name] += 1
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(device._Loop, name, spy)
+    real_get = device._Loop.get
+
+    def get(self):
+        seen["blocks"] += 1
+        return real_get(self)
+
+    monkeypatch.setattr(device._Loop, "get", get)
+    return seen
+
+
 @pytest.mark.parametrize("kind,vocab_size", [("prose", 420), ("code", 420),
                                              ("multilingual", 380)])
 @pytest.mark.parametrize("order,seed", ORDERS[:3])
-def test_device_loop_on_emulator_equals_cpu(mod, kind, vocab_size, order, seed):
+def test_device_loop_on_emulator_equals_cpu(mod, kind, vocab_size, order, seed, monkeypatch):
     wc = _words(kind, 0.03)
     v_cpu = Vocab(["<|endoftext|>"])
     want = cpu.train_words(wc, v_cpu, vocab_size=vocab_size, min_frequency=2)
@@ -279,59 +273,39 @@ def test_device_loop_on_emulator_equals_cpu(mod, kind, vocab_size, order, seed):
     ids, off, counts = cpu.word_arrays(wc, v)
     first = arrays.pair_counts(*[arrays.initial_state(ids, off)[k] for k in (0, 2, 3)],
                                counts)
-    rehashes, compactions = [], []
-    real_rehash, real_compact = device._rehash, arrays.compact
-
-    def spy_rehash(*a, **k):
-        rehashes.append(1)
-        return real_rehash(*a, **k)
-
-    def spy_compact(*a, **k):
-        compactions.append(1)
-        return real_compact(*a, **k)
-
-    device._rehash, arrays.compact = spy_rehash, spy_compact
-    try:
-        got = device.train_on_device(
-            ids, off, counts, v, vocab_size=vocab_size, min_frequency=2, xp=np,
-            launch=_emulated_launcher(mod, order, seed), max_blocks=4, compact_at=0.1,
-            initial_capacity=int(len(first) / 0.75) + 1)
-    finally:
-        device._rehash, arrays.compact = real_rehash, real_compact
-    print(f"\n[train emulator] {kind} ({order}): {len(got)} merges, {len(ids)} symbols, "
-          f"{len(rehashes)} table rebuilds, {len(compactions)} compactions")
+    seen = _spied(monkeypatch)
+    got = device.train_on_device(
+        ids, off, counts, v, vocab_size=vocab_size, min_frequency=2, xp=np,
+        launch=_emulated_launcher(mod, order, seed), max_blocks=4, block_steps=16,
+        candidates=16, initial_capacity=int(len(first) / 0.75) + 1)
+    print(f"\n[train emulator] {kind} ({order}): {len(got)} merges, {len(ids)} symbols, {seen}")
     assert got == want
     assert v.strings == v_cpu.strings
-    assert rehashes and compactions
+    # merges came in blocks (not one read-back per merge); every kind of stop happened
+    assert seen["blocks"] < len(got) / 2
+    assert seen["choose_candidates"] > 1 and seen["rehash"] >= 1, seen
 
 
 @pytest.mark.parametrize("order,seed", [("shuffle+yield", 3)])
-def test_device_loop_resizes_its_table(mod, order, seed, monkeypatch):
-    """Default sizing (2 slots per possible byte pair), shrinking, growing as pairs appear."""
+def test_device_loop_default_sizes(mod, order, seed, monkeypatch):
+    """The default block and candidate sizes: few blocks, the same merges."""
     wc = _words("prose", 0.03)
     want = cpu.train_words(wc, Vocab(), vocab_size=400, min_frequency=2)
     v = Vocab()
     ids, off, counts = cpu.word_arrays(wc, v)
-    caps = []
-    real = device._rehash
-
-    def spy(xp, launch, grid, keys, counts_, cap, new_cap, stats):
-        caps.append((cap, new_cap))
-        return real(xp, launch, grid, keys, counts_, cap, new_cap, stats)
-
-    monkeypatch.setattr(device, "_rehash", spy)
-    monkeypatch.setattr(device, "_MIN_SHRINK", 1024)
+    seen = _spied(monkeypatch)
     got = device.train_on_device(ids, off, counts, v, vocab_size=400, min_frequency=2, xp=np,
                                  launch=_emulated_launcher(mod, order, seed), max_blocks=4)
     assert got == want
-    assert any(new < old for old, new in caps) and any(new > old for old, new in caps), caps
+    assert seen["blocks"] <= 3, seen
 
 
 @settings(max_examples=fuzz_examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(alphabet=st.sampled_from(["ab", "a b", "aab  ", "xyz{\n", "  \t"]), data=st.data(),
-       vocab_extra=st.integers(1, 40), seed=st.integers(0, 1000))
-def test_device_loop_on_random_corpora(mod, alphabet, data, vocab_extra, seed):
+       vocab_extra=st.integers(1, 40), seed=st.integers(0, 1000),
+       sizes=st.sampled_from([(2, 2), (4, 8), (64, 4)]))
+def test_device_loop_on_random_corpora(mod, alphabet, data, vocab_extra, seed, sizes):
     """Runs of one symbol, ties, tiny and empty words: emulated loop = CPU trainer."""
     texts = data.draw(st.lists(st.text(alphabet=alphabet, max_size=50), min_size=1, max_size=6))
     wc = words.count_words(((t, 1) for t in texts), r"\S+|\s+")
@@ -339,7 +313,8 @@ def test_device_loop_on_random_corpora(mod, alphabet, data, vocab_extra, seed):
     v = Vocab()
     ids, off, counts = cpu.word_arrays(wc, v)
     got = device.train_on_device(ids, off, counts, v, vocab_size=256 + vocab_extra,
-                                 min_frequency=1, xp=np, max_blocks=2, compact_at=0.2,
+                                 min_frequency=1, xp=np, max_blocks=2, block_steps=sizes[0],
+                                 candidates=sizes[1],
                                  launch=_emulated_launcher(mod, "shuffle+yield", seed))
     assert got == want
 

@@ -1,7 +1,18 @@
 """The device trainer's stages in plain numpy: what each kernel of ``kernels/train_bpe.cu`` must
 compute, written as whole-array operations. Tests run every kernel (through the CPU emulator) on
 states built from real text and compare with these; ``train_arrays`` strings them into a full
-reference loop.
+reference loop, and ``train_lists`` into the loop the CUDA kernels run (occurrence lists and
+candidates). (The Metal shaders run the older loop of ``find_matches`` / ``merge_deltas`` /
+``apply_merge`` over every position, with ``compact``.)
+
+Kernel by kernel (CUDA):
+  train_count_pairs                     pair_counts
+  train_count/place_occurrences         occurrences
+  train_step_select                     select (over choose_candidates' candidates)
+  train_step_mark                       find_matches, restricted to the pair's list
+  train_step_deltas                     merge_deltas, and gained (the lists' new entries)
+  train_step_apply                      apply_merge
+  train_step_lists / _place             the lists of gained, and the candidates it adds
 
 State layout (shared with the kernels): all positions of all unique words concatenated;
 ``tok`` (int32, ``DEAD`` once merged away), ``prv``/``nxt`` (int32 links to the previous / next
@@ -172,4 +183,101 @@ def train_arrays(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency
         for k, d in merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a, b, c).items():
             counts[k] = counts.get(k, 0) + d
         apply_merge(tok, prv, nxt, is_start, c)
+    return merges
+
+
+# ---------------------------------------------------------------- the list-driven loop (CUDA)
+
+
+def occurrences(tok, nxt) -> dict[int, set]:
+    """``train_count_occurrences`` + ``train_place_occurrences``: every pair's positions (of
+    its left symbol)."""
+    i = np.flatnonzero((tok != DEAD) & (nxt >= 0))
+    keys = pair_keys(tok[i], tok[nxt[i]]).tolist()
+    out: dict[int, set] = {}
+    for k, p in zip(keys, i.tolist()):
+        out.setdefault(k, set()).add(p)
+    return out
+
+
+def gained(tok, prv, nxt, is_start, a: int, b: int, c: int) -> dict[int, set]:
+    """``train_step_deltas``' filing: the pairs a step forms, each with the positions of its
+    left symbol after the step (``(x, c)`` at x, ``(c, c)`` at the left c, ``(c, y)`` at the
+    match)."""
+    out: dict[int, set] = {}
+    for i in np.flatnonzero(is_start).tolist():
+        p, q = int(prv[i]), int(nxt[nxt[i]])
+        if p >= 0:
+            pp = int(prv[p])
+            if pp >= 0 and is_start[pp]:
+                out.setdefault(int(pair_keys(c, c)), set()).add(pp)
+            else:
+                out.setdefault(int(pair_keys(tok[p], c)), set()).add(p)
+        if q >= 0 and not is_start[q]:
+            out.setdefault(int(pair_keys(c, tok[q])), set()).add(i)
+    return out
+
+
+def _better(c1: int, k1: int, c2: int, k2: int) -> bool:
+    """THE COMPARATOR."""
+    return c1 > c2 or (c1 == c2 and k1 < k2)
+
+
+def choose_candidates(counts: dict[int, int], k: int) -> tuple[set, tuple[int, int]]:
+    """THE CANDIDATE RULE (the host, between blocks): the ``k`` best pairs by THE COMPARATOR and
+    the worst of them as the boundary; every pair, with boundary ``(0, EMPTY)``, when they
+    fit."""
+    live = sorted((k_ for k_, c in counts.items() if c > 0), key=lambda k_: (-counts[k_], k_))
+    if len(live) <= k:
+        return set(live), (0, int(EMPTY_KEY))
+    chosen = live[:k]
+    return set(chosen), (counts[chosen[-1]], chosen[-1])
+
+
+def select(counts: dict[int, int], cand: set, bound: tuple[int, int], min_count: int
+           ) -> "tuple[str, int | None]":
+    """``train_step_select``: ``("merge", key)``, or why the loop stops: ``"rebuild"`` (the best
+    candidate is worse than the boundary: a pair outside may be better) or ``"min"``."""
+    best_c, best_k = 0, int(EMPTY_KEY)
+    for k in cand:
+        c = counts.get(k, 0)
+        if c > 0 and _better(c, k, best_c, best_k):
+            best_c, best_k = c, k
+    if best_c <= 0 or not (_better(best_c, best_k, *bound) or (best_c, best_k) == bound):
+        return ("rebuild" if bound[0] > 0 else "min"), None
+    return ("merge", best_k) if best_c >= min_count else ("min", None)
+
+
+def train_lists(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
+                candidates: int = 64) -> list[tuple[int, int, int]]:
+    """The CUDA loop on numpy: each step reads only the merged pair's occurrence list; the
+    best pair comes from the candidates, chosen again when they cannot vouch for it."""
+    tok, prv, nxt, word_of = initial_state(ids, offsets)
+    wcount = np.asarray(wcounts, dtype=np.int64)
+    counts = pair_counts(tok, nxt, word_of, wcount)
+    lists = occurrences(tok, nxt)
+    cand, bound = choose_candidates(counts, candidates)
+    merges = []
+    while len(vocab) < vocab_size:
+        why, key = select(counts, cand, bound, max(min_frequency, 1))
+        if why == "rebuild":
+            cand, bound = choose_candidates(counts, candidates)
+            continue
+        if why == "min":
+            break
+        a, b = key >> 32, key & _MASK
+        c = vocab.merge(a, b)
+        merges.append((a, b, c))
+        counts[key] = 0
+        is_start = np.zeros(len(tok), dtype=np.uint8)
+        listed = np.array(sorted(lists.pop(key, ())), dtype=np.int64)
+        is_start[listed] = find_matches(tok, prv, nxt, a, b)[listed]  # THE MATCH RULE
+        for k, d in merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a, b, c).items():
+            counts[k] = counts.get(k, 0) + d
+        new = gained(tok, prv, nxt, is_start, a, b, c)
+        apply_merge(tok, prv, nxt, is_start, c)
+        for k, where in new.items():
+            lists[k] = where
+            if counts[k] > 0 and (_better(counts[k], k, *bound) or (counts[k], k) == bound):
+                cand.add(k)
     return merges

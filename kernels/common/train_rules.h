@@ -1,8 +1,8 @@
 // train_rules.h: the BPE training rules, written once for every dialect. Used by the CUDA kernels
 // (kernels/train_bpe.cu, kernels/train_hash.cuh) and the Metal shaders (shaders/train_*.metal,
-// through shaders/train_common.metal); gputok/train/arrays.py states the same rules in numpy.
+// through shaders/train_common.metal); gputok/backends/train_arrays.py states them in numpy.
 // Search for the marker of a rule (THE COMPARATOR, THE MATCH RULE, THE DELTA RULE, THE PAIR
-// HASH) to find every place that implements it.
+// HASH, THE TOKEN HASH) to find every place that implements it.
 //
 // Device state (all positions of all unique words, concatenated):
 //   tok[i]      symbol id at position i, or TRAIN_DEAD once merged into its left neighbour
@@ -39,6 +39,26 @@ GPUTOK_FN train_u64 train_hash(train_u64 k) {
   return k;
 }
 
+// THE TOKEN HASH: a token's bytes b_0 .. b_{n-1} as sum(b_i * P^(n-1-i)) mod 2^64, so the hash of
+// a joined token follows from its parts' (hash, length): h(ab) = h(a) * P^len(b) + h(b). The
+// device loop checks each merged token against the spellings that take a special token's id
+// (HF's rule 7); a hit stops the loop and the host compares the bytes (gputok/train/vocab.py).
+#define TRAIN_TOKEN_P GPUTOK_U64(0x100000001b3)
+
+GPUTOK_FN train_u64 train_pow_p(train_u64 e) {
+  train_u64 r = 1, b = TRAIN_TOKEN_P;
+  while (e) {
+    if (e & 1) r *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return r;
+}
+
+GPUTOK_FN train_u64 train_token_join(train_u64 ha, train_u64 hb, train_u64 len_b) {
+  return ha * train_pow_p(len_b) + hb;
+}
+
 // THE COMPARATOR: a higher count wins; on equal counts the smaller key, i.e. the smaller
 // (left_id, right_id), since key = left << 32 | right (HF BpeTrainer's rule).
 GPUTOK_FN bool train_better(train_i64 c1, train_u64 k1, train_i64 c2, train_u64 k2) {
@@ -68,9 +88,12 @@ GPUTOK_FN bool train_match_starts(const GPUTOK_DEV int* tok, const GPUTOK_DEV in
 //          the (c, c))
 // Changes to (a, b) itself are left out: every occurrence of it is merged away this step, and
 // the table sets its count to 0 (each dialect in its own way).
+// `at[k]`: the position of the pair's left symbol (after this step's rewrite, for the pairs
+// gained), where the device loop files the pair's new occurrence.
 struct train_deltas {
   train_u64 key[4];
   train_i64 delta[4];
+  train_i64 at[4];
   int n;
 };
 
@@ -89,14 +112,17 @@ GPUTOK_FN train_deltas train_match_deltas(const GPUTOK_DEV int* tok, const GPUTO
     const int pp = prv[p];
     if (pp >= 0 && is_start[pp]) {
       d.key[d.n] = train_pair_key(c, c);
+      d.at[d.n] = pp;
       d.delta[d.n++] = w;
     } else {
       const train_u64 old = train_pair_key(tok[p], a);
       if (old != merged) {
         d.key[d.n] = old;
+        d.at[d.n] = p;
         d.delta[d.n++] = -w;
       }
       d.key[d.n] = train_pair_key(tok[p], c);
+      d.at[d.n] = p;
       d.delta[d.n++] = w;
     }
   }
@@ -104,10 +130,12 @@ GPUTOK_FN train_deltas train_match_deltas(const GPUTOK_DEV int* tok, const GPUTO
     const train_u64 old = train_pair_key(b, tok[q]);
     if (old != merged) {
       d.key[d.n] = old;
+      d.at[d.n] = j;
       d.delta[d.n++] = -w;
     }
     if (!is_start[q]) {
       d.key[d.n] = train_pair_key(c, tok[q]);
+      d.at[d.n] = i;
       d.delta[d.n++] = w;
     }
   }

@@ -1,143 +1,315 @@
-"""The CUDA trainer: every merge step runs as the kernels of ``kernels/train_bpe.cu``.
+"""The CUDA trainer: the merge loop of ``kernels/train_bpe.cu``, on the device from one merge to
+the next.
 
-One merge loop (``train_on_device``) for any launcher of those kernels: CuPy on an NVIDIA GPU
-(``train_words``, kernels compiled by NVRTC through the encode kernels' loader), or the CPU
+One driver (``train_on_device``) for any launcher of those kernels: CuPy on an NVIDIA GPU
+(``train_arrays``, kernels compiled by NVRTC through the encode kernels' loader), or the CPU
 kernel emulator in the tests (so CI runs this exact loop, kernels included, without a GPU).
 ``xp`` is the array module the launcher works on (cupy, or numpy for the emulator).
 
-Per merge step the host launches ``best_partial`` + ``best_final`` and reads back one 32-byte
-record (count, pair, table slots used, matches so far); it needs the pair on the host anyway to
-give the merged token its id (HF's rule 7 looks the merged *string* up). Then ``find_matches``,
-``merge_deltas`` and ``apply_merge`` run without further synchronisation.
+The host queues merge steps in blocks (``BLOCK_STEPS``, six launches each, see the kernel
+file) and reads back, once per block, the merges made and the state record; a step that finds
+the loop stopped does nothing. Between blocks it handles why the loop stopped:
 
-Host-side housekeeping between steps:
+* the best candidate cannot vouch for the best pair, or the candidates are full: choose them
+  again (``choose_candidates``: THE CANDIDATE RULE, one pass over the table);
+* the table could pass 3/4 full this step: a table twice as large (``train_rehash``; lists
+  move with their pairs), then new candidates;
+* the pool of occurrence lists or the gain buffers could overflow: a larger one (the pool
+  keeps only the lists of pairs still counted);
+* the merged token may be spelled like a special token (HF's rule 7, THE TOKEN HASH): the host
+  compares the bytes and tells the next step which id the pair takes.
 
-* the hash table starts at twice the possible byte pairs and is rebuilt (``train_rehash``, zero
-  counts dropped) before a step could push it past 3/4 full: a step adds only pairs (x, c) and
-  (c, y) of the new token c, so at most ``2 * len(vocab) + 1`` and at most two per match; it is
-  also rebuilt smaller once it is 8x larger than needed, since the best-pair scan reads every
-  slot;
-* the state is compacted (dead positions and one-symbol words dropped, ``arrays.compact``) once
-  half of it is dead, so the per-step kernels scan live symbols only.
-
-Limits: positions are int32 (2**31 symbols of unique words, i.e. ~2 GB of distinct words).
+Per step the device touches the merged pair's occurrences and what they change, plus one block
+over the candidates; the host's work is per block. Limits: positions are int32 and uint32 in the
+lists (2**31 symbols of unique words, ~2 GB of distinct words).
 
 CuPy is imported only when this trainer is asked for; without CuPy or a GPU, ``available()``
 says why and ``train_bpe(backend="cuda")`` raises ``RuntimeError`` with that reason. Word counting
-stays on the CPU (the pre-tokenizer stage); the words' symbols, their counts and the pair table
-then move to the GPU once. If the GPU runs out of memory, training restarts on the CPU backend
-with a warning.
+stays on the CPU; the words' symbols, their counts and the pair table then move to the GPU
+once. If the GPU runs out of memory, training restarts on the CPU with a warning.
+
+Performance notes: nothing here has run on a GPU yet (the emulator proves the logic, not the
+speed). Expected costs: six launches a step (~30 us of launch latency on an H200, 32K merges
+~1 s), a block of steps queued with no synchronisation; CUDA graphs of a block are the next
+step if launches dominate.
 """
 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .. import train_arrays as arrays
-from ..kernels import TRAIN_BLOCK
+from ..kernels import TRAIN_BLOCK, kernel_dir
 
 _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
-_MIN_SHRINK = 1 << 16  # slots; smaller tables are not worth rebuilding
+BLOCK_STEPS = 256  # merge steps queued between two reads of the state
+CANDIDATES = 1 << 14  # room for candidates (the select kernel's one block scans them)
+STEP_KERNELS = ("train_step_select", "train_step_mark", "train_step_deltas", "train_step_apply",
+                "train_step_lists", "train_step_place")
+
+
+def _state_layout() -> tuple[dict, dict]:
+    """The state record's fields and the stop codes, as the kernel file defines them."""
+    text = (Path(kernel_dir()) / "train_bpe.cu").read_text()
+    st = {m.group(1): int(m.group(2))
+          for m in re.finditer(r"#define ST_(\w+) (\d+)", text)}
+    stop = {m.group(1): int(m.group(2))
+            for m in re.finditer(r"#define TRAIN_STOP_(\w+) (\d+)", text)}
+    return st, stop
+
+
+ST, STOP = _state_layout()
 
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(10, int(n - 1).bit_length())
 
 
-def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, vocab, *,
-                    vocab_size: int, min_frequency: int, xp, launch: Callable,
-                    max_blocks: int = 4096, to_host: "Callable | None" = None,
-                    on_merge: "Callable[[int], None] | None" = None,
-                    compact_at: float = 0.5, initial_capacity: "int | None" = None
-                    ) -> list[tuple[int, int, int]]:
-    """Run the merge loop with ``launch(kernel_name, grid, block, args)``.
+def token_hash(data: bytes) -> int:
+    """THE TOKEN HASH (kernels/common/train_rules.h) of a byte string."""
+    h = 0
+    for x in data:
+        h = (h * 0x100000001B3 + x) & ((1 << 64) - 1)
+    return h
 
-    ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` (a
-    ``train.vocab.Vocab``) grows with the merged tokens. ``max_blocks`` caps every grid (the
-    kernels are grid-stride loops).
-    """
+
+class _Loop:
+    """The device state of one training run and the host's moves between blocks."""
+
+    def __init__(self, xp, launch, max_blocks: int, to_host):
+        self.xp, self.launch, self.max_blocks, self.to_host = xp, launch, max_blocks, to_host
+
+    def grid(self, count: int) -> tuple:
+        return (max(1, min(self.max_blocks, -(-int(count) // TRAIN_BLOCK))),)
+
+    def new_table(self, cap: int) -> None:
+        xp = self.xp
+        self.cap = cap
+        self.keys = xp.full(cap, arrays.EMPTY_KEY, dtype=xp.uint64)
+        self.counts = xp.zeros(cap, dtype=xp.uint64)
+        self.list_off = xp.zeros(cap, dtype=xp.int64)
+        self.list_len = xp.zeros(cap, dtype=xp.uint32)
+        self.gain_n = xp.zeros(cap, dtype=xp.uint32)
+
+    def set(self, **fields) -> None:
+        for k, v in fields.items():
+            self.state[ST[k]] = v
+
+    def get(self) -> np.ndarray:
+        return np.asarray(self.to_host(self.state)).astype(np.int64)
+
+    def table_args(self) -> list:
+        return [self.keys, self.counts, np.uint64(self.cap - 1)]
+
+    def lists(self, n: int) -> None:
+        """Every pair's occurrence list from the positions (after the first count or a
+        rebuild): counts, a scan on the host's array module, placement."""
+        xp, i64 = self.xp, np.int64
+        self.gain_n[:] = 0
+        self.launch("train_count_occurrences", self.grid(n), (TRAIN_BLOCK,),
+                    [self.tok, self.nxt, i64(n), self.keys, np.uint64(self.cap - 1),
+                     self.gain_n])
+        sizes = self.gain_n.astype(xp.int64)
+        self.list_off[:] = xp.cumsum(sizes) - sizes
+        self.list_len[:] = 0
+        total = int(sizes.sum())
+        self.pool = xp.zeros(max(2 * total + 2 * n, 16), dtype=xp.uint32)
+        self.launch("train_place_occurrences", self.grid(n), (TRAIN_BLOCK,),
+                    [self.tok, self.nxt, i64(n), self.keys, np.uint64(self.cap - 1),
+                     self.list_off, self.list_len, self.pool])
+        self.gain_n[:] = 0
+        self.set(POOL_USED=total, POOL_CAP=len(self.pool))
+
+    def rehash(self, new_cap: int) -> None:
+        old = (self.keys, self.counts, self.list_off, self.list_len, self.cap)
+        self.new_table(new_cap)
+        self.set(USED=0)
+        self.launch("train_rehash", self.grid(old[4]), (TRAIN_BLOCK,),
+                    [*old[:4], np.int64(old[4]), self.keys, self.counts, self.list_off,
+                     self.list_len, np.uint64(new_cap - 1), self.state])
+        used = int(self.get()[ST["USED"]])
+        self.set(USED_LIMIT=int(_MAX_LOAD * new_cap))
+        return used
+
+    def repack_pool(self, need: int) -> None:
+        """A pool holding only the lists of pairs still counted, with room for ``need`` more."""
+        xp = self.xp
+        live = (self.counts.view(xp.int64) > 0) & (self.list_len > 0)
+        slots = xp.flatnonzero(live)
+        lens = self.list_len[slots].astype(xp.int64)
+        total = int(lens.sum())
+        starts = xp.cumsum(lens) - lens
+        src = xp.repeat(self.list_off[slots] - starts, lens) + xp.arange(total, dtype=xp.int64)
+        pool = xp.zeros(max(2 * (total + need), 16), dtype=xp.uint32)
+        pool[:total] = self.pool[src]
+        self.list_len[:] = xp.where(live, self.list_len, 0).astype(xp.uint32)
+        self.list_off[slots] = starts
+        self.pool = pool
+        self.set(POOL_USED=total, POOL_CAP=len(pool))
+
+    def choose_candidates(self) -> None:
+        """THE CANDIDATE RULE: the best pairs (THE COMPARATOR) filling half the candidates' room
+        (the other half takes the pairs steps form that beat the boundary), and the worst of
+        them as the boundary; all pairs when they fit (boundary: count 0)."""
+        xp = self.xp
+        cnt = self.counts.view(xp.int64)
+        slots = xp.flatnonzero((self.keys != arrays.EMPTY_KEY) & (cnt > 0))
+        k = len(self.cand) // 2
+        if len(slots) <= k:
+            chosen, bound = slots, (0, int(arrays.EMPTY_KEY))
+        else:
+            c = cnt[slots]
+            t = int(xp.partition(c, len(c) - k)[len(c) - k])  # the k-th largest count
+            above = slots[c > t]
+            ties = slots[c == t]
+            ties = ties[xp.argsort(self.keys[ties])][:k - len(above)]
+            chosen = xp.concatenate([above, ties])
+            bound = (t, int(self.keys[ties[-1]]))
+        self.cand[:len(chosen)] = chosen.astype(xp.uint32)
+        self.set(CAND_N=len(chosen), CAND_FULL=0, BOUND_COUNT=bound[0],
+                 BOUND_KEY=np.uint64(bound[1]).astype(np.int64))
+
+
+def setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int, xp,
+          launch: Callable, max_blocks: int = 4096, to_host: "Callable | None" = None,
+          initial_capacity: "int | None" = None, block_steps: int = BLOCK_STEPS,
+          candidates: int = CANDIDATES) -> _Loop:
+    """The device state of a training run, ready for its first step: the words' positions,
+    the first pair counts and occurrence lists, the candidates."""
     if to_host is None:
         to_host = (lambda a: a.get()) if xp is not np else np.asarray
     n = int(offsets[-1])
     if n >= 2**31 - 1:
         raise ValueError(f"{n} symbols of unique words: the device trainer's int32 positions "
-                         "hold at most 2**31 - 2; use backend='numpy'")
-    tok, prv, nxt, word_of = arrays.initial_state(ids, offsets, xp=xp)
-    wcount = xp.asarray(np.asarray(wcounts, dtype=np.int64))
-    min_count = max(int(min_frequency), 1)
-
-    def grid(count: int) -> tuple[int]:
-        return (max(1, min(max_blocks, -(-count // TRAIN_BLOCK))),)
-
-    i64, u64, i32 = np.int64, np.uint64, np.int32
-    stats = xp.zeros(2, dtype=xp.uint64)  # [table slots claimed, matches found]
-
-    def new_table(cap: int):
-        return xp.full(cap, arrays.EMPTY_KEY, dtype=xp.uint64), xp.zeros(cap, dtype=xp.uint64)
-
+                         "hold at most 2**31 - 2; use backend='native'")
+    L = _Loop(xp, launch, max_blocks, to_host)
+    L.tok, L.prv, L.nxt, L.word_of = arrays.initial_state(ids, offsets, xp=xp)
+    L.wcount = xp.asarray(np.asarray(wcounts, dtype=np.int64))
+    L.is_start = xp.zeros(max(n, 1), dtype=xp.uint8)
+    L.state = xp.zeros(ST["SIZE"], dtype=xp.int64)
     # the first pairs are pairs of single bytes: fewer than n and than len(vocab) ** 2
-    cap = _pow2_at_least(initial_capacity or 2 * min(max(n, 1), len(vocab) ** 2))
-    keys, counts = new_table(cap)
-    launch("train_count_pairs", grid(n), (TRAIN_BLOCK,),
-           [tok, nxt, word_of, wcount, i64(n), keys, counts, u64(cap - 1), stats])
+    L.new_table(_pow2_at_least(initial_capacity or 2 * min(max(n, 1), len(vocab) ** 2)))
+    L.launch("train_count_pairs", L.grid(n), (TRAIN_BLOCK,),
+             [L.tok, L.nxt, L.word_of, L.wcount, np.int64(n), *L.table_args(), L.state])
+    L.lists(n)
+    longest = int(L.list_len.max()) if L.cap else 0
+    gcap = max(2 * longest, 16)
+    L.gain_slot = xp.zeros(gcap, dtype=xp.uint32)
+    L.gain_pos = xp.zeros(gcap, dtype=xp.uint32)
+    L.gslots = xp.zeros(gcap, dtype=xp.uint32)
+    L.matches = xp.zeros(gcap, dtype=xp.uint32)
+    L.cand = xp.zeros(candidates, dtype=xp.uint32)
+    L.rec = xp.zeros(4 * block_steps, dtype=xp.int64)
+    # THE TOKEN HASH of every id so far, and of the spellings that take a special's id
+    room = max(int(vocab_size), len(vocab)) + 1
+    tok_len = np.zeros(room, np.uint64)
+    tok_hash = np.zeros(room, np.uint64)
+    for i in vocab.learned:
+        raw = vocab.token_bytes(i)
+        tok_len[i], tok_hash[i] = len(raw), token_hash(raw)
+    reserved = vocab.reserved_spellings()
+    res = list(reserved) or [b""]
+    L.tok_len, L.tok_hash = xp.asarray(tok_len), xp.asarray(tok_hash)
+    L.res_len = xp.asarray(np.array([len(r) for r in res], np.uint64))
+    L.res_hash = xp.asarray(np.array([token_hash(r) for r in res], np.uint64))
+    L.set(NEXT_ID=len(vocab), VOCAB_LEN=len(vocab), VOCAB_TARGET=int(vocab_size),
+          MIN_COUNT=max(int(min_frequency), 1), CAND_CAP=candidates,
+          USED_LIMIT=int(_MAX_LOAD * L.cap), GAINS_CAP=gcap, N_RES=len(reserved),
+          REC_CAP=block_steps, FORCED_KEY=np.uint64(arrays.EMPTY_KEY).astype(np.int64))
+    L.choose_candidates()
+    L.gcap, L.reserved = gcap, reserved
+    return L
 
-    part_count = xp.zeros(max_blocks, dtype=xp.int64)  # one per block of best_partial
-    part_key = xp.zeros(max_blocks, dtype=xp.uint64)
-    best = xp.zeros(4, dtype=xp.int64)
+
+def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, vocab, *,
+                    vocab_size: int, min_frequency: int, xp, launch: Callable,
+                    max_blocks: int = 4096, to_host: "Callable | None" = None,
+                    on_merge: "Callable[[int], None] | None" = None,
+                    initial_capacity: "int | None" = None, block_steps: int = BLOCK_STEPS,
+                    candidates: int = CANDIDATES) -> list[tuple[int, int, int]]:
+    """Run the merge loop with ``launch(kernel_name, grid, block, args)``.
+
+    ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` (a
+    ``train.vocab.Vocab``) grows with the merged tokens. ``max_blocks`` caps every grid (the
+    kernels are grid-stride loops); ``block_steps``, ``candidates`` and ``initial_capacity``
+    (table slots) size the loop (the tests make them small, so every stop happens).
+    """
+    L = setup(ids, offsets, wcounts, vocab, vocab_size=vocab_size, min_frequency=min_frequency,
+              xp=xp, launch=launch, max_blocks=max_blocks, to_host=to_host,
+              initial_capacity=initial_capacity, block_steps=block_steps,
+              candidates=candidates)
+    xp, to_host, gcap, reserved = L.xp, L.to_host, L.gcap, L.reserved
     merges: list[tuple[int, int, int]] = []
-    dead_at_compact = 0  # matches counted at the last compaction
-    while len(vocab) < vocab_size:
-        n_parts = grid(cap)[0]
-        launch("train_best_partial", (n_parts,), (TRAIN_BLOCK,),
-               [keys, counts, i64(cap), part_count, part_key])
-        launch("train_best_final", (1,), (TRAIN_BLOCK,),
-               [part_count, part_key, i64(n_parts), keys, counts, u64(cap - 1), stats, best])
-        count, key, used, matched = (int(x) for x in to_host(best))
-        if count < min_count:
-            break
-        key &= (1 << 64) - 1
-        a, b = key >> 32, key & _MASK
-        c = vocab.merge(a, b)
-        merges.append((a, b, c))
-
-        # new pairs are (x, c) and (c, y): at most two per match (and matches <= count, <= n),
-        # and at most 2 * len(vocab) + 1 distinct ones
-        need = used + min(2 * min(count, n), 2 * len(vocab) + 1)
-        if need > _MAX_LOAD * cap:  # grow
-            keys, counts, cap = _rehash(xp, launch, grid, keys, counts, cap,
-                                        _pow2_at_least(int(need / _MAX_LOAD) + 1), stats)
-        elif cap >= 8 * _pow2_at_least(2 * need) and cap > _MIN_SHRINK:  # shrink: scans are
-            keys, counts, cap = _rehash(xp, launch, grid, keys, counts, cap,  # per-slot work
-                                        _pow2_at_least(2 * need), stats)
-        if matched - dead_at_compact > compact_at * n and n > 0:
-            tok, prv, nxt, word_of = arrays.compact(tok, prv, nxt, word_of, xp=xp)
-            n = int(tok.shape[0])
-            dead_at_compact = matched
-        is_start = xp.empty(n, dtype=xp.uint8)
-        launch("train_find_matches", grid(n), (TRAIN_BLOCK,),
-               [tok, prv, nxt, i64(n), i32(a), i32(b), is_start, stats])
-        launch("train_merge_deltas", grid(n), (TRAIN_BLOCK,),
-               [tok, prv, nxt, word_of, wcount, is_start, i64(n), i32(a), i32(b), i32(c), keys,
-                counts, u64(cap - 1), stats])
-        launch("train_apply_merge", grid(n), (TRAIN_BLOCK,),
-               [tok, prv, nxt, is_start, i64(n), i32(c)])
-        if on_merge is not None:
+    queue = block_steps
+    while True:
+        L.set(STEPS=0, REC_CAP=queue)
+        for _ in range(queue + 1):  # (the last one stops the block: rec is full)
+            _step(L)
+        st = L.get()
+        k = int(st[ST["STEPS"]])
+        # a block cut short queued steps that did nothing: queue about twice as many as were
+        # made (what stops a block early tends to come back soon), up to block_steps
+        queue = block_steps if k == queue else max(4, min(block_steps, 2 * k))
+        for a, b, c, _count in np.asarray(to_host(L.rec[:4 * k])).reshape(-1, 4).tolist():
+            got = vocab.merge(a, b)
+            if got != c:  # the device and the Vocab apply the same rule 7
+                raise RuntimeError(f"merge {len(merges)}: id {c} on the device, {got} in the "
+                                   "vocabulary")
+            merges.append((a, b, c))
+        if k and on_merge is not None:
             on_merge(len(merges))
-    return merges
+        if st[ST["ANOMALY"]]:
+            raise RuntimeError("the device loop formed a pair in two steps (never in HF's "
+                               "rule): its occurrence lists are wrong")
+        why = int(st[ST["STOP"]])
+        if why in (STOP["TARGET"], STOP["MIN"]):
+            return merges
+        if why == STOP["REBUILD"]:
+            L.choose_candidates()
+        elif why == STOP["REHASH"]:
+            used = int(st[ST["USED"]])
+            L.rehash(_pow2_at_least(int((used + 2 * gcap) / _MAX_LOAD) + 1))
+            L.choose_candidates()
+        elif why == STOP["POOL"]:
+            L.repack_pool(gcap)
+        elif why == STOP["GAINS"]:
+            gcap = L.gcap = 2 * gcap
+            for name in ("gain_slot", "gain_pos", "gslots", "matches"):
+                setattr(L, name, xp.zeros(gcap, dtype=xp.uint32))
+            L.set(GAINS_CAP=gcap)
+        elif why == STOP["RESERVED"]:  # rule 7: compare the bytes the hash matched
+            a, b = int(st[ST["A"]]), int(st[ST["B"]])
+            spelled = vocab.token_bytes(a) + vocab.token_bytes(b)
+            L.set(FORCED_KEY=np.uint64((a << 32) | b).astype(np.int64),
+                  FORCED_ID=reserved.get(spelled, -1))
+        L.set(STOP=0)
 
 
-def _rehash(xp, launch, grid, keys, counts, cap, new_cap, stats):
-    """A fresh table of ``new_cap`` slots holding the live (non-zero) entries."""
-    new_keys = xp.full(new_cap, arrays.EMPTY_KEY, dtype=xp.uint64)
-    new_counts = xp.zeros(new_cap, dtype=xp.uint64)
-    stats[0] = 0
-    launch("train_rehash", grid(cap), (TRAIN_BLOCK,),
-           [keys, counts, np.int64(cap), new_keys, new_counts, np.uint64(new_cap - 1), stats])
-    return new_keys, new_counts, new_cap
+def _step(L: _Loop) -> None:
+    """One merge step's six launches (each does nothing once the loop has stopped)."""
+    g = L.grid(len(L.matches))
+    B = (TRAIN_BLOCK,)
+    L.launch("train_step_select", (1,), B,
+             [L.keys, L.counts, L.list_off, L.list_len, L.cand, L.rec, L.tok_len, L.tok_hash,
+              L.res_len, L.res_hash, L.state])
+    L.launch("train_step_mark", g, B,
+             [L.tok, L.prv, L.nxt, L.pool, L.is_start, L.matches, L.state])
+    L.launch("train_step_deltas", g, B,
+             [L.tok, L.prv, L.nxt, L.word_of, L.wcount, L.is_start, L.matches, *L.table_args(),
+              L.gain_n, L.gain_slot, L.gain_pos, L.gslots, L.state])
+    L.launch("train_step_apply", g, B, [L.tok, L.prv, L.nxt, L.matches, L.state])
+    L.launch("train_step_lists", g, B,
+             [L.keys, L.counts, L.list_off, L.list_len, L.gain_n, L.gslots, L.matches,
+              L.is_start, L.cand, L.state])
+    L.launch("train_step_place", g, B,
+             [L.list_off, L.list_len, L.gain_n, L.gain_slot, L.gain_pos, L.pool, L.state])
+
 
 def available() -> tuple[bool, str]:
     """Same requirement as the encode backend: CuPy and a visible CUDA device."""
