@@ -173,6 +173,15 @@ def _hf_trained(kind: str):
     return _hf_cfg(cfg, kind)
 
 
+def _t5_json(name: str):
+    """A T5-style tokenizer.json (Precompiled + Replace, WhitespaceSplit + Metaspace, Unigram)
+    written from a SentencePiece Unigram .model, as the converters write one."""
+    import families as F
+    from test_precompiled import t5_json
+
+    return _hf_cfg(t5_json(F.unigram_source(name)), f"t5_{name}")
+
+
 def _gguf_ref(name: str):
     """A GGUF whose source tokenizer is not in the test data (Phi-3, Gemma 4): cpu_ref's
     statement of llama.cpp's rule, itself checked on llama.cpp's own test ids."""
@@ -245,6 +254,8 @@ def tokenizers() -> dict:
                 F.model_source("mistral_v1"), shape=s), f"hf_spm_{s}"), shape))
     out["hf_unigram"] = ("Unigram (tokenizer.json)", "tokenizers",
                          functools.partial(_hf_trained, "unigram"))
+    out["hf_unigram_t5:botchan"] = ("Unigram, Precompiled (tokenizer.json)", "tokenizers",
+                                    functools.partial(_t5_json, "botchan_unigram"))
     for n in ("wordlevel", "wordlevel_bert"):
         out[n] = ("WordLevel (tokenizer.json)", "tokenizers", functools.partial(_hf_trained, n))
     for n in ("phi-3", "gemma-4"):
@@ -318,14 +329,14 @@ def main() -> int:
                            ["tiktoken", "tokenizers", "sentencepiece"]) as rec:
         print(f"machine: {_common.machine()}\ndocuments per tokenizer: {args.docs} "
               f"(seed {args.seed}); backends: {', '.join(args.backends)}")
-        head = f"{'tokenizer':<32}{'family':<34}{'oracle':<15}{'docs':>7}"
+        head = f"{'tokenizer':<32}{'family':<40}{'oracle':<15}{'docs':>7}"
         head += "".join(f"{'bad ' + b:>12}" for b in args.backends)
         head += f"{'bad encode':>11}{'native host fallbacks':>23}{'s':>7}"
         print(head)
         for n in names:
             row = run_one(n, specs[n], args)
             rows.append(row)
-            line = f"{n:<32}{row['family']:<34}{row['oracle']:<15}{row['docs']:>7}"
+            line = f"{n:<32}{row['family']:<40}{row['oracle']:<15}{row['docs']:>7}"
             line += "".join(f"{row[f'mismatch_{b}']:>12}" for b in args.backends)
             line += f"{row['mismatch_encode_sample']:>11}"
             line += f"{row.get('fallbacks_native', '-'):>23}{row['seconds']:>7}"

@@ -34,13 +34,16 @@ Not supported (a clear ValueError, never silently ignored): added tokens with
 
 from __future__ import annotations
 
+import base64
+import functools
 import itertools
 import json
 from pathlib import Path
 
 import regex
 
-from . import bpe, hf, specials
+from . import bpe, graphemes, hf, specials
+from .charsmap import CharsMap
 
 SPACE = "\u2581"
 
@@ -67,7 +70,43 @@ def normalize(spec: dict | None, text: str) -> str:
         return spec["prepend"] + text if text else text  # nothing is prepended to ""
     if kind == "Replace":
         return _replace(spec["pattern"], spec["content"], text)
+    if kind == "Precompiled":
+        return precompiled(_charsmap(spec["precompiled_charsmap"]), text)
     return hf.normalize(spec, text)
+
+
+@functools.lru_cache(maxsize=8)
+def _charsmap(data: str) -> CharsMap:
+    return CharsMap(base64.b64decode(data, validate=True))
+
+
+def _first_rule(cm: CharsMap, data: bytes) -> "str | None":
+    """The replacement of the *shortest* key that is a prefix of ``data`` (None: no key)."""
+    found = cm.prefixes(data, 0)
+    if not found or found[0][1] >= len(cm.strings):
+        return None
+    value = found[0][1]
+    return cm.strings[value:cm.strings.index(b"\0", value)].decode("utf-8")
+
+
+def precompiled(cm: CharsMap, text: str) -> str:
+    """HF's ``Precompiled``: per grapheme cluster (``cpu_ref.graphemes``), a cluster of under 6
+    bytes replaced *whole* by the shortest key that is a prefix of it; otherwise (or with no
+    such key) each character by its own key's replacement, if it has one. (sentencepiece takes
+    the longest key at each byte instead: ``cpu_ref.spm``.) With the one rule "a" -> "X",
+    "a" + U+0301 + "b a" becomes "Xb X": the mark joined the "a" and went with it.
+    """
+    out = []
+    for g in graphemes.clusters(text):
+        data = g.encode("utf-8")
+        whole = _first_rule(cm, data) if len(data) < 6 else None
+        if whole is not None:
+            out.append(whole)
+            continue
+        for ch in g:
+            rep = _first_rule(cm, ch.encode("utf-8"))
+            out.append(ch if rep is None else rep)
+    return "".join(out)
 
 
 def _replace(pattern: dict, content: str, text: str) -> str:

@@ -292,7 +292,7 @@ def test_ranges_and_member_table():
 
 def test_data_files_are_small_and_reproducible(tmp_path):
     sizes = {p.name: p.stat().st_size for p in (Path(gu.__file__).parent / "data").glob("*.ucd")}
-    assert set(sizes) == {"tiktoken.ucd", "hf.ucd", "hf_norm.ucd", "hf_bert.ucd"}
+    assert set(sizes) == {"tiktoken.ucd", "hf.ucd", "hf_norm.ucd", "hf_bert.ucd", "graphemes.ucd"}
     assert all(s < 200_000 for s in sizes.values()), sizes
     f = store.load("hf")
     r = {a: f.get(a) for a in f.meta["atoms"]}

@@ -240,7 +240,7 @@ def test_hf_unigram_refusals(tmp_path):
     cfg = {"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]]},
            "normalizer": {"type": "Precompiled", "precompiled_charsmap": ""}}
     path.write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="normalizer 'Precompiled' is not supported"):
+    with pytest.raises(ValueError, match="Precompiled needs a precompiled_charsmap"):
         gputok.load(path)
     cfg = {"model": {"type": "Unigram", "vocab": [["a", -1.0]]}}
     path.write_text(json.dumps(cfg))

@@ -64,6 +64,8 @@ def _spm_norm_steps(spec, need) -> tuple:
         return tuple(s for sub in spec.get("normalizers", []) for s in _spm_norm_steps(sub, need))
     if kind == "Prepend":
         return (("prepend", spec.get("prepend", "")),)
+    if kind == "Precompiled":
+        return (("precompiled", _precompiled(spec.get("precompiled_charsmap"), need)),)
     if kind == "Replace":
         pat = spec.get("pattern") or {}
         if "String" in pat:
@@ -71,9 +73,26 @@ def _spm_norm_steps(spec, need) -> tuple:
         need("Regex" in pat, "normalizer Replace needs pattern.String or pattern.Regex")
         return (("replace_regex", regex.compile(pat["Regex"]), spec.get("content", "")),)
     need(kind in _UNICODE_STEPS, f"normalizer {kind!r} is not supported for SentencePiece-style "
-                                 f"BPE (supported: Prepend, Replace, {', '.join(STEPS)}, "
-                                 "Sequence)")
+                                 f"BPE (supported: Prepend, Replace, Precompiled, "
+                                 f"{', '.join(STEPS)}, Sequence)")
     return ((_UNICODE_STEPS[kind],),)
+
+
+def _precompiled(data, need):
+    """HF ``Precompiled``: the base64 charsmap (HF refuses an empty or malformed one too)."""
+    import base64
+    import binascii
+
+    from ..components.normalizers.charsmap import CharsMap, CharsMapError
+    from ..components.normalizers.precompiled import PrecompiledNormalizer
+
+    need(isinstance(data, str) and data, "normalizer Precompiled needs a precompiled_charsmap")
+    try:
+        cm = CharsMap(base64.b64decode(data, validate=True), where="normalizer Precompiled")
+        cm.check_utf8()
+    except (binascii.Error, CharsMapError) as e:
+        need(False, f"normalizer Precompiled: the precompiled_charsmap is malformed ({e})")
+    return PrecompiledNormalizer(cm)
 
 
 def _metaspace(spec, need):

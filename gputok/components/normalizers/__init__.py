@@ -4,7 +4,8 @@
                    normal form has a device form (the quick check of kernels/encode_nfc.cu)
     spm.py         SentencePiece's (``normalizer.cc``): charsmap rules (charsmap.py), user-defined
                    pieces, whitespace, the dummy prefix
-    HFSteps        the steps of SPM-style HF files: Prepend, Replace (string or regex), Unicode
+    HFSteps        the steps of SPM-style HF files: Prepend, Replace (string or regex), Unicode,
+                   Precompiled (precompiled.py: a charsmap, HF's grapheme-cluster walk)
     BertNormalizer HF's BertNormalizer; BERT's pre-tokenizer runs it in its own pass
 """
 
@@ -58,7 +59,8 @@ class UnicodeSteps(tuple):
 
 class HFSteps:
     """SPM-style HF normaliser steps: ``("prepend", s)``, ``("replace", a, b)``,
-    ``("replace_regex", compiled, b)`` or ``(unicode step name,)``.
+    ``("replace_regex", compiled, b)``, ``("precompiled", PrecompiledNormalizer)`` or
+    ``(unicode step name,)``.
 
     >>> HFSteps((("prepend", "▁"), ("replace", " ", "▁"))).normalize("a b")
     '▁a▁b'
@@ -82,6 +84,8 @@ class HFSteps:
                 text = text.replace(step[1], step[2]) if step[1] else text
             elif kind == "replace_regex":
                 text = step[1].sub(lambda _m, c=step[2]: c, text)
+            elif kind == "precompiled":
+                text = step[1].normalize(text)
             else:
                 text = normalize_text((kind,), text)
         return text
