@@ -274,3 +274,18 @@ def test_the_reader_is_off_without_a_built_library_or_when_asked(tmp_path, monke
     b = list(read_batches(resolve_inputs([str(p)]), packed=True))
     assert [x.texts.to_pylist() for x in b] == [["x", "é"]]
     assert np.array_equal(b[0].ends, [[0, 14, 1], [0, 34, 3]])
+
+
+@pytest.mark.parametrize("filler", ["a", "é", "\u3042", "\x7f"])
+def test_each_special_byte_at_every_offset_of_a_long_string(parse, filler):
+    """The string scan's 16-byte steps: a quote, backslash escape, raw control byte or
+    non-ASCII character at every offset of a long run, as the Python reader takes it."""
+    for special in ['\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d\\ude00", "\x01", "\x1f", "é", "😀"]:
+        for at in range(0, 40):
+            body = filler * at + special + filler * (37 - at)
+            line = ('{"text": "' + body + '", "n": 1}\n').encode("utf-8")
+            got, want = _native(parse, line), _python(line)
+            if got[0] != "fallback":
+                assert got == want, line
+            else:  # (a raw control byte: invalid JSON, the Python reader's to report)
+                assert special in ("\x01", "\x1f"), line
