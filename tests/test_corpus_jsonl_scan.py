@@ -1,0 +1,88 @@
+"""The JSON-lines reader's string scan (kernels/host_jsonl.h: Line::plain, which also checks the
+UTF-8 of every string) in both of its builds: 16-byte SSE2 (the library's on x86-64) and 8-byte
+SWAR (other CPUs; forced here with -DGPUTOK_JSONL_SWAR). Each build alone, compiled from the
+header, must give what the Python reader gives: invalid UTF-8 at any offset of a vector falls
+back to Python (which raises or replaces), valid characters at any offset are kept whole."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import subprocess
+
+import pytest
+
+from gputok.backends.native import build
+from gputok.corpus import jsonl as corpus_jsonl
+
+from test_corpus_jsonl import _line, _native, _python
+
+CXX, _why = build.find_compiler()
+pytestmark = pytest.mark.skipif(CXX is None, reason=f"no C++ compiler: {_why}")
+
+BAD = [b"\xff", b"\x80", b"\xbf", b"\xc0\xaf", b"\xc1\xbf", b"\xc3", b"\xc3(", b"\xe0\x80\xaf",
+       b"\xe0\x9f\xbf", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xe2\x82", b"\xf0\x8f\xbf\xbf",
+       b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xf8\x88\x80\x80\x80", b"\xe2\x82\xac\x80",
+       b"\xc3\xa9\xa9"]
+GOOD = ["é", "\u07ff", "\u0800", "日", "\ud7ff", "\ue000", "\uffff", "😀", "\U00010000",
+        "\U0010ffff", "é日😀"]
+
+
+@pytest.fixture(scope="module", params=["sse2", "swar"])
+def scan(request, tmp_path_factory):
+    """gputok_jsonl_parse of the header alone, in one of the two builds."""
+    so = tmp_path_factory.mktemp("scan") / f"jsonl_{request.param}.so"
+    flags = ["-DGPUTOK_JSONL_SWAR"] if request.param == "swar" else []
+    src = build.kernels.kernel_dir() / "host_jsonl.h"
+    subprocess.run([CXX, "-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-x", "c++",
+                    '-DENC_HOST_EXPORT=extern "C"', *flags, str(src), "-o", str(so)], check=True)
+    fn = ctypes.CDLL(str(so)).gputok_jsonl_parse
+    vp, ll = ctypes.c_void_p, ctypes.c_longlong
+    fn.argtypes = [vp, ll, vp, ll, vp, vp, vp, vp, ll, vp]
+    fn.restype = None
+    return corpus_jsonl.Parser(fn, b"text")
+
+
+def _lines_around(piece: bytes):
+    """Lines with ``piece`` at every offset 0..40 of a string (so at every offset of a 16- and
+    an 8-byte load, after and before runs of ASCII), in the field and in another field."""
+    for k in range(41):
+        for tail in (0, 1, 7, 15, 16, 33):
+            s = b"a" * k + piece + b"b" * tail
+            yield b'{"text": "' + s + b'"}\n'
+            yield b'{"id": "' + s + b'", "text": "x"}\n'
+            yield b'{"text": "' + s + b'\\n' + s + b'"}'
+
+
+def test_invalid_utf8_at_any_offset_falls_back(scan):
+    for bad in BAD:
+        for line in _lines_around(bad):
+            assert _python(line)[0] == "error", line  # (the case is invalid)
+            assert _native(scan, line) == ("fallback",), line
+        # outside a string too, and cut at the end of the line
+        for line in (b'{"text": "a"}' + bad, bad + b'{"text": "a"}', b'{"text": "a", ' + bad +
+                     b': 1}', b'{"text": "' + b"a" * 20 + bad):
+            assert _native(scan, line) == ("fallback",), line
+
+
+def test_valid_characters_at_any_offset_are_kept(scan):
+    for good in GOOD:
+        for line in _lines_around(good.encode()):
+            got = _native(scan, line)
+            assert got[0] == "doc" and got == _python(line), line
+
+
+def test_fuzzed_lines_match_the_python_reader_and_the_library(scan):
+    lib = corpus_jsonl.parser("text")
+    rng = random.Random(5)
+    for _ in range(3000):
+        line = _line(rng).encode("utf-8", "surrogatepass")
+        if rng.random() < 0.1:
+            k = rng.randrange(0, len(line) + 1)
+            line = line[:k] + rng.choice(BAD) + line[k:]
+        line += rng.choice([b"\n", b"\r\n", b""])
+        got = _native(scan, line)
+        if got[0] != "fallback":
+            assert got == _python(line), line
+        if lib is not None:  # the library's build (whichever the cache holds) agrees
+            assert _native(lib, line) == got, line
