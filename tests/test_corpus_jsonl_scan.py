@@ -7,12 +7,14 @@ back to Python (which raises or replaces), valid characters at any offset are ke
 from __future__ import annotations
 
 import ctypes
+import json
 import random
 import subprocess
 
 import pytest
 
 from gputok.backends.native import build
+from gputok.corpus import CorpusError
 from gputok.corpus import jsonl as corpus_jsonl
 
 from test_corpus_jsonl import _line, _native, _python
@@ -86,3 +88,73 @@ def test_fuzzed_lines_match_the_python_reader_and_the_library(scan):
             assert got == _python(line), line
         if lib is not None:  # the library's build (whichever the cache holds) agrees
             assert _native(lib, line) == got, line
+
+
+def _mixed_corpus(tmp_path) -> list:
+    """Files of every kind of line the reader meets: plain and escaped text, surrogate escapes
+    (paired and lone), CRLF, blank lines, a byte-order mark, invalid UTF-8 (read with
+    errors="replace"), lines only the Python reader takes (NaN, long numbers), duplicate keys,
+    long lines, and a last line without a newline."""
+    rng = random.Random(7)
+    lines = []
+    for k in range(3000):
+        text = "".join(rng.choice(GOOD + ["plain ", "x" * 40, "\n", '"', "\\", "\t", "\x00"])
+                       for _ in range(rng.randrange(0, 12)))
+        line = json.dumps({"id": k, "text": text}, ensure_ascii=bool(k % 2)).encode()
+        roll = k % 25
+        if roll == 1:
+            line = b'{"text": "pair \\ud83d\\ude00 lone \\ud83d end \\udc00"}'
+        elif roll == 2:
+            line = b'{"text": "bad ' + rng.choice(BAD) + b' utf8"}'
+        elif roll == 3:
+            line = b'{"n": NaN, "text": "nan"}'
+        elif roll == 4:
+            line = b'{"n": ' + b"7" * 80 + b', "text": "long number"}'
+        elif roll == 5:
+            line = b'{"text": "first", "text": "second"}'
+        elif roll == 6:
+            line = b"  \t "
+        elif roll == 7:
+            line = b'{"text": "' + "長い".encode() * 40000 + b'"}'
+        lines.append(line + (b"\r\n" if k % 7 == 0 else b"\n"))
+    files = []
+    for j, part in enumerate((lines[:1200], lines[1200:])):
+        p = tmp_path / f"mixed{j}.jsonl"
+        p.write_bytes((b"\xef\xbb\xbf" if j == 0 else b"") + b"".join(part).rstrip(b"\r\n"))
+        files.append(str(p))
+    return files
+
+
+def _job_files(out) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if not p.name.startswith(".")}
+
+
+def test_the_jobs_shards_and_manifest_are_the_same_with_the_native_reader_off(tmp_path,
+                                                                                monkeypatch):
+    from gputok.backends import native
+    from gputok.corpus import encode_corpus
+
+    if not native.available()[0]:
+        pytest.skip("native backend unavailable")
+    native.library()
+    files = _mixed_corpus(tmp_path)
+    got = {}
+    for reader in ("1", "0"):
+        monkeypatch.setenv("GPUTOK_NATIVE_READER", reader)
+        assert (corpus_jsonl.parser("text") is None) == (reader == "0")
+        out = tmp_path / f"out{reader}"
+        encode_corpus(files, str(out), encoding="r50k_base", backend="native", errors="replace",
+                      batch_bytes=100_000, shard_tokens=50_000, workers=1, overwrite=True)
+        got[reader] = _job_files(out)
+    assert len(got["1"]) > 4 and got["1"] == got["0"]
+    # an error (a field that is not a string) names the same line either way
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"text": "ok"}\n' * 50 + b'{"text": null}\n')
+    msgs = []
+    for reader in ("1", "0"):
+        monkeypatch.setenv("GPUTOK_NATIVE_READER", reader)
+        with pytest.raises(CorpusError) as e:
+            encode_corpus([str(bad)], str(tmp_path / "bad"), encoding="r50k_base",
+                          backend="native", workers=1, overwrite=True)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] and ":51:" in msgs[0]
