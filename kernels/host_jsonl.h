@@ -21,7 +21,10 @@
 // any other surrogate escape stays alone (and becomes U+FFFD when packed); of duplicate keys the
 // last one counts; nothing but whitespace may follow the object.
 #include <cstring>
-#if defined(__SSE2__) && !defined(GPUTOK_JSONL_SWAR)
+#if defined(__SSSE3__) && !defined(GPUTOK_JSONL_SWAR) && !defined(GPUTOK_JSONL_SSE2)
+#define GPUTOK_JSONL_VALIDATE16 1
+#include <tmmintrin.h>
+#elif defined(__SSE2__) && !defined(GPUTOK_JSONL_SWAR)
 #include <emmintrin.h>
 #endif
 #include <thread>
@@ -120,6 +123,51 @@ inline bool hex4(const unsigned char* p, const unsigned char* e, unsigned* u) {
   return true;
 }
 
+#if defined(GPUTOK_JSONL_VALIDATE16)
+// The errors of 16 bytes of UTF-8 `w` after the 16 before them `prev` (non-zero: invalid), by
+// table lookups on the nibbles of each byte and of the one before it (the published lookup
+// method of Keiser and Lemire). A sequence that runs past w's end is not judged here: the
+// caller's scalar check takes it (Line::plain backs up to its lead byte).
+inline __m128i utf8_errors16(__m128i w, __m128i prev) {
+  enum : unsigned char {
+    TOO_SHORT = 1 << 0, TOO_LONG = 1 << 1, OVERLONG_3 = 1 << 2, TOO_LARGE = 1 << 3,
+    SURROGATE = 1 << 4, OVERLONG_2 = 1 << 5, TOO_LARGE_1000 = 1 << 6, OVERLONG_4 = 1 << 6,
+    TWO_CONTS = 1 << 7, CARRY = TOO_SHORT | TOO_LONG | TWO_CONTS
+  };
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m128i prev1 = _mm_alignr_epi8(w, prev, 15);  // the byte before each byte
+  const __m128i hi1 = _mm_shuffle_epi8(
+      _mm_setr_epi8(TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG,
+                    TOO_LONG, TWO_CONTS, TWO_CONTS, TWO_CONTS, TWO_CONTS,
+                    TOO_SHORT | OVERLONG_2, TOO_SHORT, TOO_SHORT | OVERLONG_3 | SURROGATE,
+                    TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4),
+      _mm_and_si128(_mm_srli_epi16(prev1, 4), nib));
+  const char big = CARRY | TOO_LARGE | TOO_LARGE_1000;
+  const __m128i lo1 = _mm_shuffle_epi8(
+      _mm_setr_epi8(CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4, CARRY | OVERLONG_2, CARRY,
+                    CARRY, CARRY | TOO_LARGE, big, big, big, big, big, big, big, big,
+                    (char)(big | SURROGATE), big, big),
+      _mm_and_si128(prev1, nib));
+  const char cont8 = TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4;
+  const char cont9 = TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE;
+  const char contab = TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE;
+  const __m128i hi2 = _mm_shuffle_epi8(
+      _mm_setr_epi8(TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT,
+                    TOO_SHORT, cont8, cont9, contab, contab, TOO_SHORT, TOO_SHORT, TOO_SHORT,
+                    TOO_SHORT),
+      _mm_and_si128(_mm_srli_epi16(w, 4), nib));
+  const __m128i special = _mm_and_si128(_mm_and_si128(hi1, lo1), hi2);
+  // the second continuation byte of a 3- or 4-byte sequence, the third of a 4-byte one: these
+  // must be continuation bytes (TWO_CONTS there is expected, not an error)
+  const __m128i prev2 = _mm_alignr_epi8(w, prev, 14), prev3 = _mm_alignr_epi8(w, prev, 13);
+  const __m128i third = _mm_subs_epu8(prev2, _mm_set1_epi8((char)(0xE0 - 1)));
+  const __m128i fourth = _mm_subs_epu8(prev3, _mm_set1_epi8((char)(0xF0 - 1)));
+  const __m128i must = _mm_cmpgt_epi8(_mm_or_si128(third, fourth), _mm_setzero_si128());
+  // (cmpgt is signed: a saturated difference is at most 0x1F, never negative)
+  return _mm_xor_si128(special, _mm_and_si128(must, _mm_set1_epi8((char)0x80)));
+}
+#endif
+
 struct Line {
   const unsigned char* p;
   const unsigned char* e;
@@ -160,13 +208,18 @@ struct Line {
   // the end), checking the UTF-8 of what it passes (false: invalid UTF-8). This is the line's
   // only UTF-8 check: a byte >= 0x80 anywhere outside a string fails the JSON grammar itself,
   // so "invalid UTF-8 or not JSON" (both THE FALLBACK RULE) is decided in the one pass.
-  // ASCII 16 bytes at a time with SSE2 (baseline on x86-64), else 8 with SWAR.
-  // Performance: a separate valid_utf8 pass over each line before the parse (a third pass
-  // after the memchr for the line's end) is what this replaces; see the measurements in
-  // bench/bench_host.py's "jsonl reader" row.
+  // ASCII 16 bytes at a time with SSE2 (baseline on x86-64), else 8 with SWAR; with SSSE3
+  // (isa_flags: the library's on such CPUs) non-ASCII 16 at a time too (utf8_errors16).
+  // Performance, parse alone, GB/s on one core of the 2-core x86-64 box (bench_host's corpora;
+  // prose / multilingual / the mixed 32 MB): a separate valid_utf8 pass before the parse (as
+  // before) 1.32 / 0.54 / 0.85; fused, scalar sequences 2.07 / 0.81 / 1.32; with SSSE3 runs
+  // 2.1 / 0.97 / 1.38+. Tried and dropped: a table (lead byte -> length, range) in utf8_seq
+  // (multilingual 0.81 -> 0.68); scalar over short ASCII gaps between non-ASCII (0.73); one
+  // SSSE3 loop for ASCII too (prose 2.0 -> 1.76: its stop test is dearer than the signed
+  // compare), hence the ASCII loop first and the checking one from the first non-ASCII byte.
   bool plain() {
     for (;;) {
-#if defined(__SSE2__) && !defined(GPUTOK_JSONL_SWAR)
+#if (defined(__SSE2__) || defined(GPUTOK_JSONL_VALIDATE16)) && !defined(GPUTOK_JSONL_SWAR)
       const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'),
                     space = _mm_set1_epi8(0x20);
       while (e - p >= 16) {
@@ -181,6 +234,54 @@ struct Line {
         }
         p += 16;
       }
+#if defined(GPUTOK_JSONL_VALIDATE16)
+      // at non-ASCII with 16 bytes left: on 16 at a time, non-ASCII checked as it passes (a
+      // loop of its own: the ASCII one above is the faster where there is only ASCII)
+      if (e - p >= 16 && *p >= 0x80) {
+        const __m128i ctl = _mm_set1_epi8(0x1F);
+        const unsigned char* const from = p;
+        __m128i prev = _mm_setzero_si128(), err = _mm_setzero_si128();
+        bool wide = false;  // a byte >= 0x80 passed
+        while (e - p >= 16) {
+          const __m128i w = _mm_loadu_si128((const __m128i*)p);
+          const int hit = _mm_movemask_epi8(_mm_or_si128(
+              _mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, slash)),
+              _mm_cmpeq_epi8(_mm_min_epu8(w, ctl), w)));  // w <= 0x1F
+          if (hit != 0) {
+            // ASCII up to the stop: straight to it (what came before must end there whole)
+            const int j = __builtin_ctz((unsigned)hit);
+            const unsigned below = (1u << j) - 1;
+            if ((_mm_movemask_epi8(w) & below) == 0) {
+              if (j > 0 && _mm_movemask_epi8(prev) != 0) {
+                const __m128i ok = _mm_cmpeq_epi8(utf8_errors16(w, prev), _mm_setzero_si128());
+                if ((~(unsigned)_mm_movemask_epi8(ok) & below) != 0) return false;
+              }
+              p += j;
+            }
+            break;
+          }
+          if (_mm_movemask_epi8(_mm_or_si128(w, prev)) != 0) {
+            err = _mm_or_si128(err, utf8_errors16(w, prev));
+            wide = true;
+          }
+          prev = w;
+          p += 16;
+        }
+        if (wide) {
+          if (_mm_movemask_epi8(_mm_cmpeq_epi8(err, _mm_setzero_si128())) != 0xFFFF) return false;
+          // a sequence cut by where the vectors stopped: back to its lead byte (the scalar
+          // check below takes it whole)
+          for (int back = 1; back <= 3 && p - back >= from; ++back) {
+            const unsigned c = p[-back];
+            if (c < 0x80) break;
+            if (c >= 0xC0) {
+              if (back < (c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2)) p -= back;
+              break;
+            }
+          }
+        }
+      }
+#endif
 #else
       const unsigned long long ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
       while (e - p >= 8) {
