@@ -210,13 +210,16 @@ struct Line {
   // so "invalid UTF-8 or not JSON" (both THE FALLBACK RULE) is decided in the one pass.
   // ASCII 16 bytes at a time with SSE2 (baseline on x86-64), else 8 with SWAR; with SSSE3
   // (isa_flags: the library's on such CPUs) non-ASCII 16 at a time too (utf8_errors16).
-  // Performance, parse alone, GB/s on one core of the 2-core x86-64 box (bench_host's corpora;
-  // prose / multilingual / the mixed 32 MB): a separate valid_utf8 pass before the parse (as
-  // before) 1.32 / 0.54 / 0.85; fused, scalar sequences 2.07 / 0.81 / 1.32; with SSSE3 runs
-  // 2.1 / 0.97 / 1.38+. Tried and dropped: a table (lead byte -> length, range) in utf8_seq
-  // (multilingual 0.81 -> 0.68); scalar over short ASCII gaps between non-ASCII (0.73); one
-  // SSSE3 loop for ASCII too (prose 2.0 -> 1.76: its stop test is dearer than the signed
-  // compare), hence the ASCII loop first and the checking one from the first non-ASCII byte.
+  // Performance, the parse alone, GB/s on one core of a loaded 2-core x86-64 box (bench_host's
+  // corpora): with a separate valid_utf8 pass before the parse, prose 1.31, multilingual 0.54,
+  // the mixed 32 MB 0.85; fused with scalar sequences 2.07 / 0.81 / 1.32; the SSSE3 runs on top
+  // (same run) multilingual +24%, mixed +13%, prose the same. The corpus job's reader
+  // (read_batches, packed) went 0.6-0.7 -> 1.05 GB/s per core. Tried and dropped: a table
+  // (lead byte -> length, range) in utf8_seq (multilingual 0.81 -> 0.68); scalar over short
+  // ASCII gaps between non-ASCII (0.73); one SSSE3 loop for ASCII too (prose 2.0 -> 1.76: its
+  // stop test is dearer than the signed compare), hence the ASCII loop first and the checking
+  // one from the first non-ASCII byte; reusing the reader's output buffer instead of fresh
+  // pages a block (+3%: the runs keep views of it, so it would need a pool; not done).
   bool plain() {
     for (;;) {
 #if (defined(__SSE2__) || defined(GPUTOK_JSONL_VALIDATE16)) && !defined(GPUTOK_JSONL_SWAR)
