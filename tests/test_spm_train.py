@@ -232,25 +232,64 @@ def test_normalising_many_sentences_at_once():
         assert n.normalize_many(lines) == [n.normalize(t) for t in lines]
 
 
-@pytest.mark.parametrize("kw", [{}, {"byte_fallback": True}, {"user_defined_symbols": ["aaa", "x"]},
-                                {"user_defined_symbols": ["ｱｲ", "ﬁx", "a b"]},
-                                {"treat_whitespace_as_suffix": True}])
-def test_words_of_the_fast_path_equal_sentence_by_sentence(kw):
+def _rule_sentences(blob: bytes) -> list[str]:
+    """Every 37th key of a charsmap alone and in context (the rules the normaliser applies)."""
+    from cpu_ref.charsmap import CharsMap as RefCharsMap
+
+    keys = sorted(RefCharsMap(blob).rules())[::37]
+    out = []
+    for key in keys:
+        k = key.decode("utf-8")
+        out += [k, f"a{k}b", f" {k} {k}", f"{k}{k}  x"]
+    return out
+
+
+EDGE_LINES = ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "▁▁a▁ ▁b▁", "\x00x", "a\x00 \x00b", "\r",
+              "a\rb \r", "<s>x</s> y", "<0x41>", "\t a\tb", "ｱｲｳ ｱｲ", "ﾊﾟﾋﾟ ｶﾞ", "ﬁx ﬁ ﬁxﬁ",
+              "a b  a  b", "東京大学 ひらがな 한국어", "😀👍🏽🇯🇵 x", "\u3000x\u3000", "a\u2585b c",
+              "x " * 3000, "é" * 2100, "e\u0301 \u0301", "①②  ㍿", "\ufeffa", "a\nb c"]
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"byte_fallback": True}, {"user_defined_symbols": ["aaa", "x"]},
+    {"user_defined_symbols": ["ｱｲ", "ﬁx", "a b"]}, {"treat_whitespace_as_suffix": True},
+    {"allow_whitespace_only_pieces": True, "remove_extra_whitespaces": False},
+    {"treat_whitespace_as_suffix": True, "allow_whitespace_only_pieces": True},
+    {"normalization_rule_name": "identity", "add_dummy_prefix": False},
+    {"normalization_rule_name": "identity", "remove_extra_whitespaces": False},
+    {"max_sentence_length": 200, "control_symbols": ["<ctl>", "▁a"]},
+    {"rules": "nfkc_cf"}, {"rules": "nfkc_cf", "treat_whitespace_as_suffix": True}])
+def test_words_of_the_fast_path_equal_sentence_by_sentence(kw, monkeypatch):
+    """The native word counting (host_train_spm_words.h: the encoder's normaliser, meta pieces,
+    SplitIntoWords) equals the Python normaliser and split sentence by sentence, on real and
+    synthetic text, the edge cases, and the charsmap's own rules (nmt_nfkc; nfkc_cf's, from a
+    model sentencepiece trained); over one and three workers, in one batch and in many."""
     import re
     from collections import Counter
 
-    from gputok.train import spm_options, spm_words
+    from gputok.train import native, spm_options, spm_words
 
-    lines = lines_of("multilingual", 0.1) + lines_of("code", 0.05) + synthetic(12, 200) + \
-        ["", " ", "  a  b  ", "▁", "a ▁", "a▁▁ ", "\x00x", "<s>x</s> y", "<0x41>", "\t a\tb",
-         "ｱｲｳ ｱｲ", "ﬁx ﬁ ﬁxﬁ", "a b  a  b"]
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native word counter")
+    kw = dict(kw)
+    if kw.pop("rules", None) == "nfkc_cf":
+        import families as F
+
+        blob = spm_proto.parse_model(F.model_source("nfkc_cf_bytes")).normalizer_spec \
+            .precompiled_charsmap
+        monkeypatch.setattr(spm_words, "charsmap_blob", lambda name: blob)
     o = spm_options.SpmOptions(**kw)
+    blob = spm_words.charsmap_blob(o.normalization_rule_name)
+    lines = lines_of("multilingual", 0.3) + lines_of("code", 0.05) + synthetic(12, 200) + \
+        EDGE_LINES + (_rule_sentences(blob) if blob else [])
     norm = spm_words._normalizer(o)
     keys = sorted({p for p, _ in spm_options.meta_pieces(o).values()}, key=lambda k: (-len(k), k))
     meta = re.compile("|".join(map(re.escape, keys)))
     want: Counter = Counter()
     for s in lines:
-        if s and spm_options.UNK_CHAR not in s:
+        if s and spm_options.UNK_CHAR not in s and len(s.encode()) <= o.max_sentence_length:
             t = meta.sub(spm_options.BOUNDARY, norm.normalize(s))
             want.update(spm_words.split_into_words(t, o) if t else [])
-    assert spm_words.count_words(lines, o) == want
+    assert spm_words.count_words(lines, o, threads=1) == want
+    monkeypatch.setattr(spm_words, "BATCH", 97)
+    assert spm_words.count_words(lines, o, threads=3) == want

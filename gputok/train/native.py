@@ -46,6 +46,9 @@ def _lib(path: str):
     lib.gputok_train_words_add.restype = i
     lib.gputok_train_words_add_marked.argtypes = [vp, ctypes.c_char_p, ll, ctypes.c_char_p, i]
     lib.gputok_train_words_add_marked.restype = i
+    lib.gputok_train_words_add_spm.argtypes = [vp, vp, vp, ll, i, vp, u, vp, u, u, vp, vp, ll,
+                                                ll, i]
+    lib.gputok_train_words_add_spm.restype = i
     lib.gputok_train_words_stats.argtypes = [vp, vp]
     lib.gputok_train_words_export.argtypes = [vp, vp, vp, vp, ll, vp]
     lib.gputok_train_merge_new.argtypes = [vp, vp, vp, ll, vp, vp, vp, ll, vp, vp, vp, ll, ll, i, i]
@@ -138,6 +141,22 @@ class WordCounter:
                                                   len(mark)) != 0:
             raise MemoryError("gputok train: out of memory counting words")
 
+    def add_spm(self, buf: bytes, offsets: np.ndarray, sep: int, spm: "SpmWordRules") -> None:
+        """Count SentencePiece training's words (``host_train_spm_words.h``) of sentences
+        ``buf[offsets[d]:offsets[d + 1] - sep]`` (valid UTF-8)."""
+        offsets = np.ascontiguousarray(offsets, np.int64)
+        n = len(offsets) - 1
+        if n <= 0:
+            return
+        if int(offsets[-1]) >= 1 << 32:
+            raise ValueError("a batch of 4 GB or more; read the corpus in smaller batches")
+        r = spm
+        if self.lib.gputok_train_words_add_spm(
+                self.ctx, buf, _addr(offsets), n, int(sep), _addr(r.units), len(r.units),
+                _addr(r.strings), len(r.strings), r.norm_flags, _addr(r.keys), _addr(r.key_off),
+                len(r.key_off) - 1, r.max_len, r.split) != 0:
+            raise MemoryError("gputok train: out of memory counting words")
+
     def stats(self) -> dict:
         out = np.zeros(len(_STATS), np.int64)
         self.lib.gputok_train_words_stats(self.ctx, _addr(out))
@@ -163,6 +182,27 @@ class WordCounter:
             self.ctx = None
 
     __del__ = close
+
+
+class SpmWordRules:
+    """What ``WordCounter.add_spm`` needs of SentencePiece training's settings: the charsmap's
+    trie units and strings (none: identity), the normaliser's flags, the meta pieces (longest
+    first) and the split settings."""
+
+    def __init__(self, blob: bytes, norm_flags: int, meta: list, max_len: int, split: int):
+        if blob:
+            from ..components.normalizers.charsmap import CharsMap
+
+            cm = CharsMap(blob)
+            self.units = np.ascontiguousarray(cm.units, np.uint32)
+            self.strings = np.frombuffer(cm.strings, np.uint8)
+        else:
+            self.units, self.strings = np.zeros(0, np.uint32), np.zeros(0, np.uint8)
+        keys = [k.encode("utf-8") for k in meta]
+        self.keys = np.frombuffer(b"".join(keys) or b"\0", np.uint8)
+        self.key_off = np.zeros(len(keys) + 1, np.int64)
+        np.cumsum([len(k) for k in keys], out=self.key_off[1:])
+        self.norm_flags, self.max_len, self.split = int(norm_flags), int(max_len), int(split)
 
 
 def count_batches(batches: Iterable, params: tuple, *, threads: int, budget: int = 0,

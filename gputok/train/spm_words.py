@@ -1,6 +1,8 @@
 """SentencePiece BPE training's words (``cpu_ref/spm_train.py`` rules 1, 2 and 4): sentences
-normalised as the model will normalise them, meta pieces turned into U+001F, words cut before
-each ``▁`` and counted (the common settings through the native word counter).
+normalised as the model will normalise them, meta pieces turned into U+001F, words cut by
+SplitIntoWords and counted. The native word counter does all of it on every core
+(``kernels/host_train_spm_words.h``, with the encoder's normaliser); a sentence holding a
+user-defined piece (which the normaliser keeps whole) goes the Python way, sentence by sentence.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ import numpy as np
 
 from . import native
 from .spm_options import BOUNDARY, SPACE, UNK_CHAR, SpmOptions, charsmap_blob, meta_pieces
+
+#: sentences per call into the native counter (~6 MB of prose: the joined batch and its bytes
+#: are the Python side's memory; the library's workers take ranges of it in turn)
+BATCH = 1 << 16
+# the normaliser's flags (kernels/common/spm_norm_rules.h) and the split settings
+# (kernels/host_train_spm_words.h)
+_DUMMY, _COLLAPSE, _ESCAPE, _SUFFIX = 1, 2, 4, 8
+_SPLIT_SUFFIX, _SPLIT_WS_ONLY = 1, 2
 
 def _normalizer(o: SpmOptions):
     from ..components.normalizers.charsmap import CharsMap
@@ -64,127 +74,60 @@ def split_into_words(text: str, o: SpmOptions) -> list[str]:
 def count_words(sentences: Iterable[str], o: SpmOptions, threads: "int | None" = None
                 ) -> Counter:
     """Rules 1, 2 and 4 on normalised text: the words and their counts."""
-    norm = _normalizer(o)
     keys = sorted({p for p, _ in meta_pieces(o).values()}, key=lambda k: (-len(k), k))
-    meta_re = re.compile("|".join(map(re.escape, keys))) if keys else None
-    usual = (o.add_dummy_prefix and o.remove_extra_whitespaces and
-             not o.treat_whitespace_as_suffix and not o.allow_whitespace_only_pieces)
+    rules = native.SpmWordRules(
+        charsmap_blob(o.normalization_rule_name),
+        (_DUMMY * o.add_dummy_prefix | _COLLAPSE * o.remove_extra_whitespaces | _ESCAPE |
+         _SUFFIX * o.treat_whitespace_as_suffix), keys, o.max_sentence_length,
+        _SPLIT_SUFFIX * o.treat_whitespace_as_suffix |
+        _SPLIT_WS_ONLY * o.allow_whitespace_only_pieces)
+    norm = _normalizer(o) if o.user_defined_symbols else None
+    ud = norm.ud_regex if norm is not None else None
     words: Counter = Counter()
-    parts = native.WordCounter(None, threads or native._threads())  # the fast path's words
-    limit = o.max_sentence_length
-    batch: list[str] = []
-
-    def flush():
-        rest = batch
-        if usual:
-            rest = _count_plain(norm, batch, meta_re, parts)
-        for t in norm.normalize_many(rest):
-            if meta_re is not None and meta_re.search(t):
-                t = meta_re.sub(BOUNDARY, t)
-            if t:
-                words.update(split_into_words(t, o))
-        batch.clear()
-
-    it = iter(sentences)
-    while True:  # rule 1, a chunk at a time
-        chunk = list(islice(it, 8192))
-        if not chunk:
-            break
-        batch.extend(s for s in chunk if s and UNK_CHAR not in s and
-                     (len(s) * 4 <= limit or len(s.encode("utf-8")) <= limit))
-        flush()
+    counter = native.WordCounter(None, threads or native._threads())
     try:
-        for w, n in parts.result().items():
+        it = iter(sentences)
+        while True:
+            batch = list(islice(it, BATCH))
+            if not batch:
+                break
+            if ud is not None:
+                held = [ud.search(s) is not None for s in batch]
+                if any(held):
+                    _count_slow([s for s, h in zip(batch, held) if h], o, norm, keys, words)
+                    batch = [s for s, h in zip(batch, held) if not h]
+            _count_native(counter, batch, rules)
+        for w, n in counter.result().items():
             words[w.decode("utf-8")] += n
     finally:
-        parts.close()
+        counter.close()
     return words
 
 
-def _may_rewrite(norm, cps: np.ndarray, text: str) -> np.ndarray:
-    """Positions of ``text`` (code points ``cps``) where a rule may start or a user-defined
-    piece starts: a superset of ``norm._candidates`` that costs two table lookups per
-    character (``_rewrite_tables``), plus the user-defined pieces' own matches (one regex
-    pass: a sentence holding one goes the slow way, where the piece is kept whole)."""
-    if norm.charsmap is None:
-        hit = np.zeros(0, np.int64)
-    else:
-        single, start, second = _rewrite_tables(norm.charsmap)
-        mark = single[cps]
-        if len(cps) > 1:
-            mark[:-1] |= start[cps[:-1]] & second[cps[1:]]
-        hit = np.flatnonzero(mark)
-    if norm.ud_regex is not None:
-        ud = np.fromiter((m.start() for m in norm.ud_regex.finditer(text)), np.int64)
-        if len(ud):
-            hit = np.union1d(hit, ud)
-    return hit
+def _count_native(counter, batch: list, rules) -> None:
+    """The sentences joined by "\n" (each followed by one), to the library in one call."""
+    if not batch:
+        return
+    buf = ("\n".join(batch) + "\n").encode("utf-8")
+    nl = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10)
+    if len(nl) == len(batch):
+        offsets = np.zeros(len(batch) + 1, np.int64)
+        offsets[1:] = nl + 1
+    else:  # a sentence holds a "\n" itself: the ends from the sentences' own lengths
+        offsets = np.zeros(len(batch) + 1, np.int64)
+        np.cumsum([len(s.encode("utf-8")) + 1 for s in batch], out=offsets[1:])
+    counter.add_spm(buf, offsets, 1, rules)
 
 
-_TABLES: dict = {}
-
-
-def _rewrite_tables(cm) -> tuple:
-    """Per code point: a one-character rule; the first character of a longer key; and a
-    character whose first UTF-8 byte continues some key after its first character (found by
-    trying every byte from every node a first character reaches: for nmt_nfkc only combining
-    marks and characters of 3-4 bytes do, so a plain Latin sentence is one lookup a
-    character)."""
-    got = _TABLES.get(id(cm))
-    if got is None or got[0] is not cm:
-        from ..components.normalizers.charsmap import utf8_bytes
-
-        node1, leaf1, _value = cm._per_cp
-        nodes = np.unique(node1[node1 >= 0]).astype(np.int64)
-        units = cm.units.astype(np.int64)
-        b = np.arange(256, dtype=np.int64)
-        nxt = nodes[:, None] ^ b[None, :]
-        ok = nxt < len(units)
-        unit = np.where(ok, units[np.minimum(nxt, len(units) - 1)], 0)
-        first = np.flatnonzero((ok & ((unit & 0x800000FF) == b[None, :])).any(axis=0))
-        lead = utf8_bytes(np.arange(0x110000, dtype=np.uint32))[0][:, 0]
-        got = _TABLES[id(cm)] = (cm, (leaf1.copy(), node1 >= 0, np.isin(lead, first)))
-    return got[1]
-
-
-_MARK = SPACE.encode("utf-8")
-_RUNS = re.compile(" {2,}")
-_TRAILING = re.compile("\u2581+(?=\0|$)")
-
-
-def _count_plain(norm, batch: list, meta_re, parts) -> list:
-    """The usual settings' fast path: the sentences no rule or user-defined piece touches
-    (most of them) normalised and cut into words all at once, over the joined batch; returns
-    the others. Per sentence (U+0000 joins them; sentences holding it go the slow way): runs
-    of spaces collapse, leading and trailing spaces go and so do trailing ``▁`` (an all-space
-    sentence becomes empty and is dropped), spaces become ``▁``, meta pieces become U+001F.
-    Each sentence then starts with the dummy ``▁``: the batch's words are its pieces that start
-    with ``▁``, which the native counter ``parts`` counts (``WordCounter.add_marked``)."""
-    from .._arrays import code_points
-
-    keep = [s for s in batch if "\0" not in s]
-    others = [s for s in batch if "\0" in s]
-    joined = "\0".join(keep)
-    cand = _may_rewrite(norm, code_points(joined), joined)
-    if len(cand):  # sentences a rule may touch go the sentence-by-sentence way
-        starts = np.zeros(len(keep) + 1, np.int64)
-        np.cumsum([len(s) + 1 for s in keep], out=starts[1:])
-        touched = np.zeros(len(keep), bool)
-        touched[np.searchsorted(starts, cand, side="right") - 1] = True
-        others += [s for s, t in zip(keep, touched.tolist()) if t]
-        joined = "\0".join(s for s, t in zip(keep, touched.tolist()) if not t)
-    if not joined:
-        return others
-    if "  " in joined:
-        joined = _RUNS.sub(" ", joined)
-    joined = joined.replace("\0 ", "\0").replace(" \0", "\0").strip(" ")
-    if SPACE + "\0" in joined or joined.endswith(SPACE):
-        joined = _TRAILING.sub("", joined)
-    while "\0\0" in joined:  # sentences left empty
-        joined = joined.replace("\0\0", "\0")
-    joined = joined.strip("\0").replace(" ", SPACE)
-    if meta_re is not None:
-        joined = meta_re.sub(BOUNDARY, joined)
-    if joined:
-        parts.add_marked((SPACE + joined.replace("\0", SPACE)).encode("utf-8"), _MARK)
-    return others
+def _count_slow(batch: list, o: SpmOptions, norm, keys: list, words: Counter) -> None:
+    """Rules 1, 2 and 4 sentence by sentence in Python (sentences holding a user-defined
+    piece)."""
+    meta_re = re.compile("|".join(map(re.escape, keys))) if keys else None
+    limit = o.max_sentence_length
+    keep = [s for s in batch if s and UNK_CHAR not in s and
+            (len(s) * 4 <= limit or len(s.encode("utf-8")) <= limit)]
+    for t in norm.normalize_many(keep):
+        if meta_re is not None and meta_re.search(t):
+            t = meta_re.sub(BOUNDARY, t)
+        if t:
+            words.update(split_into_words(t, o))

@@ -22,7 +22,9 @@ The module is one shared library made of:
   host's cores, and BERT's normaliser and pre-tokenizer (``kernels/host_bert.h``), in one unit
   (``native/pattern.py``);
 * BPE training's word counter and merge loop (``kernels/host_train_words.h``,
-  ``kernels/host_train_spm.h``, ``kernels/host_train_merge.h``, their own unit:
+  ``kernels/host_train_spm_words.h``, ``kernels/host_train_spm.h``,
+  ``kernels/host_train_merge.h``, their own unit; SentencePiece training's normaliser is the
+  encoder's, exported from the kernels' unit by ``kernels/host_train_norm.h``:
   ``gputok/train/native.py``, ``gputok/train/spm.py``);
 * the per-document pass (``kernels/cpu_encode.h`` and the batch over threads it ends with:
   pre-tokenization, a piece cache and the merge rule fused, one document at a time; the shared
@@ -64,9 +66,10 @@ from .. import kernels
 HOST_FILES = tuple(f for f in kernels.ENCODE_FILES
                    if f not in ("encode_scan.cu", "encode_merge_huge.cu"))
 #: host-only code after the kernels in their unit: launch sequences that call kernels directly
-HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h", "host_unigram.h")
+HOST_EXTRAS = ("host_merge.h", "host_chunk.h", "host_spm.h", "host_unigram.h", "host_train_norm.h")
 #: BPE training's host code, one unit of its own (it calls the pre-tokenizer through its export)
-TRAIN_FILES = ("host_train_words.h", "host_train_spm.h", "host_train_merge.h")
+TRAIN_FILES = ("host_train_words.h", "host_train_spm_words.h", "host_train_spm.h",
+               "host_train_merge.h")
 #: the per-document pass, a unit of its own (the shared rules it includes expanded there)
 CPU_FILE = "cpu_encode.h"
 BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
