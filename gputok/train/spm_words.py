@@ -97,11 +97,25 @@ def count_words(sentences: Iterable[str], o: SpmOptions, threads: "int | None" =
                     _count_slow([s for s, h in zip(batch, held) if h], o, norm, keys, words)
                     batch = [s for s, h in zip(batch, held) if not h]
             _count_native(counter, batch, rules)
-        for w, n in counter.result().items():
-            words[w.decode("utf-8")] += n
+        native_words = _as_str(counter.result())
     finally:
         counter.close()
-    return words
+    if words:
+        words.update(native_words)
+        return words
+    return native_words
+
+
+def _as_str(got) -> Counter:
+    """The counter's words (unique, UTF-8 back to back) as a Counter of str: the bytes decoded
+    once and cut at the words' offsets in characters (a decode per word took 0.6 s of 356k
+    words)."""
+    data = np.asarray(got.data, np.uint8)
+    starts = np.zeros(len(data) + 1, np.int64)
+    np.cumsum((data & 0xC0) != 0x80, out=starts[1:])  # characters before each byte
+    cut = starts[np.asarray(got.offsets, np.int64)].tolist()
+    text = data.tobytes().decode("utf-8")
+    return Counter(dict(zip([text[a:b] for a, b in zip(cut, cut[1:])], got.counts.tolist())))
 
 
 def _count_native(counter, batch: list, rules) -> None:
