@@ -2,10 +2,11 @@
 (sentencepiece 0.2.3), written as a ``.model`` sentencepiece loads. The rules are
 ``cpu_ref/spm_train.py`` (numbered there); this is the fast path:
 
-* **Words** (rules 1-4): sentences are normalised (``components.normalizers.spm``, the charsmap named by
-  ``normalization_rule_name``), meta pieces become U+001F, the words (cut before each ``▁``)
-  are counted; the characters are counted from the words, the required ones chosen by
-  coverage, the others turned into U+2585 and the words counted again.
+* **Words** (rules 1-4, ``spm_words.py``): on every core in native code
+  (``kernels/host_train_spm_words.h``), sentences are normalised by the encoder's normaliser
+  (the charsmap named by ``normalization_rule_name``), meta pieces become U+001F, the words
+  (SplitIntoWords) are counted; the characters are counted from the words, the required ones
+  chosen by coverage, the others turned into U+2585 and the words counted again.
 * **Merges** (rules 5-9): the native merge loop (``kernels/host_train_merge.h``) in its
   SentencePiece mode (``kernels/host_train_spm.h``: THE SPM PIECE RULE, THE SPM COMPARATOR,
   candidates kept at count 0, a piece made twice dropped), with work proportional to the
