@@ -1,10 +1,9 @@
 """The new families on the native CPU device (skipped only when the machine has no C++ compiler).
 
 * WordPiece: ``kernels/encode_wordpiece.cu`` compiled by the host's C++ compiler
-  (``gputok/backends/native/build.py``), run by the driver against HF ``tokenizers``. Words are
-  cut on the host (BertNormalizer + BertPreTokenizer: the one counted host stage,
-  ``("pretok", "split")``); the longest match runs in the kernel, never on the host (no merge
-  fallback, no ``encode_merge_*`` launch).
+  (``gputok/backends/native/build.py``), run by the driver against HF ``tokenizers``.
+  BertNormalizer + BertPreTokenizer run in the device's own pass (``kernels/host_bert.h``) and
+  the longest match in the kernel: no counted host stage, no ``encode_merge_*`` launch.
 * SentencePiece: no kernel; the model runs on the host, a counted fallback (and WordPiece on
   a device adapter that says it has no encode_wordpiece form; Metal has one,
   ``tests/test_metal_coverage.py``).

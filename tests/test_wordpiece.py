@@ -407,3 +407,51 @@ def test_empty_continuing_prefix_is_kept(backend, corpora, tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
     with pytest.raises(ValueError, match="continuing_subword_prefix must be a string"):
         gputok.load(tmp_path / "tokenizer.json")
+
+
+OTHER_PRETOKENIZERS = {
+    "Whitespace": {"type": "Whitespace"},
+    "WhitespaceSplit": {"type": "WhitespaceSplit"},
+    "Sequence": {"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"},
+        {"type": "Split", "pattern": {"Regex": r"\d"}, "behavior": "Isolated", "invert": False}]},
+}
+
+
+@pytest.mark.parametrize("pre", list(OTHER_PRETOKENIZERS))
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_other_pretokenizers_vs_hf(pre, backend, corpora, tmp_path):
+    """WordPiece under a pre-tokenizer that is not BertPreTokenizer (a pattern one, after a
+    separate BertNormalizer): HF's ids on every path. On the native device the model runs on the
+    host, a counted fallback (its normaliser has no device form outside BERT's fused pass)."""
+    from tokenizers import Tokenizer
+
+    from gputok.backends import native
+
+    if backend == "native" and not native.available()[0]:
+        pytest.skip(f"native backend unavailable: {native.available()[1]}")
+    cfg = config("uncased")
+    cfg["pre_tokenizer"] = OTHER_PRETOKENIZERS[pre]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    enc, hf = gputok.load(tmp_path / "tokenizer.json"), Tokenizer.from_str(json.dumps(cfg))
+    hf.no_truncation()
+    hf.no_padding()
+    docs = EDGES + ["x²½ 1234 a1b2 ¼", "don't-stop 3.14"] + [
+        d[:3000] for kind in corpora for d in corpora[kind][:8]]
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    be = native.create(threads=2) if backend == "native" else "numpy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert enc.encode_batch(docs, allowed_special="all", backend=be) == want
+        assert [enc.encode(d, allowed_special="all", backend=be) for d in docs[:20]] == want[:20]
+    if backend == "native":
+        assert set(be.fallbacks) == {("merge", "WordPiece")}  # (counted, not silent)
+
+
+def test_unsupported_pretokenizer_is_refused(tmp_path):
+    cfg = config("uncased")
+    cfg["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": True}]}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    with pytest.raises(ValueError, match="pre_tokenizer 'Digits' is not supported"):
+        gputok.load(tmp_path / "tokenizer.json")

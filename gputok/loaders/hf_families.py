@@ -175,8 +175,8 @@ def _byte_value(tok: str) -> "int | None":
 
 
 def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
-    """A BERT tokenizer.json: BertNormalizer (or none), BertPreTokenizer, WordPiece (the stage is
-    ``components/segmenters/wordpiece.py``)."""
+    """A BERT tokenizer.json: BertNormalizer (or none), BertPreTokenizer (or another pre-tokenizer
+    of ``hf_models``), WordPiece (the stage is ``components/segmenters/wordpiece.py``)."""
     model = cfg["model"]
     vocab = _vocab(model, need)
     unk = model.get("unk_token", "[UNK]")
@@ -186,8 +186,12 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
          f"normalizer {norm.get('type') if isinstance(norm, dict) else norm!r} is not supported "
          "for WordPiece (BertNormalizer or none)")
     pre = cfg.get("pre_tokenizer")
-    need(isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer",
-         "WordPiece needs the BertPreTokenizer (pre_tokenizer)")
+    if isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer":
+        pretokenizer = BertPreTokenizer()  # (fused with BertNormalizer: one pass, native too)
+    else:  # Whitespace, WhitespaceSplit, Split, a Sequence of them: a pattern pre-tokenizer
+        from .hf_models import _pretokenizer  # (hf_models imports this module)
+
+        pretokenizer = _pretokenizer(pre, need)
     specials, plain, added = _added(cfg, need)
     for t in added:
         need(not t.get("lstrip") and not t.get("rstrip"),
@@ -214,5 +218,5 @@ def wordpiece_model(cfg: dict, name: str, digest: str, need) -> Model:
     return Model(name=name, decoder={i: t.encode("utf-8") for i, t in tokens.items()},
                  byte_ids=np.full(256, fam.unk_id, np.uint32), specials=specials, added=plain,
                  digest=digest, segmenter=fam, normalizer=normalizer,
-                 pretokenizer=BertPreTokenizer(), detok=detok,
+                 pretokenizer=pretokenizer, detok=detok,
                  post=hf_post(cfg.get("post_processor"), need))
