@@ -79,6 +79,21 @@ def test_native_wordpiece_vs_hf(variant, cap, corpora, tmp_path):
     assert all(v.startswith("device") for k, v in be.plan(enc.model).items() if k != "split")
 
 
+def test_native_wordpiece_one_call_paths_have_no_host_stage(corpora, tmp_path):
+    """The one-call ``encode`` (short texts inline, long ones chunked) and ``encode_batch`` give
+    HF's ids with no counted host stage (the BERT pass is the device's own)."""
+    enc, hf = _pair({}, tmp_path)
+    be = native.create(threads=2)
+    long = " ".join(d for kind in corpora for d in corpora[kind][:20])
+    texts = EDGES + [long[:200], long[:5000], long] + [corpora[k][0] for k in corpora]
+    want = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert [enc.encode(t, allowed_special="all", backend=be) for t in texts] == want
+        assert enc.encode_batch(texts, allowed_special="all", backend=be) == want
+    assert not be.fallbacks, dict(be.fallbacks)
+
+
 def test_native_wordpiece_equals_numpy_stage_on_many_chunks(corpora, tmp_path):
     """Small chunks (many in flight on two streams) give the numpy backend's arrays."""
     enc, _ = _pair({}, tmp_path)
