@@ -51,9 +51,7 @@ import functools
 import hashlib
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -108,6 +106,8 @@ def _compiler_identity(path: str) -> "str | None":
             known = ""
         if known:
             return known
+    import subprocess  # (here: not imported by a process that finds its identity memo)
+
     try:
         r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -163,8 +163,12 @@ def isa_flags() -> tuple:
 
 def flags() -> tuple:
     python = python_header()
-    return (BASE_FLAGS + isa_flags() + ((f"-I{python[0]}",) if python else ())
-            + tuple(shlex.split(os.environ.get("GPUTOK_NATIVE_FLAGS", ""))))
+    extra = os.environ.get("GPUTOK_NATIVE_FLAGS", "")
+    if extra:
+        import shlex  # (only then: importing it was ~1 ms of every process's first encode)
+
+        extra = shlex.split(extra)
+    return (BASE_FLAGS + isa_flags() + ((f"-I{python[0]}",) if python else ()) + tuple(extra))
 
 
 @functools.lru_cache(maxsize=None)
@@ -323,6 +327,9 @@ def _compile(path: Path, cxx: str, units: dict, fl: tuple) -> None:
 
 
 def _run_compiler(path: Path, cxx: str, units: dict, fl: tuple) -> None:
+    import shlex
+    import subprocess
+
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent))
     for name, text in units.items():
