@@ -4,6 +4,10 @@ Trainers (each in a fresh subprocess, so its peak memory, ``ru_maxrss``, is its 
 
 * ``gputok``      ``gputok.train_bpe(Path(corpus.jsonl))`` (HF's ids and merges)
 * ``gputok-bytes`` the same with ``id_order="bytes"`` (rustbpe's tie order)
+* ``gputok-cuda`` the same with ``backend="cuda"``: the merge loop on the GPU, kernels compiled
+                  before the clock starts; fails without CuPy and a GPU, or if the run fell back
+                  to the CPU (out of GPU memory). Its merges must equal HF's and ``gputok``'s
+                  (pass ``--backend native`` so that ``gputok`` is the CPU trainer on a GPU host)
 * ``gigatoken``   ``gigatoken.train_bpe(JsonlFileSource(...))`` (GPT-2 pattern only)
 * ``rustbpe``     ``rustbpe.Tokenizer().train_from_iterator`` (nanochat's trainer)
 * ``bpeasy``      ``bpeasy.train_bpe``
@@ -28,6 +32,8 @@ from HF's or gputok-spm's pieces from spm_train's.
     python bench/bench_train.py --kind mixed --mb 96 --vocab-size 32768
     python bench/bench_train.py --trainers gputok gigatoken --repeat 1
     python bench/bench_train.py --mb 32 --vocab-size 32768 --trainers gputok-spm spm
+    python bench/bench_train.py --mb 1000 --vocab-size 65536 --backend native \
+        --trainers gputok-cuda gputok hf gigatoken --repeat 1            # a GPU machine
 """
 
 from __future__ import annotations
@@ -40,13 +46,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import _common
 
 EOT = "<|endoftext|>"
-TRAINERS = ("gputok", "gputok-bytes", "gigatoken", "rustbpe", "bpeasy", "hf", "spm", "gputok-spm")
+TRAINERS = ("gputok", "gputok-bytes", "gputok-cuda", "gigatoken", "rustbpe", "bpeasy", "hf",
+            "spm", "gputok-spm")
 LABELS = {"gputok": "gputok", "gputok-bytes": "gputok id_order=bytes",
+          "gputok-cuda": "gputok backend=cuda",
           "gigatoken": "gigatoken train_bpe", "rustbpe": "rustbpe", "bpeasy": "bpeasy",
           "hf": "HF tokenizers BpeTrainer", "spm": "sentencepiece BPE (spm_train)",
           "gputok-spm": "gputok train_spm_bpe"}
@@ -72,23 +81,44 @@ def _pattern(name: str) -> str:
     return resolve_pattern(name)
 
 
+def _cuda_ready() -> None:
+    """Fails now without CuPy or a GPU, and compiles the training kernels (NVRTC, cached per
+    device) so that the timed run measures training, not the compiler."""
+    from gputok.backends.cuda import train as cuda_train
+
+    ok, why = cuda_train.available()
+    if not ok:
+        raise SystemExit(f"no CUDA training here: {why}")
+    cuda_train._launcher()
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
 def worker(args) -> dict:
     tmp = Path(args.tmp)
     docs = tmp / "docs.jsonl"
     out: dict = {"trainer": args.worker, "threads": os.cpu_count()}
     tokens = None  # learned tokens' bytes, in merge order
-    if args.worker in ("gputok", "gputok-bytes"):
+    if args.worker in ("gputok", "gputok-bytes", "gputok-cuda"):
         import gputok
         import gputok.train as gt
         import gputok.train.native as gn
 
         gn.library()  # (built and loaded before the clock starts, as a peer's extension is)
+        backend = args.backend
+        if args.worker == "gputok-cuda":
+            backend = "cuda"
+            _cuda_ready()
         order = "bytes" if args.worker == "gputok-bytes" else "hf"
-        t0 = time.perf_counter()
-        enc = gputok.train_bpe(docs, vocab_size=args.vocab_size, pattern=args.pattern,
-                               special_tokens=[EOT], min_frequency=args.min_frequency,
-                               backend=args.backend, id_order=order)
-        out["seconds"] = time.perf_counter() - t0
+        with warnings.catch_warnings():
+            if args.worker == "gputok-cuda":  # (out of GPU memory it would train on the CPU)
+                warnings.filterwarnings("error", message=".*training on the CPU instead")
+            t0 = time.perf_counter()
+            enc = gputok.train_bpe(docs, vocab_size=args.vocab_size, pattern=args.pattern,
+                                   special_tokens=[EOT], min_frequency=args.min_frequency,
+                                   backend=backend, id_order=order)
+            out["seconds"] = time.perf_counter() - t0
         st = gt.last_stats
         out.update(words_s=st.words_s, merges_s=st.merges_s, n_words=st.n_words,
                    n_merges=st.n_merges, backend=st.backend)
@@ -240,7 +270,8 @@ def run(args) -> str:
         return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
 
     checks, bad = [], []
-    for ours, theirs in (("gputok", "hf"), ("gputok", "gigatoken"), ("gputok-bytes", "rustbpe"),
+    for ours, theirs in (("gputok", "hf"), ("gputok-cuda", "hf"), ("gputok-cuda", "gputok"),
+                         ("gputok", "gigatoken"), ("gputok-bytes", "rustbpe"),
                          ("gputok", "rustbpe"), ("gputok", "bpeasy")):
         a, b = tokens(ours), tokens(theirs)
         if a is None or b is None:
@@ -249,7 +280,7 @@ def run(args) -> str:
         checks.append(f"{LABELS[ours]} vs {LABELS[theirs]}: {same} identical leading merges "
                       f"of {len(a)} / {len(b)}" + ("" if same == len(a) == len(b) else
                                                    f" (first difference at merge {same})"))
-        if (ours, theirs) == ("gputok", "hf") and not same == len(a) == len(b):
+        if theirs in ("hf", "gputok") and not same == len(a) == len(b):
             bad.append(checks[-1])
 
     if (tmp / "spm.model").exists() and (tmp / "gputok-spm.model").exists():
@@ -279,9 +310,11 @@ def run(args) -> str:
              f"{args.pattern}, min_frequency {args.min_frequency} (gputok, HF), special token "
              f"{EOT} (rustbpe and bpeasy: none, one id fewer)"]
     lines += [f"- merges: {c}" for c in checks]
-    if "gputok" in results:
-        g = results["gputok"]
-        lines.append(f"- gputok phases: word counting {g['words_s']:.2f} s ({g['n_words']} unique "
+    for name in ("gputok", "gputok-cuda"):
+        if name not in results:
+            continue
+        g = results[name]
+        lines.append(f"- {LABELS[name]} phases: word counting {g['words_s']:.2f} s ({g['n_words']} unique "
                      f"words), merges {g['merges_s']:.2f} s ({g['n_merges']} merges, "
                      f"{g['backend']} backend)")
     lines += [f"- {LABELS[n]} failed: {why}" for n, why in failed.items()]
