@@ -319,6 +319,53 @@ def test_device_loop_on_random_corpora(mod, alphabet, data, vocab_extra, seed, s
     assert got == want
 
 
+# runs of one symbol (a pair overlapping itself: "aaaa" merges (a,a) twice, not three times),
+# pairs repeated in a word, and counts that tie (HF's rule picks among them)
+REPEATS = ["aaaa aaaa aaaaa aaa aaaaaa abab ababab baba aab aba bab a",
+           "aaaa bbbb cccc abcabc cabcab aaaa bbbb cccc dd dd dd xyxy yxyx",
+           "\u00e9\u00e9\u00e9\u00e9 \u4e2d\u4e2d\u4e2d \U0001f600\U0001f600 aaaa aaaa"]
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", r"\S+|\s+"])
+@pytest.mark.parametrize("min_frequency", [1, 3, 6])
+def test_device_loop_repeats_ties_min_frequency(mod, pattern, min_frequency):
+    """Self-overlapping runs, repeated pairs and tied counts under two patterns and three
+    min_frequency values (the loop stops early when the best count falls below it)."""
+    pat = resolve_pattern(pattern) if pattern == "gpt2" else pattern
+    wc = words.count_words(((t, 1 + k % 3) for k, t in enumerate(REPEATS * 3)), pat)
+    want = cpu.train_words(wc, Vocab(), vocab_size=300, min_frequency=min_frequency)
+    v = Vocab()
+    ids, off, counts = cpu.word_arrays(wc, v)
+    got = device.train_on_device(ids, off, counts, v, vocab_size=300,
+                                 min_frequency=min_frequency, xp=np, max_blocks=2,
+                                 block_steps=4, candidates=4,
+                                 launch=_emulated_launcher(mod, "shuffle+yield", min_frequency))
+    assert got == want and len(got) > 3
+
+
+@pytest.mark.parametrize("broken", ["train_step_deltas", "train_step_lists"])
+def test_device_loop_fails_with_a_broken_update(mod, broken):
+    """The comparisons above see a broken on-device update: without the count updates
+    (deltas) or the pair -> positions index update (lists) the merges differ from the CPU's."""
+    wc = _words("prose", 0.03)
+    want = cpu.train_words(wc, Vocab(), vocab_size=340, min_frequency=2)
+    v = Vocab()
+    ids, off, counts = cpu.word_arrays(wc, v)
+    real = _emulated_launcher(mod, "forward", 0)
+
+    def launch(name, grid, block, args):
+        if name != broken:
+            real(name, grid, block, args)
+
+    try:
+        got = device.train_on_device(ids, off, counts, v, vocab_size=340, min_frequency=2,
+                                     xp=np, launch=launch, max_blocks=4, block_steps=16,
+                                     candidates=16)
+    except (ValueError, RuntimeError, IndexError):
+        return  # (a loop that notices its state is inconsistent is also a failure seen)
+    assert got != want
+
+
 # ---------------------------------------------------------------- a real GPU, when present
 
 def _gpu_ok() -> tuple[bool, str]:
