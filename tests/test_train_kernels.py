@@ -8,7 +8,9 @@
 3. The whole device merge loop (``gputok.backends.cuda.train``, the code the CUDA backend runs:
    blocks of merge steps on the device, merges read back per block) on the emulator equals the
    CPU trainer's merges, with every reason a block stops forced (candidates chosen again, the
-   table grown, the occurrence pool repacked, the gain buffers grown).
+   table grown, the occurrence pool repacked, the gain buffers grown); on self-overlapping runs,
+   repeated pairs and ties at several min_frequency values; with an update step left out it
+   differs. ``train_bpe(backend="cuda")`` itself, on CuPy's stand-in, equals the CPU trainer.
 A real GPU run (CuPy) is at the end, skipped without one.
 """
 
@@ -364,6 +366,52 @@ def test_device_loop_fails_with_a_broken_update(mod, broken):
     except (ValueError, RuntimeError, IndexError):
         return  # (a loop that notices its state is inconsistent is also a failure seen)
     assert got != want
+
+
+@pytest.mark.parametrize("kind", ["code", "multilingual"])
+def test_train_bpe_cuda_path_on_a_stand_in(kind, monkeypatch):
+    """``train_bpe(backend="cuda")`` as a GPU host runs it (``train_arrays``: CuPy arrays, the
+    kernels through the module loader, merges read back with ``.get()``), on CuPy's stand-in
+    (tests/fakecupy.py, kernels on the emulator) with numpy's array functions giving device
+    arrays: the merges equal the CPU trainer's and nothing fell back to the CPU."""
+    import sys
+    import warnings
+
+    from fakecupy import DevArray, fake_cupy
+    from gputok.backends import cuda
+    from gputok.backends.cuda import build as cuda_build
+
+    def on_device(f):
+        @functools.wraps(f)
+        def call(*a, **k):
+            r = f(*a, **k)
+            return r.view(DevArray) if isinstance(r, np.ndarray) else r
+        return call
+
+    stand_in = fake_cupy([], devices=1)
+    cp = type(sys)("cupy")
+    for name in dir(np):
+        v = getattr(np, name)
+        if not name.startswith("_"):
+            setattr(cp, name, on_device(v) if callable(v) and not isinstance(v, type) else v)
+    for name, v in vars(stand_in).items():
+        if not name.startswith("__"):
+            setattr(cp, name, v)
+    cp.__version__ = "stand-in"
+    monkeypatch.setattr(DevArray, "get", lambda a: np.array(a), raising=False)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(cuda, "_no_driver", lambda: False)
+    cuda_build._cupy_module.cache_clear()
+    try:
+        docs = testdata.corpus(kind, max_mb=0.03)
+        want = gputok.train_bpe(docs, vocab_size=360, backend="native").trained_merges
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = gputok.train_bpe(docs, vocab_size=360, backend="cuda").trained_merges
+        assert gputok.train.last_stats.backend == "cuda"
+    finally:
+        cuda_build._cupy_module.cache_clear()
+    assert got == want and len(got) > 50
 
 
 # ---------------------------------------------------------------- a real GPU, when present
