@@ -337,6 +337,9 @@ def run(args) -> str:
     if bad:
         print(report)
         raise SystemExit(f"gputok's result differs from its oracle's: {bad[0]}")
+    if "gputok-cuda" in failed:  # (asked for by name: a GPU run that did not happen fails)
+        print(report)
+        raise SystemExit(f"{LABELS['gputok-cuda']} failed: {failed['gputok-cuda']}")
     return report
 
 

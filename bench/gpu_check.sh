@@ -15,11 +15,13 @@
 # (bench/bench_host.py: the host's share of a CUDA batch on a null device, GB/s per core, on
 # this host; $OUT/host.md). Also: native (bench/bench_encode.py, native CPU device against
 # tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native device
-# at 1-16 threads). kernels: the per-stage kernel times alone (bench_cuda.py --kernels-only), of
+# at 1-16 threads). train (bench/bench_train.py: GPU training, backend="cuda", against the CPU
+# trainer and HF on this host's cores in the same run, merges required identical;
+# TRAIN_MB / TRAIN_VOCAB, default 256 MB -> 65,536; $OUT/train.md). kernels: the per-stage kernel times alone (bench_cuda.py --kernels-only), of
 # each checkout of gputok in KERNEL_TREES (default this one) in turn, KERNEL_ROUNDS times
 # (A B C A B C: an A/B on one GPU; this tree's bench scripts run against each tree's package).
 # Every step has its own time limit (env SMOKE_S / TEST_S / SANITIZE_S / BENCH_S / E2E_S /
-# HOST_S / NATIVE_S / SCALING_S / KERNELS_S) and writes its log under $OUT.
+# HOST_S / NATIVE_S / SCALING_S / TRAIN_S / KERNELS_S) and writes its log under $OUT.
 set -u
 OUT="${OUT:-/tmp/gputok-gpu}"
 mkdir -p "$OUT"
@@ -112,6 +114,13 @@ EOF
         --mb "${SCALING_MB:-8}" --repeat 2 --kinds prose multilingual \
         --record "$OUT/scaling.md" 2>&1 | tee "$OUT/scaling.log"
       echo "scaling: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
+      ;;
+    train)
+      timeout "${TRAIN_S:-500}" python3 bench/bench_train.py --mb "${TRAIN_MB:-256}" \
+        --vocab-size "${TRAIN_VOCAB:-65536}" --backend native --repeat "${TRAIN_REPEAT:-1}" \
+        --trainers gputok-cuda gputok hf ${TRAIN_PEERS-gigatoken} \
+        --out "$OUT/train.md" 2>&1 | tee "$OUT/train.log"
+      echo "train: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s)"
       ;;
     kernels)
       trees="${KERNEL_TREES:-$PWD}"
