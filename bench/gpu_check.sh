@@ -17,8 +17,8 @@
 # tiktoken on all of this machine's cores), scaling (bench/bench_scaling.py: the native device
 # at 1-16 threads). train (bench/bench_train.py: GPU training, backend="cuda", against the CPU
 # trainer and HF on this host's cores in the same run, merges required identical;
-# TRAIN_MB / TRAIN_VOCAB, default 256 MB -> 65,536; $OUT/train.md). kernels: the per-stage kernel times alone (bench_cuda.py --kernels-only), of
-# each checkout of gputok in KERNEL_TREES (default this one) in turn, KERNEL_ROUNDS times
+# TRAIN_MB / TRAIN_VOCAB, default 256 MB -> 65,536; $OUT/train.md). kernels: the per-stage
+# kernel times alone (bench_cuda.py --kernels-only), of each checkout of gputok in KERNEL_TREES (default this one) in turn, KERNEL_ROUNDS times
 # (A B C A B C: an A/B on one GPU; this tree's bench scripts run against each tree's package).
 # Every step has its own time limit (env SMOKE_S / TEST_S / SANITIZE_S / BENCH_S / E2E_S /
 # HOST_S / NATIVE_S / SCALING_S / TRAIN_S / KERNELS_S) and writes its log under $OUT.
