@@ -14,25 +14,11 @@ import numpy as np
 
 from ..components.decoders import HFDecoder
 from ..components.normalizers import BertNormalizer, HFSteps
-from ..components.pretokenizers import BertPreTokenizer, Pretokenizer, Sequence, Whole
 from ..components.segmenters.unigram import HFUnigram
 from ..components.segmenters.wordlevel import WordLevel
 from ..model import Model
-from ..stages.pretok import PretokSpec, Split
-from .hf_families import _added, _metaspace, _spm_norm_steps, _vocab
+from .hf_families import _added, _pretokenizer, _spm_norm_steps, _vocab
 from .post import hf_post
-
-# HF's Whitespace (``\w+|[^\w\s]+`` in Oniguruma) and WhitespaceSplit as regexes (what they
-# drop: the text they do not match). Oniguruma's \w has ZWNJ and ZWJ (Join_Control) and not
-# the Latin-1 superscripts and fractions (No), which the pinned "hf" \w class has the other
-# way round: probed over every code point against tokenizers 0.23 (tests/test_wordlevel.py)
-_NOT_WORD = "\u00b2\u00b3\u00b9\u00bc-\u00be"
-_WHITESPACE = (rf"(?:[^\W{_NOT_WORD}]|[\u200c\u200d])+"
-               rf"|(?:[^\w\s\u200c\u200d]|[{_NOT_WORD}])+")
-_WHITESPACE_SPLIT = r"\S+"
-_PRETOKENIZERS = ("Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Metaspace", "Split",
-                  "Sequence")
-
 
 def _normalizer(spec, need):
     if isinstance(spec, dict) and spec.get("type") == "BertNormalizer":
@@ -41,37 +27,6 @@ def _normalizer(spec, need):
                               strip_accents=spec.get("strip_accents"),
                               lowercase=spec.get("lowercase", True))
     return HFSteps(_spm_norm_steps(spec, need))
-
-
-def _pretokenizer(spec, need):
-    if spec is None:
-        return Whole()
-    need(isinstance(spec, dict), "pre_tokenizer must be an object or null")
-    kind = spec.get("type")
-    need(kind in _PRETOKENIZERS, f"pre_tokenizer {kind!r} is not supported for this model type "
-                                 f"(supported: {', '.join(_PRETOKENIZERS)})")
-    if kind == "Sequence":
-        steps = [_pretokenizer(s, need) for s in spec.get("pretokenizers", []) if s is not None]
-        try:
-            return steps[0] if len(steps) == 1 else Sequence(steps)
-        except ValueError as e:
-            need(False, str(e))
-    if kind == "Metaspace":
-        return _metaspace(spec, need)
-    if kind == "BertPreTokenizer":
-        return BertPreTokenizer()
-    if kind == "Split":
-        pat = spec.get("pattern") or {}
-        need(isinstance(pat, dict) and ("Regex" in pat or "String" in pat),
-             "pre_tokenizer Split needs pattern.Regex or pattern.String")
-        need(spec.get("behavior", "Isolated") == "Isolated" and not spec.get("invert"),
-             "pre_tokenizer Split: only behavior Isolated without invert is supported")
-        import regex
-
-        source = pat["Regex"] if "Regex" in pat else regex.escape(pat["String"])
-        return Pretokenizer(PretokSpec((Split(source, keep_gaps=True),), family="hf"))
-    return Pretokenizer(PretokSpec((Split(_WHITESPACE if kind == "Whitespace"
-                                          else _WHITESPACE_SPLIT),), family="hf"))
 
 
 def _detok(tokens: dict, cfg: dict, specials: dict, need):
