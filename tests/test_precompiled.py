@@ -176,3 +176,14 @@ def test_pinned_data_file_is_what_the_generator_writes(tmp_path):
         pytest.skip(f"another regex release ({got['source']} vs {pinned['source']})")
     assert (tmp_path / "g.ucd").read_bytes() == \
         (Path(graphemes.__file__).parent / "data" / "graphemes.ucd").read_bytes()
+
+
+def test_short_emoji_zwj_sequence_is_one_cluster():
+    """GB11 decides a short cluster: "©" ZWJ "©" (7 bytes) is one cluster, each character looked
+    up alone (the ZWJ stays); "©" ZWJ "a" splits, and "©" ZWJ (5 bytes) is replaced whole."""
+    blob = build_blob({"\u00a9".encode(): b"(c)"})
+    ours, hf = _both(blob)
+    for text in ("\u00a9\u200d\u00a9", "\u00a9\u200da", "x\u00a9\u200d\u00a9\u200d\u00a9"):
+        assert ours.normalize(text) == hf.normalize_str(text)
+    assert hf.normalize_str("\u00a9\u200d\u00a9") == "(c)\u200d(c)"
+    assert hf.normalize_str("\u00a9\u200da") == "(c)a"
