@@ -81,8 +81,9 @@ def _charsmap(data: str) -> CharsMap:
 
 
 def _first_rule(cm: CharsMap, data: bytes) -> "str | None":
-    """The replacement of the *shortest* key that is a prefix of ``data`` (None: no key)."""
-    found = cm.prefixes(data, 0)
+    """The replacement of the *shortest* key that is a prefix of ``data`` (None: no key); HF's
+    walk stops at a NUL byte, so a key holding U+0000 never matches."""
+    found = cm.prefixes(data.split(b"\0", 1)[0], 0)
     if not found or found[0][1] >= len(cm.strings):
         return None
     value = found[0][1]

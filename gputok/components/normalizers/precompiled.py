@@ -38,8 +38,9 @@ class PrecompiledNormalizer:
         self.cm = charsmap
 
     def _first(self, data: bytes) -> "str | None":
-        """The replacement of the shortest key that is a prefix of ``data`` (None: no key)."""
-        found, _ = self.cm._prefixes(data)
+        """The replacement of the shortest key that is a prefix of ``data`` (None: no key). HF's
+        trie walk stops at a NUL byte: a key holding U+0000 never matches there."""
+        found, _ = self.cm._prefixes(data.split(b"\0", 1)[0])
         if not found:
             return None
         return self.cm.value_text(found[0][1])
