@@ -22,6 +22,10 @@
 // lookups alone (no solving) ran at ~140; solved a window at a time, fresh text (8-28% of the
 // pieces missing a warm cache) ran 40-80% faster. Windows of 8 or 32 misses measured the same
 // as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
+// Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
+// does not test the length and mix the key's bucket again): callgrind's count of a warm pass
+// (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose and 0.3-1.0 up on the
+// cl-family and tokenizer.json cells (a wider ring entry, more spills).
 #pragma once
 
 #include "cpu_solve.h"
