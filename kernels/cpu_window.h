@@ -24,8 +24,8 @@
 // as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
 // Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
 // does not test the length and mix the key's bucket again): callgrind's count of a warm pass
-// (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose and 0.3-1.0 up on the
-// cl-family and tokenizer.json cells (a wider ring entry, more spills).
+// (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
+// multilingual and 0.3-1.0 up on the cl-family and tokenizer.json cells (a wider ring entry).
 #pragma once
 
 #include "cpu_solve.h"
