@@ -10,6 +10,13 @@ Tokenizers (all from the pinned test data, or built from it):
     json:metaspace      the same with a Metaspace pre-tokenizer that splits at "▁"
                                                             peer: HF tokenizers
     wordpiece:minilm    the MiniLM BERT tokenizer.json      peer: HF tokenizers
+    unigram:botchan_unigram  sentencepiece's botchan Unigram .model   peer: sentencepiece
+    unigram:xlmr        llama.cpp's XLM-R GGUF (250K Unigram pieces)  peer: sentencepiece on
+                        the .model it was converted from
+    json:t5             a T5-style Unigram tokenizer.json (Precompiled, WhitespaceSplit +
+                        Metaspace) written from botchan's Unigram .model  peer: HF tokenizers
+    json:deepseek_llm   DeepSeek-LLM's tokenizer.json (a Sequence of Split patterns: the native
+                        pattern matcher)                    peer: HF tokenizers
 
 (An SPM-style tokenizer.json converted from a .model is a different tokenizer: HF merges by
 merge rank, sentencepiece by piece score, and they differ on a few documents in a hundred; so
@@ -50,7 +57,8 @@ import gputok  # noqa: E402  (path set up by _common)
 import gputok.backends.native  # noqa: E402
 
 TOKENIZERS = ("spm:mistral_v7", "spm:botchan_bpe", "json:legacy", "json:metaspace",
-              "wordpiece:minilm")
+              "wordpiece:minilm", "unigram:botchan_unigram", "unigram:xlmr", "json:t5",
+              "json:deepseek_llm")
 
 
 def _setup(name: str, tmp: Path):
@@ -72,7 +80,30 @@ def _setup(name: str, tmp: Path):
             docs, num_threads=threads)
         _gigatoken(peers, "from_sentencepiece", path)
         return gputok.load(path), {"disallowed_special": ()}, peers
-    if kind == "json":
+    if kind == "unigram":
+        if which == "xlmr":
+            from gputok.loaders.gguf import read_metadata
+
+            path = testdata.family_path("llama_cpp_nomic-bert-moe")
+            data = F.model_from_t5_gguf(read_metadata(path)[0])
+        else:
+            data = F.unigram_source(which)
+            path = tmp / f"{which}.model"
+            path.write_bytes(data)
+        sp = F.spm_oracle(data)
+        peers["sentencepiece 1 thread"] = lambda docs: [sp.encode(d) for d in docs]
+        peers[f"sentencepiece batch {threads} threads"] = lambda docs: sp.encode(
+            docs, num_threads=threads)
+        return gputok.load(path), {"disallowed_special": ()}, peers
+    if kind == "json" and which == "t5":
+        from test_precompiled import t5_json
+
+        cfg = t5_json(F.unigram_source("botchan_unigram"))
+        path = tmp / "t5.json"
+    elif kind == "json" and which == "deepseek_llm":
+        cfg = json.loads(testdata.family_path("deepseek_llm_tokenizer_json").read_text("utf-8"))
+        path = tmp / "deepseek_llm.json"
+    elif kind == "json":
         shape = "legacy" if which == "legacy" else "metaspace_split"
         cfg = F.spm_tokenizer_json(F.model_source("mistral_v3"), shape=shape)
         path = tmp / f"{which}.json"
