@@ -57,7 +57,13 @@ class PrecompiledNormalizer:
             return text
         starts = cluster_starts(cps)
         first = starts[:-1]
-        touched = starts_key[first] | np.logical_or.reduceat(leaf1[cps], first)
+        # a cluster of one character changes only where that character is a key (ASCII letters
+        # start keys of composing sequences, but are none: prose's clusters mostly stay); a
+        # longer one where a key starts at its first character or one of its characters is one
+        single = np.diff(starts) == 1
+        own = leaf1[cps] & (cps != 0)  # (a NUL key never matches: HF's walk stops there)
+        touched = np.where(single, own[first],
+                           starts_key[first] | np.logical_or.reduceat(own, first))
         if not touched.any():
             return text
         out, pos = [], 0
