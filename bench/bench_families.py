@@ -232,8 +232,8 @@ def main():
     p.add_argument("--record", help="write the benchmark's record here (bench/README.md), "
                                     "e.g. bench/results/families.md")
     args = p.parse_args()
-    with _common.recording(args.record, "bench_families.py", "SentencePiece, SPM-style and "
-                           "WordPiece encode throughput vs their own libraries and gigatoken",
+    with _common.recording(args.record, "bench_families.py", "SentencePiece, SPM-style, Unigram, "
+                           "WordPiece and pattern-matcher encode throughput vs their own libraries and gigatoken",
                            ["sentencepiece", "tokenizers", "gigatoken"]) as rec:
         print(f"machine: {_common.machine()}")
         res = rec["data"] = run(args)
