@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -242,6 +243,13 @@ def _same_prefix(a: list, b: list) -> int:
 
 def run(args) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
+    try:  # (the corpus copies are gigabytes at --mb 1024: gone when the run is)
+        return _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, tmp: Path) -> str:
     nbytes, n_docs, passes = _write_corpus(tmp, args.kind, args.mb)
     results: dict = {}
     times: dict = {name: [] for name in args.trainers}
