@@ -74,10 +74,7 @@ def _setup(name: str, tmp: Path):
         data = F.model_source(which)
         path = tmp / f"{which}.model"
         path.write_bytes(data)
-        sp = F.spm_oracle(data)
-        peers["sentencepiece 1 thread"] = lambda docs: [sp.encode(d) for d in docs]
-        peers[f"sentencepiece batch {threads} threads"] = lambda docs: sp.encode(
-            docs, num_threads=threads)
+        _sp_peers(peers, F.spm_oracle(data), threads)
         _gigatoken(peers, "from_sentencepiece", path)
         return gputok.load(path), {"disallowed_special": ()}, peers
     if kind == "unigram":
@@ -90,10 +87,7 @@ def _setup(name: str, tmp: Path):
             data = F.unigram_source(which)
             path = tmp / f"{which}.model"
             path.write_bytes(data)
-        sp = F.spm_oracle(data)
-        peers["sentencepiece 1 thread"] = lambda docs: [sp.encode(d) for d in docs]
-        peers[f"sentencepiece batch {threads} threads"] = lambda docs: sp.encode(
-            docs, num_threads=threads)
+        _sp_peers(peers, F.spm_oracle(data), threads)
         return gputok.load(path), {"disallowed_special": ()}, peers
     if kind == "json" and which == "t5":
         from test_precompiled import t5_json
@@ -120,6 +114,13 @@ def _setup(name: str, tmp: Path):
         e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
     _gigatoken(peers, None, path)
     return gputok.load(path), {"allowed_special": "all"}, peers
+
+
+def _sp_peers(peers: dict, sp, threads: int) -> None:
+    """sentencepiece one text at a time and its batch API on ``threads`` threads."""
+    peers["sentencepiece 1 thread"] = lambda docs: [sp.encode(d) for d in docs]
+    peers[f"sentencepiece batch {threads} threads"] = lambda docs: sp.encode(
+        docs, num_threads=threads)
 
 
 def _gigatoken(peers: dict, how: "str | None", path: Path) -> None:

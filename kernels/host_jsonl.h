@@ -64,6 +64,32 @@ inline void put_cp(Out& o, unsigned cp) {
   }
 }
 
+// The strict UTF-8 sequence at p (p < e, *p >= 0x80): its length, 0 where it is not one
+// (Python's decoder: no overlong forms, no encoded surrogates, nothing above U+10FFFF).
+inline long long utf8_seq_len(const unsigned char* p, const unsigned char* e) {
+  const unsigned c = *p;
+  long long k;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    k = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    k = 2;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    k = 3;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (e - p <= k) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (long long j = 2; j <= k; ++j)
+    if ((p[j] & 0xC0) != 0x80) return 0;
+  return k + 1;
+}
+
 // Strict UTF-8 as Python's decoder takes it: no overlong forms, no encoded surrogates, nothing
 // above U+10FFFF.
 inline bool valid_utf8(const unsigned char* p, const unsigned char* e) {
@@ -80,26 +106,9 @@ inline bool valid_utf8(const unsigned char* p, const unsigned char* e) {
       ++p;
       continue;
     }
-    long long k;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      k = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      k = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      k = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (e - p <= k) return false;
-    if (p[1] < lo || p[1] > hi) return false;
-    for (long long j = 2; j <= k; ++j)
-      if ((p[j] & 0xC0) != 0x80) return false;
-    p += k + 1;
+    const long long n = utf8_seq_len(p, e);
+    if (n == 0) return false;
+    p += n;
   }
   return true;
 }
@@ -180,27 +189,9 @@ struct Line {
   // Its continuation bytes are all >= 0x80, so a sequence never hides a quote, a backslash or a
   // control character.
   bool utf8_seq() {
-    const unsigned c = *p;
-    long long k;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      k = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      k = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      k = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (e - p <= k) return false;
-    if (p[1] < lo || p[1] > hi) return false;
-    for (long long j = 2; j <= k; ++j)
-      if ((p[j] & 0xC0) != 0x80) return false;
-    p += k + 1;
+    const long long n = utf8_seq_len(p, e);
+    if (n == 0) return false;
+    p += n;
     return true;
   }
 

@@ -184,17 +184,5 @@ TRAIN_EXPORT int gputok_train_words_add_spm(void* ctx, const unsigned char* buf,
       failed = 1;
     }
   };
-  const int nt = (int)std::min<int64_t>(c.threads, n_ranges);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : pool) th.join();
-  if (failed) return -1;
-  c.pieces += pieces;
-  try {
-    prune(c);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  return 0;
+  return run_and_prune(c, n_ranges, work, pieces, failed);
 }

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -331,6 +332,28 @@ inline void prune(Counter& c) {
   }
 }
 
+// Runs `work(t)` on min(threads, n_ranges) threads (t = 0 on this one), then adds the pieces
+// the workers counted and prunes: 0, or -1 when a worker (`failed`) or the prune ran out of
+// memory. The tail of every batch of the counter.
+template <class Work>
+inline int run_and_prune(Counter& c, int64_t n_ranges, Work& work,
+                         const std::atomic<int64_t>& pieces, const std::atomic<int>& failed) {
+  const int nt = (int)std::min<int64_t>(c.threads, n_ranges);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(std::ref(work), t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  if (failed) return -1;
+  c.pieces += pieces;
+  try {
+    prune(c);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return 0;
+}
+
+
 }  // namespace train_words
 
 // A counter for one pre-tokenizer (the encoder's tables for the pattern; they must outlive it).
@@ -390,85 +413,7 @@ TRAIN_EXPORT int gputok_train_words_add(void* ctx, const unsigned char* buf,
       failed = 1;
     }
   };
-  const int nt = (int)std::min<int64_t>(c.threads, n_ranges);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : pool) th.join();
-  if (failed) return -1;
-  c.pieces += pieces;
-  try {
-    prune(c);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  return 0;
-}
-
-// Count the words of a text in which every word starts with the byte string `mark` (and the
-// text with a mark): SentencePiece training's words, "▁" and the characters up to the next
-// "▁" (gputok/train/spm.py cuts and normalises the sentences; this counts). n < 4 GB.
-TRAIN_EXPORT int gputok_train_words_add_marked(void* ctx, const unsigned char* buf, long long n,
-                                               const unsigned char* mark, int mark_len) {
-  using namespace train_words;
-  Counter& c = *static_cast<Counter*>(ctx);
-  if (n <= 0 || mark_len <= 0) return 0;
-  auto next_mark = [&](long long from) -> long long {  // the first mark at `from` or after
-    while (from + mark_len <= n) {
-      const void* hit = std::memchr(buf + from, mark[0], (size_t)(n - from));
-      if (!hit) return n;
-      from = (const unsigned char*)hit - buf;
-      if (from + mark_len <= n && std::memcmp(buf + from, mark, (size_t)mark_len) == 0)
-        return from;
-      ++from;
-    }
-    return n;
-  };
-  // ranges of about TRAIN_RANGE_BYTES, cut where a word starts
-  std::vector<long long> cuts{0};
-  while (cuts.back() < n) {
-    const long long at = cuts.back() + TRAIN_RANGE_BYTES;
-    cuts.push_back(at >= n ? n : next_mark(at));
-  }
-  const long long n_ranges = (long long)cuts.size() - 1;
-  std::atomic<long long> next{0}, pieces{0};
-  std::atomic<int> failed{0};
-  auto work = [&](int t) {
-    try {
-      Local local;
-      local.base = buf;
-      local.end = buf + n;
-      long long mine = 0;
-      for (long long r; (r = next.fetch_add(1)) < n_ranges;) {
-        long long a = cuts[r];
-        const long long end = cuts[r + 1];
-        while (a < end) {
-          const long long b = next_mark(a + mark_len);
-          const long long stop = b < end ? b : end;
-          local.add(buf + a, (uint32_t)(stop - a));
-          ++mine;
-          a = stop;
-        }
-      }
-      pieces += mine;
-      flush(c, local, t * (N_SHARDS / 8));
-    } catch (const std::exception&) {
-      failed = 1;
-    }
-  };
-  const int nt = (int)std::min<long long>(c.threads, n_ranges);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : pool) th.join();
-  if (failed) return -1;
-  c.pieces += pieces;
-  try {
-    prune(c);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  return 0;
+  return run_and_prune(c, n_ranges, work, pieces, failed);
 }
 
 // [unique words, their bytes, table bytes, pieces counted, floor, words pruned, count pruned]

@@ -317,6 +317,21 @@ void ug_emit(const UgModel& m, const enc_u8* p, enc_i64 n, UgWork& w) {
   }
   enc_i64 run = -1;  // start of the pending fused run
   enc_i64 at = 0;
+  // a fused run of unknown edges [a, b): one piece if the whole run is one, else its bytes
+  // under byte fallback (all of them known), else one unk
+  auto flush_run = [&](enc_i64 a, enc_i64 b) {
+    const int whole = ug_exact(m, p + a, b - a);
+    bool done = whole >= 0;
+    if (done) {
+      out.push_back((enc_u32)whole);
+    } else if (bf) {
+      done = true;
+      for (enc_i64 i = a; i < b && done; ++i) done = m.byte_ids[p[i]] != UG_NO_ID;
+      if (done)
+        for (enc_i64 i = a; i < b; ++i) out.push_back(m.byte_ids[p[i]]);
+    }
+    if (!done) out.push_back(m.unk);
+  };
   for (size_t k = w.path.size(); k-- > 0;) {
     const enc_i64 e = w.path[k], s = w.from[e];
     const int v = w.id[e];
@@ -326,34 +341,12 @@ void ug_emit(const UgModel& m, const enc_u8* p, enc_i64 n, UgWork& w) {
       continue;
     }
     if (run >= 0) {
-      const int whole = ug_exact(m, p + run, at - run);
-      bool done = whole >= 0;
-      if (done) {
-        out.push_back((enc_u32)whole);
-      } else if (bf) {
-        done = true;
-        for (enc_i64 i = run; i < at && done; ++i) done = m.byte_ids[p[i]] != UG_NO_ID;
-        if (done)
-          for (enc_i64 i = run; i < at; ++i) out.push_back(m.byte_ids[p[i]]);
-      }
-      if (!done) out.push_back(m.unk);
+      flush_run(run, at);
       run = -1;
     }
     out.push_back((enc_u32)v);
   }
-  if (run >= 0) {
-    const int whole = ug_exact(m, p + run, at - run);
-    bool done = whole >= 0;
-    if (done) {
-      out.push_back((enc_u32)whole);
-    } else if (bf) {
-      done = true;
-      for (enc_i64 i = run; i < at && done; ++i) done = m.byte_ids[p[i]] != UG_NO_ID;
-      if (done)
-        for (enc_i64 i = run; i < at; ++i) out.push_back(m.byte_ids[p[i]]);
-    }
-    if (!done) out.push_back(m.unk);
-  }
+  if (run >= 0) flush_run(run, at);
 }
 
 // One sentence's ids appended to w.out; false: HF's missing unk id.

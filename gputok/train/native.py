@@ -44,8 +44,6 @@ def _lib(path: str):
     lib.gputok_train_words_free.argtypes = [vp]
     lib.gputok_train_words_add.argtypes = [vp, vp, vp, ll]
     lib.gputok_train_words_add.restype = i
-    lib.gputok_train_words_add_marked.argtypes = [vp, ctypes.c_char_p, ll, ctypes.c_char_p, i]
-    lib.gputok_train_words_add_marked.restype = i
     lib.gputok_train_words_add_spm.argtypes = [vp, vp, vp, ll, i, vp, u, vp, u, u, vp, vp, ll,
                                                 ll, i]
     lib.gputok_train_words_add_spm.restype = i
@@ -108,7 +106,7 @@ class WordCounter:
     def __init__(self, params: "tuple | None", threads: int, budget: int = 0):
         self.lib = library()
         self._keep = params  # the tables must outlive the counter
-        if params is None:  # (``add_marked`` only: no pre-tokenizer)
+        if params is None:  # (``add_spm`` only: no pre-tokenizer)
             z = np.zeros(1, np.uint8)
             params = self._keep = (z, z, 0, 0, 0, 0, 0)
         cls, letters, n_letters, o200k, gpt2, group, end_whole = params
@@ -130,16 +128,6 @@ class WordCounter:
         if self.lib.gputok_train_words_add(self.ctx, _addr(data), _addr(offsets), n) != 0:
             raise MemoryError("gputok train: out of memory counting words (lower "
                               "max_word_memory to prune sooner)")
-
-    def add_marked(self, text: bytes, mark: bytes) -> None:
-        """Count the words of ``text``, each of which starts with ``mark`` (as the text does)."""
-        if not text:
-            return
-        if len(text) >= 1 << 32:
-            raise ValueError("a batch of 4 GB or more; read the corpus in smaller batches")
-        if self.lib.gputok_train_words_add_marked(self.ctx, text, len(text), mark,
-                                                  len(mark)) != 0:
-            raise MemoryError("gputok train: out of memory counting words")
 
     def add_spm(self, buf: bytes, offsets: np.ndarray, sep: int, spm: "SpmWordRules") -> None:
         """Count SentencePiece training's words (``host_train_spm_words.h``) of sentences

@@ -30,8 +30,7 @@ from ...stages.pack import Documents, utf8_of
 from ...stages.split import check_buffer, token_spans
 from ...stages.spm_plan import plan_chunk
 from ..spm_device import SpmStages
-from .chunk import chunk_end
-from .workers import guided_ends
+from .workers import document_ranges
 
 #: a chunk's bytes at most: its arrays are indexed by uint32 (n + entries slots)
 SPM_CHUNK_LIMIT = (1 << 31) - 64
@@ -91,14 +90,7 @@ class SpmRunner:
         n_docs = len(doc_off) - 1
         budget = min(be.chunk_budget(), SPM_CHUNK_LIMIT)
         workers = be.workers.workers if be.workers is not None and self.one_call else 0
-        if workers > 1 and int(doc_off[-1]) > budget // 4:
-            ends = guided_ends(doc_off, 0, budget, workers).tolist()
-        else:
-            ends, d0 = [], 0
-            while d0 < n_docs:
-                d0 = chunk_end(doc_off, d0, budget)
-                ends.append(d0)
-        ranges = list(zip([0] + ends[:-1], ends))
+        ranges = document_ranges(doc_off, budget, workers)
 
         def one(d0: int, d1: int) -> tuple:
             return self._chunk(model, t, up, buf, doc_off, spans, d0, d1, allowed)

@@ -33,8 +33,7 @@ from ...stages.pack import Documents, fix_surrogates
 from ...stages.split import check_buffer, token_spans
 from ...stages.spm_tables import NORM_COLLAPSE, NORM_DUMMY, NORM_ESCAPE, NORM_SUFFIX
 from ...stages.text import encode_text
-from .chunk import chunk_end
-from .workers import guided_ends
+from .workers import document_ranges
 
 NO_ID = 0xFFFFFFFF
 
@@ -178,20 +177,10 @@ class UnigramRunner:
         return ids, at[first[:n_docs + 1]]
 
     def _ranges(self, doc_off: np.ndarray) -> list:
-        """Ranges of whole documents, one call each: guided over the chunk workers for a big
-        batch, else chunks of the backend's budget."""
+        """Ranges of whole documents, one call each (``workers.document_ranges``)."""
         be = self.be
-        n_docs = len(doc_off) - 1
-        budget = be.chunk_budget()
-        workers = be.workers.workers if be.workers is not None else 0
-        if workers > 1 and int(doc_off[-1]) > budget // 4:
-            ends = guided_ends(doc_off, 0, budget, workers).tolist()
-        else:
-            ends, d0 = [], 0
-            while d0 < n_docs:
-                d0 = chunk_end(doc_off, d0, budget)
-                ends.append(d0)
-        return list(zip([0] + ends[:-1], ends))
+        return document_ranges(doc_off, be.chunk_budget(),
+                               be.workers.workers if be.workers is not None else 0)
 
     def _encode_host(self, model, e: _Entry, docs, allowed, disallowed) -> tuple:
         """The host front (the numpy backend's stages), the misses' lattice on the device."""

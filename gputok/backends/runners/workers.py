@@ -19,6 +19,7 @@ import numpy as np
 from ...stages.emit import Placement
 from ..hostplan import HostChunk
 from ..protocol import Ready
+from .chunk import chunk_end
 from .plan import ModelPlan
 
 # Chunk workers' chunks are guided (guided_target): each takes the bytes left over
@@ -60,6 +61,19 @@ def guided_ends(doc_off, start: int, budget: int, workers: int) -> np.ndarray:
         return np.array(ends, np.int64)
 
 
+def document_ranges(doc_off, budget: int, workers: int) -> list:
+    """(d0, d1) ranges of whole documents, one call each: guided over ``workers`` chunk workers
+    for a batch over a quarter of ``budget`` (``guided_ends``), else as many documents as fit
+    ``budget`` each (``chunk.chunk_end``)."""
+    n_docs = len(doc_off) - 1
+    if workers > 1 and int(doc_off[-1]) > budget // 4:
+        ends = guided_ends(doc_off, 0, budget, workers).tolist()
+    else:
+        ends, d0 = [], 0
+        while d0 < n_docs:
+            d0 = chunk_end(doc_off, d0, budget)
+            ends.append(d0)
+    return list(zip([0] + ends[:-1], ends))
 
 def empty_part(model, d0: int, d1: int) -> tuple:
     """Documents with nothing to encode (empty, or only token spans that emit nothing)."""
