@@ -343,22 +343,36 @@ class Encoding:
         return b"".join(parts).decode("utf-8", errors="strict"), offsets
 
     def decode_batch(self, batch: Sequence[Sequence[int]], *, errors: str = "replace",
-                     num_threads: int = 8) -> list[str]:
-        """Decode a list of token lists.
+                     num_threads: int = 8, backend: Backend = "auto") -> list[str]:
+        """Decode a list of token lists (each as ``decode``). With a native backend the whole
+        batch's token bytes are looked up and joined in one call.
 
         >>> enc.decode_batch([[15339], [1917]])
         ['hello', ' world']
         """
-        return [self.decode(t, errors=errors) for t in batch]
+        detok = self.model.detok
+        if not hasattr(detok, "decode_batch"):
+            return [self.decode(t, errors=errors) for t in batch]
+        return detok.decode_batch(batch, errors, self._joiner(batch, backend))
 
-    def decode_bytes_batch(self, batch: Sequence[Sequence[int]], *, num_threads: int = 8
-                           ) -> list[bytes]:
+    def decode_bytes_batch(self, batch: Sequence[Sequence[int]], *, num_threads: int = 8,
+                           backend: Backend = "auto") -> list[bytes]:
         """Decode a list of token lists to bytes.
 
         >>> enc.decode_bytes_batch([[15339], [1917]])
         [b'hello', b' world']
         """
-        return [self.decode_bytes(t) for t in batch]
+        detok = self.model.detok
+        if not hasattr(detok, "decode_bytes_batch"):
+            return [self.decode_bytes(t) for t in batch]
+        return detok.decode_bytes_batch(batch, self._joiner(batch, backend))
+
+    @staticmethod
+    def _joiner(batch, backend):
+        """The backend's batch join (``HostTools.joiner``), for a batch worth a native call."""
+        if not isinstance(batch, (list, tuple)) or len(batch) < 2:
+            return None
+        return getattr(get_backend(backend).tools, "joiner", None)
 
     def stream_decoder(self, errors: str = "replace") -> StreamDecoder:
         """A decoder for token streams that holds back an incomplete UTF-8 tail between calls.

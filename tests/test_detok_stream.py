@@ -1,4 +1,4 @@
-"""SentencePiece decoding (``gputok/components/decoders/chains.py``): ``decode`` and the streaming
+"""SentencePiece decoding (``gputok/components/decoders/spm.py``): ``decode`` and the streaming
 decoder against sentencepiece's ``decode``, on random id sequences (byte pieces that form
 characters, that do not, control pieces between them, unk, leading "▁" pieces), Mistral v7,
 botchan and a trained model.
@@ -16,7 +16,7 @@ import pytest
 import families as F
 import gputok
 from conftest import fuzz_examples
-from gputok.components.decoders import chains as detok
+from gputok.components.decoders import spm as detok
 
 NAMES = ["mistral_v7", "botchan_bpe", "nfkc_cf_bytes"]
 _ENC: dict = {}

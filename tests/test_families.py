@@ -455,7 +455,8 @@ def test_family_docstring_examples_run():
                  "gputok.components.segmenters.wordlevel", "gputok.components.pretokenizers",
                  "gputok.components.normalizers", "gputok.components.decoders",
                  "gputok.components.postprocessors",
-                 "gputok.components.decoders.chains", "gputok.components.segmenters.pieces"):
+                 "gputok.components.decoders.chains", "gputok.components.decoders.spm",
+                 "gputok.components.segmenters.pieces"):
         mod = importlib.import_module(name)
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, name

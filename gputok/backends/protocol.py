@@ -136,12 +136,14 @@ class HostTools:
     """Native helpers a backend gives the host stages it runs, explicitly (a stage never
     behaves differently because some backend was loaded): ``lister`` builds id lists
     (``stages.lists.IdLists``), ``packer`` reads str documents as UTF-8 without the
-    interpreter's lock (``stages.pack.StrLayout``), ``utf8_check(buf, n)`` checks bytes input.
+    interpreter's lock (``stages.pack.StrLayout``), ``utf8_check(buf, n)`` checks bytes input,
+    ``joiner`` joins a batch's token bytes for ``decode_batch`` (``stages.join.PieceJoin``).
     None: the stages' plain Python forms."""
 
     lister: object = None
     packer: object = None
     utf8_check: object = None
+    joiner: object = None
 
 
 class Ready:

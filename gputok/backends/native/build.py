@@ -233,7 +233,8 @@ def translation_units() -> dict[str, str]:
         f'{py_head}#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
         f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
-        f'#line 1 "host_lists.h"\n{_read("host_lists.h")}')
+        f'#line 1 "host_lists.h"\n{_read("host_lists.h")}\n'
+        f'#line 1 "host_join.h"\n{_read("host_join.h")}')
     # BPE training (gputok/train/native.py): word counting and the merge loop
     units["host_train.cpp"] = _unit_text("".join(f'#line 1 "{x}"\n{_read(x)}\n'
                                                  for x in TRAIN_FILES))

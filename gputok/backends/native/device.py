@@ -383,9 +383,10 @@ class NativeDevice(OneCalls, SpmCalls, UnigramCalls, Device):
         return got
 
     def host_tools(self) -> HostTools:
-        """The library's UTF-8 check, str packer and id lists (``protocol.HostTools``)."""
+        """The library's UTF-8 check, str packer, id lists and decode join
+        (``protocol.HostTools``)."""
         lib = self.lib
-        return HostTools(lib.lister, lib.packer, lib.utf8_check)
+        return HostTools(lib.lister, lib.packer, lib.utf8_check, lib.joiner)
 
     def trim_idle(self) -> None:
         """Free the workspace no chunk is using (``driver.encode_list``, after a long text)."""

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from ...stages import lists, pack
+from ...stages import join, lists, pack
 from . import build as native_build
 from .settings import threads_default
 
@@ -87,6 +87,7 @@ class _Library:
         id_list_parts.restype = ctypes.py_object
         lister = lists.IdLists(id_list, id_list_parts)
         self.lister = lister if lister.usable else None
+        self.joiner = join.bind(str(self.path)) if self.packer is not None else None
         self.max_args = lib.gputok_native_max_args()
         self.lib = lib
         self.kernels: dict = {}

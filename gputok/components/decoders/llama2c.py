@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from .chains import SpmDecoder
+from .spm import SpmDecoder
 
 
 class Llama2cDecoder(SpmDecoder):
