@@ -113,6 +113,7 @@ def _setup(name: str, tmp: Path):
     peers[f"HF tokenizers batch {threads} threads"] = lambda docs: [
         e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
     _gigatoken(peers, None, path)
+    _tokie(peers, path)
     return gputok.load(path), {"allowed_special": "all"}, peers
 
 
@@ -139,6 +140,25 @@ def _gigatoken(peers: dict, how: "str | None", path: Path) -> None:
         layout = tok.encode_batch(docs).layout
         return np.asarray(layout.content.data), np.asarray(layout.offsets)
     peers[f"gigatoken batch {os.cpu_count() or 1} threads"] = batch
+
+
+def _tokie(peers: dict, path: Path) -> None:
+    """Add tokie's flat batch API as a peer where it loads the tokenizer.json (its
+    ``encode_batch_flat``: ids and per-document counts as arrays, no per-document objects)."""
+    try:
+        import tokie
+
+        tok = tokie.Tokenizer.from_json(str(path))
+    except Exception as e:  # not installed, or a file it does not read: said, not timed
+        print(f"  tokie: skipped for {path.name}: {type(e).__name__}: {str(e)[:120]}")
+        return
+
+    def batch(docs):
+        ids, lens = tok.encode_batch_flat(docs, add_special_tokens=False)
+        off = np.zeros(len(lens) + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        return np.asarray(ids), off
+    peers[f"tokie batch {os.cpu_count() or 1} threads"] = batch
 
 
 def run(args) -> dict:
@@ -235,7 +255,7 @@ def main():
     args = p.parse_args()
     with _common.recording(args.record, "bench_families.py", "SentencePiece, SPM-style, Unigram, "
                            "WordPiece and pattern-matcher encode throughput vs their own libraries and gigatoken",
-                           ["sentencepiece", "tokenizers", "gigatoken"]) as rec:
+                           ["sentencepiece", "tokenizers", "gigatoken", "tokie"]) as rec:
         print(f"machine: {_common.machine()}")
         res = rec["data"] = run(args)
     if args.json:
