@@ -173,3 +173,44 @@ def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp
     assert be.fallbacks == {("merge", "WordPiece"): 1} and not be.dev.launches
     assert sum(issubclass(w.category, FallbackWarning) for w in caught) == 1
     assert be.plan(enc.model)["merge"].startswith("host")
+
+
+def test_whole_words_are_resolved_in_the_cut_and_respect_the_word_cap(corpora, tmp_path):
+    """THE WHOLE-WORD LOOKUP (kernels/host_bert.h): a word that is a vocabulary entry comes out
+    of BERT's cut as its id; a longer entry than ``max_input_chars_per_word`` is not in the
+    index, so such a word stays unk (HF's rule), and ids equal HF's either way."""
+    from tokenizers import Tokenizer
+
+    from gputok.backends.native import pattern
+
+    cfg = json.loads(testdata.family_path("minilm_tokenizer_json").read_text("utf-8"))
+    cfg["model"]["max_input_chars_per_word"] = 6
+    (tmp_path / "tokenizer.json").write_text(json.dumps(cfg), "utf-8")
+    enc = gputok.load(tmp_path / "tokenizer.json")
+    hf = Tokenizer.from_str(json.dumps(cfg))
+    hf.no_truncation()
+    hf.no_padding()
+    docs = _docs(corpora, 100_000) + ["understanding international relationships", "abcdef"]
+    be = native.create(threads=2)
+    ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+    assert not be.fallbacks, dict(be.fallbacks)
+    # the cut itself: resolved entries with the words, none without; the same ids
+    seg = enc.model.segmenter
+    pre = enc.model.front[1]
+    data = "international understanding of the world, naïve café".encode()
+    args = (data, np.array([0, len(data)], np.int64), np.zeros(0, np.int64),
+            np.zeros(0, np.int64), np.zeros(0, np.uint32))
+    _, _, spec_with, _ = pattern.cutter(pre, pre.program(), 1, seg.whole_words).cut_chunk(*args)
+    _, _, spec_without, _ = pattern.cutter(pre, pre.program(), 1).cut_chunk(*args)
+    normal = np.uint32(0xFFFFFFFF)
+    words = spec_with[:-1]
+    assert (spec_without[:-1] == normal).all()
+    resolved = words[words != normal].tolist()
+    assert resolved and set(resolved) <= set(seg.vocab.values())
+    assert seg.vocab["the"] in resolved and seg.vocab["world"] in resolved
+    # a 13-character entry is past the cap: never resolved, the word is unk as in HF
+    assert seg.vocab.get("international") not in resolved
+    assert enc.encode("international", backend=be) == hf.encode(
+        "international", add_special_tokens=False).ids == [seg.unk_id]

@@ -53,8 +53,9 @@ Members that come with a capability (the base class raises for a device that lac
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
     unigram_lattice(tables, norm, w)  with ``unigram_inline``: one Unigram model's lattice
-    program_cutter(pre, program)      with ``pretok_program``: a pre-tokenizer no scanner knows,
-                                      cut by the device from its program
+    program_cutter(pre, program, w)   with ``pretok_program``: a pre-tokenizer no scanner knows,
+                                      cut by the device from its program (``w``: the
+                                      segmenter's ``whole_words``, or None)
     stage(slot, nbytes)               with ``staging``: the slot's host staging, free to write
     per_doc_pass()                    with ``per_doc``: the per-document pass (its batches and
                                       texts: ``runners/perdoc.py``)
@@ -237,7 +238,7 @@ class Device:
     def unigram_lattice(self, tables: tuple, norm, where: str):
         raise self._lacks("unigram_lattice", "unigram_inline")
 
-    def program_cutter(self, pre, program):
+    def program_cutter(self, pre, program, words=None):
         raise self._lacks("program_cutter", "pretok_program")
 
     def per_doc_pass(self):

@@ -8,6 +8,7 @@ for BERT's normaliser and pre-tokenizer (``kernels/host_bert.h``).
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 
@@ -26,17 +27,23 @@ def _setup(lib) -> None:
     lib.gputok_rx_take.argtypes = [vp, vp, vp, vp, vp, ctypes.c_uint32]
     lib.gputok_rx_take.restype = None
     lib.gputok_bert_cut.argtypes = [vp] * 5 + [ll] + [vp] * 4 + [ll, i] + [vp, vp, ll] + \
-        [vp] * 3 + [ll, i]
+        [vp] * 3 + [ll, i, vp]
     lib.gputok_bert_cut.restype = vp
+    lib.gputok_bert_words_new.argtypes = [vp, vp, vp, ll]
+    lib.gputok_bert_words_new.restype = vp
+    lib.gputok_bert_words_free.argtypes = [vp]
+    lib.gputok_bert_words_free.restype = None
     lib._rx_ready = True
 
 
-def cutter(pre, program, threads: int):
-    """The native cut of ``program`` (a pattern's or BERT's) for the pre-tokenizer ``pre``."""
+def cutter(pre, program, threads: int, words=None):
+    """The native cut of ``program`` (a pattern's or BERT's) for the pre-tokenizer ``pre``;
+    ``words``: the segmenter's whole words (``WordPieceFamily.whole_words``), which BERT's cut
+    resolves itself, or None."""
     from ...components.bert_steps import BertProgram
 
     if isinstance(program, BertProgram):
-        return BertCut(pre, program, threads)
+        return BertCut(pre, program, threads, words)
     return ProgramCut(pre, program, threads)
 
 
@@ -113,7 +120,24 @@ class _BertTables:
 
 
 class BertCut(ProgramCut):
-    """BERT's normaliser and pre-tokenizer (``BertProgram``) in C: ``kernels/host_bert.h``."""
+    """BERT's normaliser and pre-tokenizer (``BertProgram``) in C: ``kernels/host_bert.h``; a
+    word that is a whole vocabulary entry comes out resolved (its id as its spec) where the
+    segmenter's ``whole_words`` are given."""
+
+    def __init__(self, pre, program, threads: int, words=None):
+        super().__init__(pre, program, threads)
+        self._words = None
+        if words is not None:
+            lib = library().lib
+            _setup(lib)
+            blob, off, ids = words()
+            a = _address
+            buf = np.frombuffer(blob, np.uint8)
+            h = lib.gputok_bert_words_new(a(buf), a(off), a(ids), len(ids))
+            if not h:
+                raise MemoryError("gputok native: out of memory indexing the vocabulary")
+            self._words = h
+            self._free = weakref.finalize(self, lib.gputok_bert_words_free, h)
 
     def cut_chunk(self, data: bytes, doc_off, sp_start, sp_end, sp_id) -> tuple:
         lib = library().lib
@@ -123,5 +147,6 @@ class BertCut(ProgramCut):
         a = _address
         h = lib.gputok_bert_cut(a(flags), a(ccc), a(nk), a(no), a(nv), len(nk), a(low), a(mk),
                                 a(mo), a(mv), n_multi, self.program.opts, a(buf), a(off),
-                                len(off) - 1, a(ss), a(se), a(sid), len(ss), self.threads)
+                                len(off) - 1, a(ss), a(se), a(sid), len(ss), self.threads,
+                                self._words)
         return _take(lib, h, len(off) - 1)

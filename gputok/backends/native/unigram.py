@@ -158,9 +158,9 @@ class UnigramCalls:
         """One model's lattice (``UnigramLattice``), built in the library now."""
         return UnigramLattice(self.lib.lib, tables, norm, where)
 
-    def program_cutter(self, pre, program):
-        """A pre-tokenizer's native cut (``pattern.ProgramCut`` or ``pattern.BertCut``) on this
-        device's threads."""
+    def program_cutter(self, pre, program, words=None):
+        """A pre-tokenizer's native cut (``pattern.ProgramCut`` or ``pattern.BertCut``, which
+        resolves the segmenter's whole ``words``) on this device's threads."""
         from .pattern import cutter
 
-        return cutter(pre, program, self.threads)
+        return cutter(pre, program, self.threads, words)

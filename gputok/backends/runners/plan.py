@@ -182,7 +182,8 @@ class Planner:
         self.dev.synchronize()  # the streams are non-blocking: tables must be there before use
         norm, pre = model.front  # (BERT's normaliser runs in its pre-tokenizer's pass)
         if mode == "program":
-            pre = self.dev.program_cutter(pre, self.program(model))
+            pre = self.dev.program_cutter(pre, self.program(model),
+                                          getattr(model.segmenter, "whole_words", None))
         plan = ModelPlan(mode, why, pre, Tables(arrays, scalars),
                          norm.steps if norm is not None else (), form, model.segmenter.device)
         self._plans[key] = (weakref.ref(model), plan)
