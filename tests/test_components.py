@@ -80,3 +80,30 @@ def test_every_family_a_loader_builds_is_a_composition(tmp_path):
             assert isinstance(part, proto), (family, proto.__name__, part)
         assert (m.segmenter.device is not None) == (family in ("WordPiece", "byte-level BPE",
                                                                "SentencePiece BPE", "Unigram"))
+
+
+def test_metaspace_after_another_step_cuts_each_document_at_once():
+    """``Sequence`` hands a Metaspace ("always", split) every document's words at once
+    (``Metaspace.split_joined``): the pieces equal the word-by-word ``split_batch``, whatever
+    the words hold (spaces, the replacement, newlines, nothing), and HF's on a real pipeline."""
+    import random
+
+    from gputok.components.pretokenizers import Sequence
+    from gputok.stages.pretok import Pretokenizer, PretokSpec, Split
+
+    meta = Metaspace("\u2581", "always", True)
+    rng = random.Random(7)
+    alphabet = ["a", "\xe9", " ", "\u2581", "\n", "x", "\U0001F600", "\t"]
+    for _ in range(3000):
+        docs = [["".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
+                 for _ in range(rng.randrange(6))] for _ in range(rng.randrange(4))]
+        want = [[p for w in ws for p in meta.split_batch([w])[0]] for ws in docs]
+        assert meta.split_joined(docs) == want, docs
+    tokenizers = pytest.importorskip("tokenizers")
+    hf = tokenizers.pre_tokenizers.Sequence([
+        tokenizers.pre_tokenizers.WhitespaceSplit(),
+        tokenizers.pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")])
+    ours = Sequence([Pretokenizer(PretokSpec((Split(r"\S+"),), family="hf")), meta])
+    texts = ["hi  there", "\u2581a\u2581\u2581b c", "", "  ", "d\xe9j\xe0 vu\n\tx\u2581"]
+    got = ours.split_batch(texts)
+    assert got == [[w for w, _ in hf.pre_tokenize_str(t)] for t in texts]

@@ -104,6 +104,39 @@ class Metaspace(_Host):
             return [[t] if t else [] for t in out]
         return [self._words.findall(t) for t in out]
 
+    def split_joined(self, words: list) -> list:
+        """``split_batch`` of every word of each document in ``words`` (lists of words), the
+        pieces of each document's words in one list, for ``scheme="always"`` and ``split``:
+        each word is replaced and prefixed on its own, then the document's words are cut in one
+        ``findall`` over their concatenation, which is exact because every prefixed word starts
+        with the one-character replacement, where a piece starts anyway. (A ``findall`` per
+        word was 60% of a T5-style tokenizer.json's batch.)"""
+        rep = self.replacement
+        counters["pretok.metaspace"] += sum(map(len, words))
+        starts = self._starts
+        out = []
+        for ws in words:
+            # the words joined by "\n" (when none holds one): a word's start is the text's or
+            # a "\n"'s, prefixed there by one substitution, then the "\n"s go
+            lined = "\n" + "\n".join(ws).replace(" ", rep)
+            if lined.count("\n") == len(ws) or not ws:
+                joined = starts.sub("\n" + rep, lined).replace("\n", "")
+            else:
+                joined = "".join(t if t.startswith(rep) or not t else rep + t
+                                 for t in (w.replace(" ", rep) for w in ws))
+            out.append(self._words.findall(joined))
+        return out
+
+    @property
+    def _starts(self):
+        """Where a word of a "\n"-joined list that does not start with the replacement starts
+        (``split_joined``)."""
+        got = self.__dict__.get("_starts_re")
+        if got is None:
+            rep = re.escape(self.replacement)
+            got = self._starts_re = re.compile(f"\n(?=[^{rep}\n])")
+        return got
+
 
 class Sequence(_Host):
     """HF's ``Sequence``: each pre-tokenizer splits every word the previous one made.
@@ -129,6 +162,10 @@ class Sequence(_Host):
             return [[t] if t else [] for t in texts]
         out = self.steps[0].split_batch(texts, first)
         for step in self.steps[1:]:
+            if isinstance(step, Metaspace) and step.split_words and step.scheme == "always" \
+                    and len(step.replacement) == 1:
+                out = step.split_joined(out)
+                continue
             flat = [w for ws in out for w in ws]
             parts = iter(step.split_batch(flat))
             out = [[p for _ in ws for p in next(parts)] for ws in out]
