@@ -9,6 +9,12 @@
 //
 //   gputok_native_spm_chunk   returns the id count (ids into out, document offsets into
 //                             out_doc), -1 when there is no memory for the workspace
+//   gputok_native_spm_norm    THE SPM NORMALISER over a chunk's pieces (segments and token
+//                             spans), user-defined pieces included: each piece's length
+//                             (measure), then its bytes (write); what encode_spm_norm_len and
+//                             _write launch, as one call per pass (a model with user-defined
+//                             pieces, whose trie those kernels do not take)
+//   gputok_native_spm_text    one text, its normaliser and its user-defined pieces too
 //
 // The tables and scalars come as one array of words (tab, ENC_SPM_TAB_*: NativeDevice's
 // spm_tab); out has room for n + (the dummies) ids, the most a chunk makes (spm_rules.h).
@@ -35,6 +41,8 @@ enum {
   ENC_SPM_TAB_N_STRINGS,
   ENC_SPM_TAB_NFLAGS,
   ENC_SPM_TAB_REWRITE,  // 1: a text is rewritten by THE SPM NORMALISER first
+  ENC_SPM_TAB_UD,       // THE USER-DEFINED MATCH's trie (common/spm_norm_rules.h)
+  ENC_SPM_TAB_N_UD,     // its length (0: no user-defined pieces)
   ENC_SPM_TAB_WORDS
 };
 
@@ -75,6 +83,16 @@ __forceinline__ EncSpm enc_spm_of(const enc_u64* tab) {
   m.unk = (enc_u32)tab[ENC_SPM_TAB_UNK];
   m.space_id = (enc_u32)tab[ENC_SPM_TAB_SPACE_ID];
   return m;
+}
+
+__forceinline__ EncCharsMap enc_spm_cm_of(const enc_u64* tab) {
+  EncCharsMap cm{reinterpret_cast<const enc_u32*>(tab[ENC_SPM_TAB_CM_UNITS]),
+                 (enc_u32)tab[ENC_SPM_TAB_N_UNITS],
+                 reinterpret_cast<const enc_u8*>(tab[ENC_SPM_TAB_CM_STRINGS]),
+                 (enc_u32)tab[ENC_SPM_TAB_N_STRINGS], (enc_u32)tab[ENC_SPM_TAB_NFLAGS],
+                 reinterpret_cast<const enc_u32*>(tab[ENC_SPM_TAB_UD]),
+                 (enc_u32)tab[ENC_SPM_TAB_N_UD]};
+  return cm;
 }
 }  // namespace
 
@@ -185,22 +203,42 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_ch
   return total;
 }
 
-// One text of one segment (no token span, no user-defined piece in it: the caller checked), the
-// chunk call with its one mark (seg_bits at byte 0) and its id count written to out, which has
-// room for out_cap ids: Encoding.encode's text in one call with no array made on the way
-// (NativeDevice.spm_text_call). A model whose normaliser rewrites the text
-// (ENC_SPM_TAB_REWRITE) has it rewritten first, THE SPM NORMALISER into this thread's buffer
-// (measured, then written). Returns the id count; -1 without memory; -(2 + k) when out has room
-// for fewer than the k ids the text may make (the caller grows it and calls again).
+extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_norm(
+    const enc_u8* buf, const enc_u32* p_src, const enc_u32* p_len, const enc_u8* p_kind,
+    enc_i64 k, const enc_u64* tab, const enc_u32* p_dst, enc_u32* out_len, enc_u8* out) {
+  const EncCharsMap cm = enc_spm_cm_of(tab);
+  enc_i64 total = 0;
+  for (enc_i64 q = 0; q < k; ++q) {
+    if (out == nullptr) {  // measure
+      EncNormOut o{nullptr, false, 0, 0, 0};
+      out_len[q] = p_kind[q] ? p_len[q]
+                             : enc_spm_normalize(cm, buf, p_src[q], p_src[q] + p_len[q], o);
+    } else if (p_kind[q]) {  // a token span: its bytes as they are
+      for (enc_u32 i = 0; i < p_len[q]; ++i) out[p_dst[q] + i] = buf[p_src[q] + i];
+    } else {
+      EncNormOut o{out + p_dst[q], true, out_len[q], 0, 0};
+      enc_spm_normalize(cm, buf, p_src[q], p_src[q] + p_len[q], o);
+    }
+    total += out_len[q];
+  }
+  return total;
+}
+
+// One text of one segment (no token span: the caller checked), the chunk call with its marks
+// and its id count written to out, which has room for out_cap ids: Encoding.encode's text in one
+// call with no array made on the way (NativeDevice.spm_text_call). A model whose normaliser
+// rewrites the text (ENC_SPM_TAB_REWRITE) has it rewritten first, THE SPM NORMALISER into this
+// thread's buffer (measured, then written). A model with user-defined pieces has them found in
+// the (normalised) text, THE USER-DEFINED MATCH at each character left to right, each one span:
+// OUTSIDE bytes, SPECIAL_START first, its id (spm_plan.user_defined_spans's marks). Returns the
+// id count; -1 without memory; -(2 + k) when out has room for fewer than the k ids the text may
+// make (the caller grows it and calls again).
 extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_text(
     const enc_u8* buf, enc_i64 n, const enc_u64* tab, int seg_bits, int out_u16, void* out,
     enc_i64 out_cap) {
-  thread_local EncSpmWork norm;
+  thread_local EncSpmWork norm, spans;
+  const EncCharsMap cm = enc_spm_cm_of(tab);
   if (tab[ENC_SPM_TAB_REWRITE] && n > 0) {
-    const EncCharsMap cm{reinterpret_cast<const enc_u32*>(tab[ENC_SPM_TAB_CM_UNITS]),
-                         (enc_u32)tab[ENC_SPM_TAB_N_UNITS],
-                         reinterpret_cast<const enc_u8*>(tab[ENC_SPM_TAB_CM_STRINGS]),
-                         (enc_u32)tab[ENC_SPM_TAB_N_STRINGS], (enc_u32)tab[ENC_SPM_TAB_NFLAGS]};
     EncNormOut o{nullptr, false, 0, 0, 0};
     const enc_u32 len = enc_spm_normalize(cm, buf, 0, (enc_u32)n, o);
     if ((enc_i64)len + 1 > out_cap) return -2 - ((enc_i64)len + 1);
@@ -215,11 +253,54 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_te
     return -2 - (n + 1);
   }
   const enc_u32 doc_off[2] = {0, (enc_u32)n};
-  const enc_u32 mpos[1] = {0};
-  const enc_u8 mbits[1] = {(enc_u8)seg_bits};
+  enc_u32 one_pos[1] = {0};
+  enc_u8 one_bits[1] = {(enc_u8)seg_bits};
+  const enc_u32* mpos = one_pos;
+  const enc_u8* mbits = one_bits;
+  const enc_u32* sp_pos = nullptr;
+  const enc_u32* sp_id = nullptr;
+  enc_i64 n_marks = n > 0 ? 1 : 0, n_spans = 0;
+  enc_u32 id = 0;
+  enc_i64 first = 0;  // the first user-defined piece (none: n)
+  while (first < n && enc_ud_match(cm.ud, cm.n_ud, buf, (enc_u32)first, (enc_u32)n, &id) == 0)
+    first += enc_utf8_len(buf[first]);
+  if (first < n) {  // marks (at most one a byte), spans (at most one a byte)
+    enc_u64* mem = spans.get(((enc_u64)n * 13 + 16) / 8);
+    if (mem == nullptr) return -1;
+    enc_u32* pos = reinterpret_cast<enc_u32*>(mem);
+    enc_u32* sps = pos + n + 1;
+    enc_u32* sid = sps + n;
+    enc_u8* bits = reinterpret_cast<enc_u8*>(sid + n);
+    n_marks = 0;
+    if (first > 0) {
+      pos[0] = 0;
+      bits[0] = (enc_u8)seg_bits;
+      n_marks = 1;
+    }
+    for (enc_i64 i = first; i < n;) {
+      const enc_u32 u = enc_ud_match(cm.ud, cm.n_ud, buf, (enc_u32)i, (enc_u32)n, &id);
+      if (u == 0) {
+        i += enc_utf8_len(buf[i]);
+        continue;
+      }
+      sps[n_spans] = (enc_u32)i;
+      sid[n_spans++] = id;
+      for (enc_u32 q = 0; q < u; ++q) {
+        pos[n_marks] = (enc_u32)i + q;
+        bits[n_marks++] = (enc_u8)(ENC_OUTSIDE | (q == 0 ? ENC_SPECIAL_START : 0) |
+                                   (i + q == 0 ? seg_bits : 0));
+      }
+      i += u;
+    }
+    mpos = pos;
+    mbits = bits;
+    sp_pos = sps;
+    sp_id = sid;
+  }
   enc_i64 out_doc[2];
-  const long long got = gputok_native_spm_chunk(buf, n, doc_off, 1, mpos, mbits, n > 0 ? 1 : 0,
-                                                nullptr, nullptr, 0, tab, out_u16, out, out_doc);
+  const long long got = gputok_native_spm_chunk(buf, n, doc_off, 1, mpos, mbits, n_marks, sp_pos,
+                                                sp_id, n_spans, tab, out_u16, out, out_doc);
   norm.trim();
+  spans.trim();
   return got;
 }

@@ -9,6 +9,7 @@ cm.n_units = n_units;
 cm.strings = strings;
 cm.n_strings = n_strings;
 cm.flags = nflags;
+cm.n_ud = 0;  // (no user-defined pieces: such a model normalises on the host here)
 for (long k = thread_position_in_grid.x; k < n_pieces; k += threads_per_grid.x) {
   if (p_kind[k]) {
     out_len[k] = p_len[k];

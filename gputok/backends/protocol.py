@@ -52,6 +52,8 @@ Members that come with a capability (the base class raises for a device that lac
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
+    spm_rewrite(...)                  with ``spm_inline``: a chunk normalised, user-defined
+                                      pieces too
     unigram_lattice(tables, norm, w)  with ``unigram_inline``: one Unigram model's lattice
     program_cutter(pre, program, w)   with ``pretok_program``: a pre-tokenizer no scanner knows,
                                       cut by the device from its program (``w``: the
@@ -97,7 +99,9 @@ class Capabilities:
     ``pretok_families`` / ``normal_forms``: the scanner families and normal forms its kernels
     cover (a model outside them cuts or normalises on the host, counted).
     ``spm_inline``: ``spm_chunk`` runs a SentencePiece chunk's whole kernel sequence as one
-    call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``).
+    call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``);
+    ``spm_rewrite`` normalises a chunk whose model has user-defined pieces, which the
+    normaliser kernels do not take.
     ``pretok_program``: ``program_cutter`` cuts pieces of a pre-tokenizer whose pattern has no
     scanner (``stages.pattern_program``) on the device itself (the native CPU: its C matcher),
     so such a model has no host pretok stage there.
@@ -234,6 +238,9 @@ class Device:
 
     def spm_text_call(self, t, up: dict, out_dtype):
         raise self._lacks("spm_text_call", "spm_inline")
+
+    def spm_rewrite(self, t, up: dict, buf: bytes, doc_off, ss, se) -> tuple:
+        raise self._lacks("spm_rewrite", "spm_inline")
 
     def unigram_lattice(self, tables: tuple, norm, where: str):
         raise self._lacks("unigram_lattice", "unigram_inline")

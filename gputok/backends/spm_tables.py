@@ -18,7 +18,7 @@ import numpy as np
 
 from ..stages.spm_tables import (BYTE_FALLBACK, CUT_UNKNOWN, ESCAPE, FUSE_UNK, HF, NO_ID,
                                  NORM_COLLAPSE, NORM_DUMMY, NORM_ESCAPE, NORM_SUFFIX, SPACE_CP,
-                                 SPLIT, UNKNOWN, SpmTables)
+                                 SPLIT, UNKNOWN, SpmTables, ud_trie)
 
 _built: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _built_lock = threading.Lock()
@@ -65,7 +65,7 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
                 return (f"{'▁' if dummy_cp == SPACE_CP else 'a space'} is not a piece: the "
                         "normaliser's spaces would become several ids")
             space_id = s
-    rewrite = not device_norm and not fam.user_defined
+    rewrite = not device_norm
     cm_units, cm_strings, nflags = np.zeros(0, np.uint32), np.zeros(0, np.uint8), 0
     if rewrite:  # THE SPM NORMALISER rewrites the chunk on the device
         if norm.charsmap is not None:
@@ -91,7 +91,9 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
                      dummy="all" if device_norm and norm.dummy else "none",
                      dummy_unless_blank=False, hf=False, fuse=not fam.byte_fallback,
                      user_defined=fam.user_defined or None, ud_set=frozenset(fam.user_defined),
-                     cm_units=cm_units, cm_strings=cm_strings, nflags=nflags)
+                     cm_units=cm_units, cm_strings=cm_strings, nflags=nflags,
+                     ud_trie=ud_trie(fam.user_defined) if fam.user_defined else
+                     np.zeros(0, np.uint32))
 
 
 def _hf_norm_plan(norm, pre) -> "tuple[str, bool] | None":

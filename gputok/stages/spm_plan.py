@@ -6,11 +6,12 @@ Given a chunk's packed documents and its token spans (allowed specials and HF ad
 1. has each segment normalised where the kernels do not read the normaliser as they go: the
    device rewrites the chunk (``SpmTables.normalizer == "rewrite"``: a charsmap, collapsed
    whitespace, whitespace as suffix: THE SPM NORMALISER, its pieces from ``pieces``, their new
-   places from ``remap``), or the host does (``"host"``: HF normalisers other than
-   Prepend/Replace of "▁", SentencePiece models with user-defined pieces there:
+   places from ``remap``; user-defined pieces, which it copies as they are, by the native
+   CPU's one call), or the host does (``"host"``: HF normalisers other than Prepend/Replace
+   of "▁", and user-defined pieces on a device whose kernels take no trie:
    ``normalize_segments``);
 2. finds the user-defined pieces (SentencePiece: matched longest first, left to right, inside
-   each segment; never merged), which become one entry each like a token span but do not end
+   each normalised segment; never merged), which become one entry each like a token span but do not end
    their sentence (``user_defined_spans``);
 3. writes the marks (``marks``): ``SEG_START`` where a segment starts, ``DUMMY`` where it takes
    the dummy "▁", ``OUTSIDE`` on every byte of a span and ``SPECIAL_START`` on its first.
@@ -111,6 +112,8 @@ def user_defined_spans(t: SpmTables, buf: bytes, doc_off: np.ndarray, ss: np.nda
     empty = np.zeros(0, np.int64)
     if not t.ud_set:
         return empty, empty, np.zeros(0, np.uint32)
+    if not isinstance(buf, (bytes, bytearray)):
+        buf = bytes(memoryview(buf))  # (a chunk the native device rewrote)
     if len(doc_off) == 2 and not len(ss):  # one document, one segment (a single text)
         pat = _bytes_regex(t.ud_set)
         sp = np.array([m.span() for m in pat.finditer(buf)], np.int64).reshape(-1, 2)

@@ -15,10 +15,12 @@ what the host does before them:
 * ``normalizer = "rewrite"``: any other SentencePiece normaliser (a charsmap: botchan's and
   every ``spm_train`` default's nmt_nfkc; collapsed whitespace; whitespace as suffix) rewrites
   the chunk on the device first (THE SPM NORMALISER, ``kernels/common/spm_norm_rules.h``), and
-  the kernels read the normalised text as it is;
+  the kernels read the normalised text as it is. User-defined pieces, which the normaliser
+  matches before any rule (THE USER-DEFINED MATCH, their trie ``ud_trie``), are taken by the
+  native CPU's normaliser only (``kernels/host_spm.h``); the CUDA and Metal kernels have no
+  trie argument, so there such a model normalises on the host (``runners/spm.py``, counted);
 * ``normalizer = "host"``: the same on the host, segment by segment, for what the device
-  normaliser does not take (HF normalisers other than Prepend/Replace of "▁"; SentencePiece
-  user-defined pieces, which it matches before any rule).
+  normaliser does not take (HF normalisers other than Prepend/Replace of "▁").
 
 The tables are built from a model's components by ``backends/spm_tables.py``, which also says
 why a device cannot run a model at all.
@@ -81,13 +83,7 @@ class SpmTables:
     cm_units: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
     cm_strings: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     nflags: int = 0
-
-    @functools.cached_property
-    def ud_search(self):
-        """The user-defined pieces' search in a str (``specials.token_regex``), or None."""
-        from ..specials import token_regex
-
-        return token_regex(self.ud_set) if self.ud_set else None
+    ud_trie: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
 
     @functools.cached_property
     def text_bits(self) -> int:
@@ -102,11 +98,45 @@ class SpmTables:
         return {"sym": self.sym, "c_slots": merge_slots(self.cuts),
                 "t_slots": merge_slots(self.pairs), "fin": self.fin, "byte_ids": self.byte_ids,
                 "cm_units": self.cm_units if len(self.cm_units) else np.zeros(1, np.uint32),
-                "cm_strings": self.cm_strings if len(self.cm_strings) else np.zeros(1, np.uint8)}
+                "cm_strings": self.cm_strings if len(self.cm_strings) else np.zeros(1, np.uint8),
+                "ud": self.ud_trie if len(self.ud_trie) else np.zeros(1, np.uint32)}
 
     def scalars(self) -> dict:
         u32 = np.uint32
         return {"c_bits": u32(self.cuts.hash_bits), "t_bits": u32(self.pairs.hash_bits),
                 "flags": u32(self.flags), "unk": u32(self.unk), "space_id": u32(self.space_id),
                 "n_units": u32(len(self.cm_units)), "n_strings": u32(len(self.cm_strings)),
-                "nflags": u32(self.nflags)}
+                "nflags": u32(self.nflags), "n_ud": u32(len(self.ud_trie))}
+
+
+def ud_trie(pieces: dict) -> np.ndarray:
+    """THE USER-DEFINED MATCH's trie of ``pieces`` (text -> id) as the kernels read it
+    (``kernels/common/spm_norm_rules.h``: node k at [3k, 3k + 3) = first edge, edge count,
+    1 + id or 0; edges ``byte << 24 | child``, sorted by byte).
+
+    >>> ud_trie({"ab": 7, "a": 3}).tolist()
+    [9, 1, 0, 10, 1, 4, 11, 0, 8, 1627389953, 1644167170]
+    """
+    children: list = [{}]
+    ends = [0]
+    for text, i in pieces.items():
+        node = 0
+        for b in text.encode("utf-8"):
+            nxt = children[node].get(b)
+            if nxt is None:
+                nxt = children[node][b] = len(children)
+                children.append({})
+                ends.append(0)
+            node = nxt
+        ends[node] = i + 1
+    n = len(children)
+    if n >= 1 << 24:
+        raise ValueError(f"{n} trie nodes for the user-defined pieces: at most {1 << 24} fit")
+    out = np.zeros(4 * n - 1, np.uint32)  # 3 words a node, one edge into each but the root
+    e = 3 * n
+    for k, ch in enumerate(children):
+        out[3 * k:3 * k + 3] = e, len(ch), ends[k]
+        for b in sorted(ch):
+            out[e] = b << 24 | ch[b]
+            e += 1
+    return out

@@ -15,6 +15,16 @@
 // leading spaces dropped after a space (collapsing), " " written as "▁" (escaping), trailing
 // space symbols dropped (collapsing). One thread per segment: a segment is walked in order,
 // once to measure its output and once to write it.
+// THE USER-DEFINED MATCH (enc_ud_match): sentencepiece's prefix matcher over the model's
+// user-defined pieces: from a position, the longest piece that is a byte prefix of the rest of
+// the segment. THE SPM NORMALISER tries it first at every position (the piece is copied as it
+// is, never rewritten by the charsmap; its spaces are still written as the space symbol), and
+// the BPE takes it again on the normalised sentence for its initial symbols (one frozen symbol
+// each, leftmost first: kernels/host_spm.h, gputok/stages/spm_plan.py user_defined_spans).
+// The pieces are a byte trie in one uint32 array (gputok/stages/spm_tables.py ud_trie): node k
+// is ud[3k .. 3k + 3) = (its first edge, its edge count, 1 + the piece's id or 0: no piece
+// ends here), node 0 the root; an edge is byte << 24 | child node, a node's edges sorted by
+// byte.
 #pragma once
 
 #include "encode_rules.h"  // types, UTF-8
@@ -42,7 +52,35 @@ struct EncCharsMap {
   const GPUTOK_DEV enc_u8* strings;
   enc_u32 n_strings;
   enc_u32 flags;
+  const GPUTOK_DEV enc_u32* ud;  // the user-defined pieces' trie (n_ud == 0: none)
+  enc_u32 n_ud;
 };
+
+// THE USER-DEFINED MATCH at buf[pos .. end): the longest piece's length in bytes (0: none) and,
+// in *id, its id.
+GPUTOK_FN enc_u32 enc_ud_match(const GPUTOK_DEV enc_u32* ud, enc_u32 n_ud,
+                               const GPUTOK_DEV enc_u8* buf, enc_u32 pos, enc_u32 end,
+                               GPUTOK_THREAD enc_u32* id) {
+  if (n_ud == 0) return 0;
+  enc_u32 node = 0, best = 0;
+  for (enc_u32 i = pos; i < end; ++i) {
+    const enc_u32 b = buf[i];
+    enc_u32 lo = ud[3 * node], hi = lo + ud[3 * node + 1];
+    const enc_u32 last = hi;
+    while (lo < hi) {  // the edge of byte b (binary search: the root may have many)
+      const enc_u32 mid = lo + (hi - lo) / 2;
+      if ((ud[mid] >> 24) < b) lo = mid + 1; else hi = mid;
+    }
+    if (lo == last || (ud[lo] >> 24) != b) break;
+    node = ud[lo] & 0xFFFFFFu;
+    const enc_u32 piece = ud[3 * node + 2];
+    if (piece != 0) {
+      best = i + 1 - pos;
+      *id = piece - 1;
+    }
+  }
+  return best;
+}
 
 GPUTOK_FN enc_u32 enc_cm_off(enc_u32 unit) { return (unit >> 10) << ((unit & 512u) >> 6); }
 
@@ -117,13 +155,21 @@ GPUTOK_FN void enc_norm_space(GPUTOK_THREAD EncNormOut& o, enc_u32 flags) {
   }
 }
 
-// One normalising step at buf[pos .. end): the replacement (*rep, *rep_len: in the string block
+// One normalising step at buf[pos .. end) (THE USER-DEFINED MATCH, else THE CHARSMAP MATCH,
+// else one character): the replacement (*rep, *rep_len: in the string block
 // when *from_strings, else in buf) and the bytes consumed.
 GPUTOK_FN enc_u32 enc_norm_prefix(GPUTOK_THREAD const EncCharsMap& cm,
                                   const GPUTOK_DEV enc_u8* buf, enc_u32 pos, enc_u32 end,
                                   GPUTOK_THREAD enc_u32* rep, GPUTOK_THREAD enc_u32* rep_len,
                                   GPUTOK_THREAD bool* from_strings) {
   enc_u32 value = 0;
+  const enc_u32 u = enc_ud_match(cm.ud, cm.n_ud, buf, pos, end, &value);
+  if (u != 0) {  // a user-defined piece: copied as it is
+    *rep = pos;
+    *rep_len = u;
+    *from_strings = false;
+    return u;
+  }
   const enc_u32 n = enc_cm_match(cm, buf, pos, end, &value);
   if (n != 0) {
     enc_u32 k = value;

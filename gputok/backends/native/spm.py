@@ -20,22 +20,25 @@ import numpy as np
 from ...stages import counters
 from ...stages.lists import NATIVE_MIN, id_list
 from ...stages.pack import utf8_of
-from ...stages.spm_plan import SpmChunk
+from ...stages.spm_plan import SpmChunk, pieces, remap
 from ...stages.spm_tables import DUMMY, SpmTables
 
 _NAMES = ("encode_pretok_marks", "encode_spm_spans", "encode_spm_merge", "scan_add")
 
 
 def _bind(lib) -> tuple:
-    """(gputok_native_spm_chunk, gputok_native_spm_text) with their argument types."""
+    """(gputok_native_spm_chunk, gputok_native_spm_text, gputok_native_spm_norm) with their
+    argument types."""
     got = getattr(lib, "_gputok_spm", None)
     if got is None:
         vp, ll, i = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
         chunk, text = lib.gputok_native_spm_chunk, lib.gputok_native_spm_text
+        norm = lib.gputok_native_spm_norm
         chunk.argtypes = [vp, ll, vp, ll, vp, vp, ll, vp, vp, ll, vp, i, vp, vp]
         text.argtypes = [ctypes.c_char_p, ll, vp, i, i, vp, ll]
-        chunk.restype = text.restype = ll
-        got = lib._gputok_spm = (chunk, text)
+        norm.argtypes = [vp, vp, vp, vp, ll, vp, vp, vp, vp]
+        chunk.restype = text.restype = norm.restype = ll
+        got = lib._gputok_spm = (chunk, text, norm)
     return got
 
 
@@ -70,7 +73,8 @@ def spm_tab(t: SpmTables, up: dict) -> int:
                        + [int(s[k]) for k in ("c_bits", "t_bits", "flags", "unk", "space_id")]
                        + [int(t.fuse), a["cm_units"].ctypes.data, a["cm_strings"].ctypes.data]
                        + [int(s[k]) for k in ("n_units", "n_strings", "nflags")]
-                       + [int(t.normalizer == "rewrite")], np.uint64)
+                       + [int(t.normalizer == "rewrite"), a["ud"].ctypes.data, int(s["n_ud"])],
+                       np.uint64)
         up["tab"], at = tab, tab.ctypes.data
         up["tab_at"] = at
     return at
@@ -99,8 +103,30 @@ class SpmCalls:
         self._count(*_NAMES, *(("encode_spm_fuse",) if t.fuse else ()))
         return out[:total], out_doc
 
+    def spm_rewrite(self, t: SpmTables, up: dict, buf: bytes, doc_off, ss, se) -> tuple:
+        """THE SPM NORMALISER over a chunk's pieces, user-defined pieces included
+        (``gputok_native_spm_norm``: a pass to measure, one to write): (the rewritten chunk,
+        doc_off, ss, se moved there), as ``SpmStages.rewrite`` gives them."""
+        fn = _bind(self.lib.lib)[2]
+        tab = spm_tab(t, up)
+        bounds, p_src, p_len, kind = pieces(len(buf), doc_off, ss, se)
+        k = len(p_src)
+        src = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(1, np.uint8)
+        lens = np.empty(k, np.uint32)
+        fn(src.ctypes.data, p_src.ctypes.data, p_len.ctypes.data, kind.ctypes.data, k, tab,
+           None, lens.ctypes.data, None)
+        doc_off, ss, se, total = remap(bounds, lens, doc_off, ss, se)
+        dst = np.zeros(k, np.uint32)
+        np.cumsum(lens[:-1], out=dst[1:])
+        out = np.empty(max(total, 1), np.uint8)
+        fn(src.ctypes.data, p_src.ctypes.data, p_len.ctypes.data, kind.ctypes.data, k, tab,
+           dst.ctypes.data, lens.ctypes.data, out.ctypes.data)
+        self._count("encode_spm_norm_len", "encode_spm_norm_write")
+        return out[:total], doc_off, ss, se
+
     def spm_text_call(self, t: SpmTables, up: dict, out_dtype):
-        """One text of one segment (no token span, no user-defined piece: the caller checks)
+        """One text of one segment (no token span: the caller checks; its user-defined pieces
+        are found in the call)
         as a function of the text alone, everything it looks up bound once, its normaliser too
         where it rewrites the text (``SpmTables.normalizer == "rewrite"``; the single-text
         API's per-call cost is Python's: a 64-character text is ~3 us of C; through

@@ -8,10 +8,12 @@ documents; each chunk is planned on the host (``stages/spm_plan.py``) and run on
 device with ``caps.spm_inline`` (the native CPU) runs a chunk in one call, chunks side by side
 on its chunk workers; any other device launches the kernels in order (``SpmStages.run``).
 Every stage but the token search runs on the device, the normaliser too (read by the kernels
-as they go, or rewriting the chunk first: a charsmap, collapsed whitespace), except one the
-device does not take (HF normaliser steps, SentencePiece user-defined pieces with a charsmap:
-``SpmTables.normalizer == "host"``), which runs on the host per segment and is counted as a
-fallback, as a host normaliser is for byte-level models.
+as they go, or rewriting the chunk first: a charsmap, collapsed whitespace; with user-defined
+pieces, the native CPU's one-call normaliser, ``spm_rewrite``), except one the device does not
+take (HF normaliser steps: ``SpmTables.normalizer == "host"``; user-defined pieces with a
+rewriting normaliser on a device without ``spm_inline``: the CUDA and Metal normaliser kernels
+take no trie), which runs on the host per segment and is counted as a fallback, as a host
+normaliser is for byte-level models.
 
 A document is never cut (its dummy prefix and unk runs are the document's), so one long
 document is one chunk: on the native device, one core.
@@ -66,14 +68,19 @@ class SpmRunner:
     def plan(self, model) -> dict:
         t, _ = self.stages.tables(model)
         where = f"device ({self.dev.name})"
-        return {"split": "host", "normalize": "host" if t.normalizer == "host" else where,
+        return {"split": "host", "normalize": "host" if self._host_norm(t) else where,
                 "pretok": where, "merge": where, "emit": where}
 
+    def _host_norm(self, t) -> bool:
+        """Whether ``t``'s normaliser runs on the host here (see the module docstring)."""
+        return t.normalizer == "host" or (t.normalizer == "rewrite" and len(t.ud_trie) > 0
+                                          and not self.one_call)
+
     def _note_host_stages(self, model, t) -> None:
-        if t.normalizer == "host":
+        if self._host_norm(t):
             self.be.fallback("normalize", "host", f"{model.name}: its normaliser (HF steps, or "
-                             "one with user-defined pieces) runs on the host, segment by "
-                             "segment", once_key=("normalize", id(model)))
+                             "one with user-defined pieces off the native CPU) runs on the "
+                             "host, segment by segment", once_key=("normalize", id(model)))
 
     # ---- a batch -------------------------------------------------------------------------------
 
@@ -135,7 +142,12 @@ class SpmRunner:
         return d0, ids.astype(model.id_dtype, copy=False), np.diff(off)
 
     def _rewrite(self, t, up):
-        """The device's rewrite of a chunk by THE SPM NORMALISER (``plan_chunk``'s)."""
+        """The device's rewrite of a chunk by THE SPM NORMALISER (``plan_chunk``'s); None where
+        the host normalises."""
+        if self._host_norm(t):
+            return None
+        if len(t.ud_trie) and t.normalizer == "rewrite":  # (the one-call form: spm_inline)
+            return lambda buf, doc_off, ss, se: self.dev.spm_rewrite(t, up, buf, doc_off, ss, se)
         return lambda buf, doc_off, ss, se: self.stages.rewrite(t, up, buf, doc_off, ss, se)
 
     # ---- one text ------------------------------------------------------------------------------
@@ -143,51 +155,41 @@ class SpmRunner:
     def encode_text(self, model, text: str, allowed: frozenset) -> "list | None":
         """One text's ids in one device call (``caps.spm_inline``), special tokens already
         checked; None on a device without that form (the batch path runs it). A text with no
-        active token and no user-defined piece takes the model's text call
-        (``spm_text_call``: ~2x less Python around the call than the general path)."""
+        active token takes the model's text call (``spm_text_call``: ~2x less Python around
+        the call than the general path; it finds the user-defined pieces itself)."""
         if not self.one_call:
             return None
         got = self._texts.get(id(model))
         if got is None or got[0]() is not model:
             got = self._text_entry(model)
-        _, call, ud, tokens = got
-        if (not tokens or not model.active_tokens(allowed)) and (
-                ud is None or ud.search(text) is None):
+        _, call, tokens = got
+        if not tokens or not model.active_tokens(allowed):
             return call(text)
         return self.encode_text_general(model, text, allowed)
 
     def text_call(self, model):
         """``encode_text(model, text, frozenset())`` as a function of the text (``Backend.
-        text_call``): the device's text call itself where no token can be active, behind the
-        user-defined pieces' search where the model has some; None on a device without the
-        one-call form."""
+        text_call``): the device's text call itself where no token can be active; None on a
+        device without the one-call form."""
         if not self.one_call:
             return None
-        _, call, ud, tokens = self._text_entry(model)
+        _, call, tokens = self._text_entry(model)
         if tokens and model.active_tokens(frozenset()):
             return None
-        if ud is None:
-            return call
-        search, general = ud.search, self.encode_text_general
-
-        def checked(text: str) -> list:
-            return call(text) if search(text) is None else general(model, text)
-
-        return checked
+        return call
 
     def _text_entry(self, model) -> tuple:
-        """(model ref, the text call, the user-defined search, whether tokens may be active):
-        made once per model (a host normaliser: the general path, which counts it)."""
+        """(model ref, the text call, whether tokens may be active): made once per model (a
+        host normaliser: the general path, which counts it)."""
         t, up = self.stages.tables(model)
         tokens = bool(model.specials) or bool(model.active_tokens(frozenset()))
-        if t.normalizer == "host":
+        if self._host_norm(t):
             def call(text, model=model):
                 return self.encode_text_general(model, text)
 
-            got = (weakref.ref(model), call, None, tokens)
+            got = (weakref.ref(model), call, tokens)
         else:
-            got = (weakref.ref(model), self.dev.spm_text_call(t, up, model.id_dtype),
-                   t.ud_search, tokens)
+            got = (weakref.ref(model), self.dev.spm_text_call(t, up, model.id_dtype), tokens)
         self._texts[id(model)] = got
         return got
 
