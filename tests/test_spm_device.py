@@ -15,7 +15,7 @@ the same source), ``shaders/encode_spm_*.metal`` and the native one-call form
    the native device in one call and launch by launch) equals sentencepiece / HF with no
    fallback: the identity normaliser read by the kernels, a charsmap or collapsed whitespace
    rewritten by THE SPM NORMALISER's kernels; the host normaliser that remains (user-defined
-   pieces with a charsmap) counted.
+   pieces with a charsmap, off the native CPU: tests/test_spm_user_defined_native.py) counted.
 4. The native device's single-text path and chunk workers; a fuzz against sentencepiece.
 """
 
@@ -422,11 +422,13 @@ def test_native_single_texts_take_one_call(tmp_path_factory):
 # ---------------------------------------------------------------- 4. the fallbacks that remain
 
 def test_a_host_normaliser_is_a_counted_fallback(tmp_path_factory):
-    """User-defined pieces with a charsmap (matched before any rule: the normaliser stays on the
-    host, segment by segment), counted as ("normalize", "host"); the merge on the device."""
+    """User-defined pieces with a charsmap (matched before any rule; the CUDA and Metal
+    normaliser kernels take no trie: the normaliser stays on the host, segment by segment),
+    counted as ("normalize", "host"); the merge on the device."""
     enc, sp = spm_enc("user_defined", tmp_path_factory), F.spm_oracle(
         F.model_source("user_defined"))
-    assert spm_tables(enc.model).normalizer == "host"
+    t = spm_tables(enc.model)
+    assert t.normalizer == "rewrite" and len(t.ud_trie)
     be = DeviceBackend(emu_device())
     docs = ["abc the cat[X] ﬁ", "  <s>x  "] + fuzz_texts(10, 7)
     with warnings.catch_warnings():
