@@ -14,6 +14,9 @@
 //                             (measure), then its bytes (write); what encode_spm_norm_len and
 //                             _write launch, as one call per pass (a model with user-defined
 //                             pieces, whose trie those kernels do not take)
+//   gputok_native_spm_ud_spans  the user-defined pieces of a chunk's segments (THE
+//                             USER-DEFINED MATCH at each character, left to right): their count;
+//                             the first cap written (a caller whose arrays were short calls again)
 //   gputok_native_spm_text    one text, its normaliser and its user-defined pieces too
 //
 // The tables and scalars come as one array of words (tab, ENC_SPM_TAB_*: NativeDevice's
@@ -222,6 +225,32 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_no
     total += out_len[q];
   }
   return total;
+}
+
+extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_ud_spans(
+    const enc_u8* buf, const enc_u32* lo, const enc_u32* hi, enc_i64 n_segs, const enc_u64* tab,
+    enc_u32* out_start, enc_u32* out_end, enc_u32* out_id, enc_i64 cap) {
+  const enc_u32* ud = reinterpret_cast<const enc_u32*>(tab[ENC_SPM_TAB_UD]);
+  const enc_u32 n_ud = (enc_u32)tab[ENC_SPM_TAB_N_UD];
+  enc_i64 count = 0;
+  enc_u32 id = 0;
+  for (enc_i64 k = 0; k < n_segs; ++k) {
+    for (enc_u32 i = lo[k], end = hi[k]; i < end;) {
+      const enc_u32 u = enc_ud_match(ud, n_ud, buf, i, end, &id);
+      if (u == 0) {
+        i += (enc_u32)enc_utf8_len(buf[i]);
+        continue;
+      }
+      if (count < cap) {
+        out_start[count] = i;
+        out_end[count] = i + u;
+        out_id[count] = id;
+      }
+      ++count;
+      i += u;
+    }
+  }
+  return count;
 }
 
 // One text of one segment (no token span: the caller checked), the chunk call with its marks

@@ -52,8 +52,8 @@ Members that come with a capability (the base class raises for a device that lac
     pretok_inline(...)                with ``pretok_inline``: one text's piece starts
     merge_inline(...)                 with ``merge_inline``: the merge of host-cut pieces
     spm_chunk / spm_text_call(...)    with ``spm_inline``: a SentencePiece chunk / one text
-    spm_rewrite(...)                  with ``spm_inline``: a chunk normalised, user-defined
-                                      pieces too
+    spm_rewrite / spm_ud_spans(...)   with ``spm_inline``: a chunk normalised, user-defined
+                                      pieces too / its user-defined pieces found
     unigram_lattice(tables, norm, w)  with ``unigram_inline``: one Unigram model's lattice
     program_cutter(pre, program, w)   with ``pretok_program``: a pre-tokenizer no scanner knows,
                                       cut by the device from its program (``w``: the
@@ -101,7 +101,7 @@ class Capabilities:
     ``spm_inline``: ``spm_chunk`` runs a SentencePiece chunk's whole kernel sequence as one
     call on the calling thread, and ``spm_text_call`` one text's (``runners/spm.py``);
     ``spm_rewrite`` normalises a chunk whose model has user-defined pieces, which the
-    normaliser kernels do not take.
+    normaliser kernels do not take, and ``spm_ud_spans`` finds those pieces in a chunk.
     ``pretok_program``: ``program_cutter`` cuts pieces of a pre-tokenizer whose pattern has no
     scanner (``stages.pattern_program``) on the device itself (the native CPU: its C matcher),
     so such a model has no host pretok stage there.
@@ -241,6 +241,9 @@ class Device:
 
     def spm_rewrite(self, t, up: dict, buf: bytes, doc_off, ss, se) -> tuple:
         raise self._lacks("spm_rewrite", "spm_inline")
+
+    def spm_ud_spans(self, t, up: dict, buf, lo, hi) -> tuple:
+        raise self._lacks("spm_ud_spans", "spm_inline")
 
     def unigram_lattice(self, tables: tuple, norm, where: str):
         raise self._lacks("unigram_lattice", "unigram_inline")

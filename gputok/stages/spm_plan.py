@@ -175,19 +175,25 @@ def marks(t: SpmTables, buf: np.ndarray, doc_off: np.ndarray, ss: np.ndarray, se
 
 
 def plan_chunk(model, t: SpmTables, buf: bytes, doc_off: np.ndarray, spans: tuple,
-               rewrite=None) -> SpmChunk:
+               rewrite=None, find_ud=None) -> SpmChunk:
     """A chunk of packed documents (``buf``, ``doc_off`` from 0) with its token spans
     ``(starts, ends, ids)`` (``split.token_spans``) as the kernels take it. A model whose
     normaliser rewrites the chunk (``SpmTables.normalizer`` "rewrite" or "host") has it
     rewritten first: by ``rewrite(buf, doc_off, ss, se)`` (the device's kernels: the new buffer,
-    wherever it lives, and the moved positions), else on the host."""
+    wherever it lives, and the moved positions), else on the host. The user-defined pieces are
+    found by ``find_ud(buf, seg_starts, seg_ends)`` where given (the native CPU's), else by
+    ``user_defined_spans``."""
     ss, se, sid = (np.asarray(x) for x in spans)
     doc_off = np.asarray(doc_off, np.int64)
     if t.normalizer == "rewrite" and rewrite is not None:
         buf, doc_off, ss, se = rewrite(buf, doc_off, ss, se)
     elif t.normalizer != "device":
         buf, doc_off, ss, se = normalize_segments(model, buf, doc_off, ss, se)
-    us, ue, uid = user_defined_spans(t, buf, doc_off, ss, se)
+    if find_ud is not None and t.ud_set:
+        us, ue, uid = find_ud(buf, *_segments(doc_off, np.asarray(ss, np.int64),
+                                              np.asarray(se, np.int64)))
+    else:
+        us, ue, uid = user_defined_spans(t, buf, doc_off, ss, se)
     data = np.frombuffer(buf, np.uint8) if isinstance(buf, (bytes, bytearray)) else buf
     mpos, mbits = marks(t, data, doc_off, ss, se, us, ue)
     sp_pos = np.concatenate([ss, us]).astype(np.int64)

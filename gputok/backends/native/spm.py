@@ -27,18 +27,19 @@ _NAMES = ("encode_pretok_marks", "encode_spm_spans", "encode_spm_merge", "scan_a
 
 
 def _bind(lib) -> tuple:
-    """(gputok_native_spm_chunk, gputok_native_spm_text, gputok_native_spm_norm) with their
-    argument types."""
+    """(gputok_native_spm_chunk, gputok_native_spm_text, gputok_native_spm_norm,
+    gputok_native_spm_ud_spans) with their argument types."""
     got = getattr(lib, "_gputok_spm", None)
     if got is None:
         vp, ll, i = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
         chunk, text = lib.gputok_native_spm_chunk, lib.gputok_native_spm_text
-        norm = lib.gputok_native_spm_norm
+        norm, spans = lib.gputok_native_spm_norm, lib.gputok_native_spm_ud_spans
         chunk.argtypes = [vp, ll, vp, ll, vp, vp, ll, vp, vp, ll, vp, i, vp, vp]
         text.argtypes = [ctypes.c_char_p, ll, vp, i, i, vp, ll]
         norm.argtypes = [vp, vp, vp, vp, ll, vp, vp, vp, vp]
-        chunk.restype = text.restype = norm.restype = ll
-        got = lib._gputok_spm = (chunk, text, norm)
+        spans.argtypes = [vp, vp, vp, ll, vp, vp, vp, vp, ll]
+        chunk.restype = text.restype = norm.restype = spans.restype = ll
+        got = lib._gputok_spm = (chunk, text, norm, spans)
     return got
 
 
@@ -123,6 +124,24 @@ class SpmCalls:
            dst.ctypes.data, lens.ctypes.data, out.ctypes.data)
         self._count("encode_spm_norm_len", "encode_spm_norm_write")
         return out[:total], doc_off, ss, se
+
+    def spm_ud_spans(self, t: SpmTables, up: dict, buf, lo: np.ndarray, hi: np.ndarray
+                     ) -> tuple:
+        """The user-defined pieces of the segments ``[lo, hi)`` of a (normalised) chunk
+        (``gputok_native_spm_ud_spans``): (starts, ends, ids), as
+        ``spm_plan.user_defined_spans`` finds them."""
+        fn = _bind(self.lib.lib)[3]
+        data = np.frombuffer(buf, np.uint8) if isinstance(buf, (bytes, bytearray)) else buf
+        lo = np.ascontiguousarray(lo, np.uint32)
+        hi = np.ascontiguousarray(hi, np.uint32)
+        cap = len(data) // 16 + 64  # (found more: called again with room for all)
+        while True:
+            out = np.empty((3, cap), np.uint32)
+            got = fn(data.ctypes.data, lo.ctypes.data, hi.ctypes.data, len(lo), spm_tab(t, up),
+                     out[0].ctypes.data, out[1].ctypes.data, out[2].ctypes.data, cap)
+            if got <= cap:
+                return out[0, :got].astype(np.int64), out[1, :got].astype(np.int64), out[2, :got]
+            cap = got
 
     def spm_text_call(self, t: SpmTables, up: dict, out_dtype):
         """One text of one segment (no token span: the caller checks; its user-defined pieces

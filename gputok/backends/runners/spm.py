@@ -123,7 +123,8 @@ class SpmRunner:
         try:
             if self.one_call:
                 with self.dev.solo():  # (a chunk worker's launches on its own thread)
-                    c = plan_chunk(model, t, data, off, local, self._rewrite(t, up))
+                    c = plan_chunk(model, t, data, off, local, self._rewrite(t, up),
+                                   self._find_ud(t, up))
                     ids, doc = self.dev.spm_chunk(t, up, c, model.id_dtype)
             else:
                 c = plan_chunk(model, t, data, off, local, self._rewrite(t, up))
@@ -149,6 +150,13 @@ class SpmRunner:
         if len(t.ud_trie) and t.normalizer == "rewrite":  # (the one-call form: spm_inline)
             return lambda buf, doc_off, ss, se: self.dev.spm_rewrite(t, up, buf, doc_off, ss, se)
         return lambda buf, doc_off, ss, se: self.stages.rewrite(t, up, buf, doc_off, ss, se)
+
+    def _find_ud(self, t, up):
+        """The device's search for user-defined pieces (``plan_chunk``'s ``find_ud``; the
+        one-call form), or None (the host's)."""
+        if not self.one_call or not len(t.ud_trie):
+            return None
+        return lambda buf, lo, hi: self.dev.spm_ud_spans(t, up, buf, lo, hi)
 
     # ---- one text ------------------------------------------------------------------------------
 
@@ -201,6 +209,6 @@ class SpmRunner:
         data = utf8_of(text)
         off = np.array([0, len(data)], np.int64)
         c = plan_chunk(model, t, data, off, token_spans(model, data, off, allowed),
-                       self._rewrite(t, up))
+                       self._rewrite(t, up), self._find_ud(t, up))
         counters["device.spm_texts"] += 1
         return id_list(self.dev.spm_chunk(t, up, c, model.id_dtype)[0], self.be.tools.lister)
