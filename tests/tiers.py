@@ -86,6 +86,15 @@ FULL_ONLY: tuple = (
 )
 
 DEFAULT_PARAMS: tuple = (
+    # SentencePiece user-defined pieces with a rewriting normaliser on the native device: a
+    # charsmap with collapsed whitespace, and kept whitespace with byte fallback
+    *((f"tests/test_spm_user_defined_native.py::{t}", (f"[[]ud_nfkc{p}",
+       f"[[]ud_keep_ws_bytes{p}"), "the other trained models")
+      for t, p in (("test_the_native_device_takes_the_normaliser", "]"),
+                   ("test_batches_equal_sentencepiece_with_no_fallback", "-*"),
+                   ("test_the_numpy_backend_agrees", "]"),
+                   ("test_single_texts_equal_sentencepiece_with_no_fallback", "-*"),
+                   ("test_cpu_devices_without_the_one_call_count_the_host_normaliser", "]"))),
     # parity on sampled corpora: every vocabulary on the native device, the numpy backend on
     # the hardest kind (multilingual), one HF file per backend and kind
     ("tests/test_parity.py::test_named_vs_tiktoken", ("*-native]", "*-multilingual-numpy]"),
