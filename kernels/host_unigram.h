@@ -6,8 +6,9 @@
 //
 //   gputok_native_unigram_new     a model: the candidate pieces' double-array trie (built here,
 //                                 once per model), each id's edge score, unk and byte pieces
-//   gputok_native_unigram_norm    gives it THE SPM NORMALISER's tables (a `.model` without
-//                                 user-defined pieces: text is normalised here too)
+//   gputok_native_unigram_norm    gives it THE SPM NORMALISER's tables, the user-defined
+//                                 pieces' trie too (THE USER-DEFINED MATCH first: a `.model`'s
+//                                 text is normalised here too)
 //   gputok_native_unigram_items   a batch's items in order: text segments (normalised first
 //                                 when asked) and token ids; every item's id count
 //   gputok_native_unigram_text    one text (one segment), the single-text API's call
@@ -71,6 +72,7 @@ struct UgModel {
   std::vector<enc_u32> cm_units;
   std::vector<enc_u8> cm_strings;
   enc_u32 nflags = 0;
+  std::vector<enc_u32> ud;  // THE USER-DEFINED MATCH's trie (empty: no user-defined pieces)
 };
 
 // ---- the double-array trie -----------------------------------------------------------------
@@ -362,7 +364,8 @@ bool ug_sentence(const UgModel& m, const enc_u8* p, enc_i64 n, UgWork& w) {
 // THE SPM NORMALISER of buf[a .. end) into w.norm; its length.
 enc_i64 ug_normalize(const UgModel& m, const enc_u8* buf, enc_i64 a, enc_i64 end, UgWork& w) {
   const EncCharsMap cm{m.cm_units.data(), (enc_u32)m.cm_units.size(), m.cm_strings.data(),
-                       (enc_u32)m.cm_strings.size(), m.nflags};
+                       (enc_u32)m.cm_strings.size(), m.nflags, m.ud.data(),
+                       (enc_u32)m.ud.size()};
   EncNormOut o{nullptr, false, 0, 0, 0};
   const enc_u32 len = enc_spm_normalize(cm, buf, (enc_u32)a, (enc_u32)end, o);
   w.norm.resize((size_t)len + 1);
@@ -402,12 +405,13 @@ extern "C" __attribute__((visibility("default"))) void* gputok_native_unigram_ne
 
 extern "C" __attribute__((visibility("default"))) int gputok_native_unigram_norm(
     void* h, const enc_u32* units, enc_u32 n_units, const enc_u8* strings, enc_u32 n_strings,
-    enc_u32 nflags) {
+    enc_u32 nflags, const enc_u32* ud, enc_u32 n_ud) {
   try {
     UgModel* m = static_cast<UgModel*>(h);
     m->cm_units.assign(units, units + n_units);
     m->cm_strings.assign(strings, strings + n_strings);
     m->nflags = nflags;
+    m->ud.assign(ud, ud + n_ud);
     m->has_norm = true;
     return 0;
   } catch (...) {

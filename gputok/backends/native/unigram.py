@@ -34,7 +34,7 @@ def _bind(lib) -> tuple:
         items, text = lib.gputok_native_unigram_items, lib.gputok_native_unigram_text
         new.argtypes = [vp, vp, vp, ll, vp, ll, u, u, d, vp]
         new.restype = vp
-        norm.argtypes = [vp, vp, u, vp, u, u]
+        norm.argtypes = [vp, vp, u, vp, u, u, vp, u]
         norm.restype = i
         free.argtypes = [vp]
         free.restype = None
@@ -50,8 +50,8 @@ def _bind(lib) -> tuple:
 
 class UnigramLattice:
     """One model's lattice in the native library: ``tables`` is its segmenter's
-    ``lattice_tables()``; ``norm`` (units, strings, flags) THE SPM NORMALISER's tables when
-    its segments are normalised there (None: the host normalises). ``where``: the model's name,
+    ``lattice_tables()``; ``norm`` (units, strings, flags, user-defined trie) THE SPM
+    NORMALISER's tables when its segments are normalised there (None: the host normalises). ``where``: the model's name,
     for errors."""
 
     def __init__(self, lib, tables: tuple, norm: "tuple | None", where: str):
@@ -72,11 +72,12 @@ class UnigramLattice:
         self.where = where
         self.normalizes = norm is not None
         if norm is not None:
-            units, strings, nflags = norm
+            units, strings, nflags, ud = norm
             units = np.ascontiguousarray(units, np.uint32)
             strings = np.ascontiguousarray(strings, np.uint8)
+            ud = np.ascontiguousarray(ud, np.uint32)
             if set_norm(self.ptr, units.ctypes.data, len(units), strings.ctypes.data,
-                        len(strings), nflags) != 0:
+                        len(strings), nflags, ud.ctypes.data, len(ud)) != 0:
                 raise MemoryError(f"native device: no memory for {where}'s normaliser")
 
     @property

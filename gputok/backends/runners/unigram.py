@@ -6,13 +6,12 @@ batches and single texts. A device without it runs such a model on the host, cou
 
 Two plans, by where the text is normalised and cut (``front``):
 
-* device front: the normaliser is THE SPM NORMALISER with no user-defined pieces (or there is
-  none) and the pre-tokenizer is ``Whole``: the batch is packed and its token spans found
+* device front: the normaliser is THE SPM NORMALISER (user-defined pieces matched first,
+  copied whole: THE USER-DEFINED MATCH; or there is none) and the pre-tokenizer is ``Whole``: the batch is packed and its token spans found
   (``split.token_spans``, the one host stage); its items, the text segments between tokens and
   the tokens, go to the device in ranges of whole documents, side by side on the chunk
   workers, each range one call (every segment normalised, its lattice, its ids);
-* host front: any other normaliser or pre-tokenizer (HF's steps and Metaspace, sentencepiece's
-  user-defined pieces, which its normaliser keeps whole) runs on the host as the numpy backend
+* host front: any other normaliser or pre-tokenizer (HF's steps and Metaspace) runs on the host as the numpy backend
   runs it, each a counted fallback of its stage; the units it cuts go through the piece cache
   and a batch's misses to the device's lattice in one call.
 
@@ -31,7 +30,7 @@ from ..._arrays import unique_sorted
 from ...stages import counters, dedup, emit, split
 from ...stages.pack import Documents, fix_surrogates
 from ...stages.split import check_buffer, token_spans
-from ...stages.spm_tables import NORM_COLLAPSE, NORM_DUMMY, NORM_ESCAPE, NORM_SUFFIX
+from ...stages.spm_tables import NORM_COLLAPSE, NORM_DUMMY, NORM_ESCAPE, NORM_SUFFIX, ud_trie
 from ...stages.text import encode_text
 from .workers import document_ranges
 
@@ -51,16 +50,15 @@ def front(model) -> "tuple[str, tuple | None]":
         return "device", None
     if not isinstance(norm, SpmNormalizer):
         return "host", f"its normaliser ({type(norm).__name__}) runs on the host"
-    if norm.ud_first is not None:
-        return "host", ("its normaliser keeps user-defined pieces whole, which the device's "
-                        "does not: it runs on the host")
     cm = norm.charsmap
     units = cm.units if cm is not None else np.zeros(0, np.uint32)
     strings = np.frombuffer(cm.strings, np.uint8) if cm is not None else np.zeros(0, np.uint8)
     nflags = ((NORM_DUMMY if norm.dummy else 0) | (NORM_COLLAPSE if norm.collapse else 0)
               | (NORM_ESCAPE if norm.space == "\u2581" else 0)
               | (NORM_SUFFIX if norm.suffix else 0))
-    return "device", (units, strings, nflags)
+    ud = ud_trie(dict.fromkeys(norm.user_defined, 0)) if norm.user_defined else \
+        np.zeros(0, np.uint32)  # (the normaliser needs no ids: a piece is copied whole)
+    return "device", (units, strings, nflags, ud)
 
 
 class _Entry:

@@ -57,6 +57,11 @@ class SpmNormalizer:
         self.ud_first = (np.array(sorted({ord(u[0]) for u in self._ud}), np.uint32)
                          if self._ud else None)
 
+    @property
+    def user_defined(self) -> tuple:
+        """The user-defined pieces, longest first (the device normaliser's trie)."""
+        return tuple(self._ud)
+
     @functools.cached_property
     def ud_regex(self):
         """The user-defined pieces, longest first, as one regex (None: none); compiled on
