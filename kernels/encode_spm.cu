@@ -20,6 +20,8 @@
 // the chunk first, its pieces (segments and token spans, in order) one thread each:
 //   encode_spm_norm_len    each piece's length after THE SPM NORMALISER (a span: its own)
 //   encode_spm_norm_write  each piece's bytes at its place (the lengths' exclusive scan)
+// These take no user-defined pieces (their trie, THE USER-DEFINED MATCH, is left empty): a model
+// with some normalises on the host here, on the native CPU in host_spm.h's one call.
 //
 // Performance notes (to measure on a GPU): one thread per span, as for byte-level pieces; spans
 // are about a word (every "▁" after another character is a cut in Mistral's vocabulary), CJK

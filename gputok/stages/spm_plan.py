@@ -11,8 +11,8 @@ Given a chunk's packed documents and its token spans (allowed specials and HF ad
    of "▁", and user-defined pieces on a device whose kernels take no trie:
    ``normalize_segments``);
 2. finds the user-defined pieces (SentencePiece: matched longest first, left to right, inside
-   each normalised segment; never merged), which become one entry each like a token span but do not end
-   their sentence (``user_defined_spans``);
+   each normalised segment; never merged), which become one entry each like a token span but
+   do not end their sentence (``user_defined_spans``, or the device's ``find_ud``);
 3. writes the marks (``marks``): ``SEG_START`` where a segment starts, ``DUMMY`` where it takes
    the dummy "▁", ``OUTSIDE`` on every byte of a span and ``SPECIAL_START`` on its first.
 

@@ -51,8 +51,8 @@ def _bind(lib) -> tuple:
 class UnigramLattice:
     """One model's lattice in the native library: ``tables`` is its segmenter's
     ``lattice_tables()``; ``norm`` (units, strings, flags, user-defined trie) THE SPM
-    NORMALISER's tables when its segments are normalised there (None: the host normalises). ``where``: the model's name,
-    for errors."""
+    NORMALISER's tables when its segments are normalised there (None: the host normalises).
+    ``where``: the model's name, for errors."""
 
     def __init__(self, lib, tables: tuple, norm: "tuple | None", where: str):
         new, set_norm, free, self._items, self._text = _bind(lib)

@@ -7,13 +7,14 @@ batches and single texts. A device without it runs such a model on the host, cou
 Two plans, by where the text is normalised and cut (``front``):
 
 * device front: the normaliser is THE SPM NORMALISER (user-defined pieces matched first,
-  copied whole: THE USER-DEFINED MATCH; or there is none) and the pre-tokenizer is ``Whole``: the batch is packed and its token spans found
-  (``split.token_spans``, the one host stage); its items, the text segments between tokens and
-  the tokens, go to the device in ranges of whole documents, side by side on the chunk
-  workers, each range one call (every segment normalised, its lattice, its ids);
-* host front: any other normaliser or pre-tokenizer (HF's steps and Metaspace) runs on the host as the numpy backend
-  runs it, each a counted fallback of its stage; the units it cuts go through the piece cache
-  and a batch's misses to the device's lattice in one call.
+  copied whole: THE USER-DEFINED MATCH; or there is none) and the pre-tokenizer is
+  ``Whole``: the batch is packed and its token spans found (``split.token_spans``, the one
+  host stage); its items, the text segments between tokens and the tokens, go to the device
+  in ranges of whole documents, side by side on the chunk workers, each range one call (every
+  segment normalised, its lattice, its ids);
+* host front: any other normaliser or pre-tokenizer (HF's steps and Metaspace) runs on the
+  host as the numpy backend runs it, each a counted fallback of its stage; the units it cuts
+  go through the piece cache and a batch's misses to the device's lattice in one call.
 
 Sentences are never cut into spans: sentencepiece sums scores in float32 from the sentence
 start (``cpu_ref/unigram.py``), so one long document is one call on one core.
