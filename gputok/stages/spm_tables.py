@@ -111,11 +111,12 @@ class SpmTables:
 
 def ud_trie(pieces: dict) -> np.ndarray:
     """THE USER-DEFINED MATCH's trie of ``pieces`` (text -> id) as the kernels read it
-    (``kernels/common/spm_norm_rules.h``: node k at [3k, 3k + 3) = first edge, edge count,
-    1 + id or 0; edges ``byte << 24 | child``, sorted by byte).
+    (``kernels/common/spm_norm_rules.h``: 8 words of first-byte bits, then node k at
+    [8 + 3k, 8 + 3k + 3) = first edge, edge count, 1 + id or 0; edges ``byte << 24 | child``,
+    sorted by byte).
 
-    >>> ud_trie({"ab": 7, "a": 3}).tolist()
-    [9, 1, 0, 10, 1, 4, 11, 0, 8, 1627389953, 1644167170]
+    >>> ud_trie({"ab": 7, "a": 3}).tolist()[3:]
+    [2, 0, 0, 0, 0, 17, 1, 0, 18, 1, 4, 19, 0, 8, 1627389953, 1644167170]
     """
     children: list = [{}]
     ends = [0]
@@ -132,10 +133,13 @@ def ud_trie(pieces: dict) -> np.ndarray:
     n = len(children)
     if n >= 1 << 24:
         raise ValueError(f"{n} trie nodes for the user-defined pieces: at most {1 << 24} fit")
-    out = np.zeros(4 * n - 1, np.uint32)  # 3 words a node, one edge into each but the root
-    e = 3 * n
+    # the first bytes' bits, 3 words a node, one edge into each node but the root
+    out = np.zeros(8 + 4 * n - 1, np.uint32)
+    for b in children[0]:
+        out[b >> 5] |= np.uint32(1 << (b & 31))
+    e = 8 + 3 * n
     for k, ch in enumerate(children):
-        out[3 * k:3 * k + 3] = e, len(ch), ends[k]
+        out[8 + 3 * k:8 + 3 * k + 3] = e, len(ch), ends[k]
         for b in sorted(ch):
             out[e] = b << 24 | ch[b]
             e += 1

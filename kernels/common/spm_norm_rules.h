@@ -21,10 +21,11 @@
 // is, never rewritten by the charsmap; its spaces are still written as the space symbol), and
 // the BPE takes it again on the normalised sentence for its initial symbols (one frozen symbol
 // each, leftmost first: kernels/host_spm.h, gputok/stages/spm_plan.py user_defined_spans).
-// The pieces are a byte trie in one uint32 array (gputok/stages/spm_tables.py ud_trie): node k
-// is ud[3k .. 3k + 3) = (its first edge, its edge count, 1 + the piece's id or 0: no piece
-// ends here), node 0 the root; an edge is byte << 24 | child node, a node's edges sorted by
-// byte.
+// The pieces are a byte trie in one uint32 array (gputok/stages/spm_tables.py ud_trie): ud[0 ..
+// 8) the bit set of the pieces' first bytes (most characters start none: one load says so);
+// node k is ud[8 + 3k .. 8 + 3k + 3) = (its first edge, its edge count, 1 + the piece's id or
+// 0: no piece ends here), node 0 the root; an edge is byte << 24 | child node, a node's edges
+// sorted by byte.
 #pragma once
 
 #include "encode_rules.h"  // types, UTF-8
@@ -61,11 +62,12 @@ struct EncCharsMap {
 GPUTOK_FN enc_u32 enc_ud_match(const GPUTOK_DEV enc_u32* ud, enc_u32 n_ud,
                                const GPUTOK_DEV enc_u8* buf, enc_u32 pos, enc_u32 end,
                                GPUTOK_THREAD enc_u32* id) {
-  if (n_ud == 0) return 0;
+  if (n_ud == 0 || pos >= end || !((ud[buf[pos] >> 5] >> (buf[pos] & 31u)) & 1u)) return 0;
   enc_u32 node = 0, best = 0;
   for (enc_u32 i = pos; i < end; ++i) {
     const enc_u32 b = buf[i];
-    enc_u32 lo = ud[3 * node], hi = lo + ud[3 * node + 1];
+    const GPUTOK_DEV enc_u32* at = ud + 8 + 3 * node;
+    enc_u32 lo = at[0], hi = lo + at[1];
     const enc_u32 last = hi;
     while (lo < hi) {  // the edge of byte b (binary search: the root may have many)
       const enc_u32 mid = lo + (hi - lo) / 2;
@@ -73,7 +75,7 @@ GPUTOK_FN enc_u32 enc_ud_match(const GPUTOK_DEV enc_u32* ud, enc_u32 n_ud,
     }
     if (lo == last || (ud[lo] >> 24) != b) break;
     node = ud[lo] & 0xFFFFFFu;
-    const enc_u32 piece = ud[3 * node + 2];
+    const enc_u32 piece = ud[8 + 3 * node + 2];
     if (piece != 0) {
       best = i + 1 - pos;
       *id = piece - 1;
