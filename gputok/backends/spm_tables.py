@@ -87,7 +87,7 @@ def _spm_tables(fam, norm) -> "SpmTables | str":
     return SpmTables(sym=sym, pairs=fam.bpe.table, cut_keys=cuts.pair_keys, cuts=cuts, fin=fin,
                      byte_ids=byte_ids, flags=flags,
                      unk=fam.unk_id if fam.unk_id >= 0 else NO_ID, space_id=space_id,
-                     normalizer="device" if device_norm else "rewrite" if rewrite else "host",
+                     normalizer="device" if device_norm else "rewrite",
                      dummy="all" if device_norm and norm.dummy else "none",
                      dummy_unless_blank=False, hf=False, fuse=not fam.byte_fallback,
                      user_defined=fam.user_defined or None, ud_set=frozenset(fam.user_defined),
