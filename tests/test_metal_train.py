@@ -134,7 +134,7 @@ def test_loop_shrinks_grows_and_compacts(monkeypatch):
     monkeypatch.setattr(metal, "_MIN_SHRINK", 1024)
     got = metal.train_on_metal(ids, off, counts, v, vocab_size=420, min_frequency=2,
                                kernels=metal.KernelFactory(make=make), max_groups=4,
-                               compact_at=0.1)
+                               compact_at=0.1, block_steps=16)
     assert got == want
     assert any(new < old for old, new in rebuilds), rebuilds
     assert any(new > old for old, new in rebuilds), rebuilds

@@ -259,15 +259,21 @@ def _setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
 def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
                    kernels: KernelFactory, max_groups: int = MAX_GROUPS,
                    on_merge: "Callable[[int], None] | None" = None, compact_at: float = 0.5,
-                   initial_capacity: "int | None" = None,
-                   block_steps: int = BLOCK_STEPS) -> list[tuple[int, int, int]]:
+                   initial_capacity: "int | None" = None, block_steps: int = BLOCK_STEPS,
+                   stats: "dict | None" = None) -> list[tuple[int, int, int]]:
     """Run the merge loop with ``kernels``' shaders over MLX arrays; returns the merges.
 
     ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` grows with
     the merged tokens. ``max_groups`` caps every grid (the shaders are grid-stride loops);
     ``block_steps`` and ``initial_capacity`` (table slots) size the loop (the tests make them
-    small, so every stop happens).
+    small, so every stop happens). ``stats``, when given, counts the blocks (``"blocks"``), the
+    reasons blocks stopped (``STOP``'s names) and the host's moves (``"shrink"``, ``"compact"``).
     """
+    stats = {} if stats is None else stats
+
+    def seen(what: str) -> None:
+        stats[what] = stats.get(what, 0) + 1
+
     L = _setup(ids, offsets, wcounts, vocab, vocab_size=vocab_size,
                min_frequency=min_frequency, kernels=kernels, max_groups=max_groups,
                initial_capacity=initial_capacity)
@@ -296,6 +302,9 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
             on_merge(len(merges))
         st = recs[-1].copy()
         why = int(st[ST["STOP"]])
+        seen("blocks")
+        if why:
+            seen(next(k for k, v in STOP.items() if v == why))
         if why in (STOP["TARGET"], STOP["MIN"]):
             return merges
         # a block cut short queued steps that did nothing: queue about twice as many as were
@@ -311,11 +320,13 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
             st[ST["FORCED_KEY"]] = (a << 32) | b
             st[ST["FORCED_ID"]] = L.reserved.get(spelled, -1)
         elif L.cap >= 8 * _pow2_at_least(2 * used) and L.cap > _MIN_SHRINK:
+            seen("shrink")
             L.settle(st)  # (the fold reads every slot: a table 8x too large is rebuilt)
             L.rehash(_pow2_at_least(2 * used))
             st[ST["USED_LIMIT"]] = int(_MAX_LOAD * L.cap)
         st[ST["STOP"]] = 0
         if matched - dead_at_compact > compact_at * L.n and L.n > _PAD:
+            seen("compact")
             host = [*got[queued + 1:queued + 4], np.array(L.word_of, copy=False)]
             L.upload(*arrays.compact(*host))
             dead_at_compact = matched
