@@ -139,7 +139,7 @@ def token_tables(vocab, n_ids=1024):
     """THE TOKEN HASH's (lengths, hashes) of a vocabulary's learned ids, as the driver builds
     them."""
     lens, hashes = np.zeros(n_ids, np.uint64), np.zeros(n_ids, np.uint64)
-    for i in (vocab.learned if vocab is not None else ()):
+    for i in vocab.learned:
         raw = vocab.token_bytes(i)
         lens[i], hashes[i] = len(raw), arrays.token_hash(raw)
     return lens, hashes
@@ -196,8 +196,10 @@ def test_fold_best_and_best_final(kind, n_merges, order, seed):
     ma.check_probe_chains(new[0], new[1])
     used = int((new[0] != 0).sum())
     assert used == len(set(s0["counts"]) | set(s1["counts"]))
+    # (the host's answer for the best pair: the s0 pair's token may be one s1 has learned)
     st = state(VOCAB_LEN=len(s1["vocab"]), VOCAB_TARGET=10**6, MIN_COUNT=1, USED_LIMIT=cap,
-               N_SYM=len(s1["tok"]), NEXT_ID=len(s1["vocab"]), FORCED_KEY=-1, STEPS=7)
+               N_SYM=len(s1["tok"]), NEXT_ID=len(s1["vocab"]), STEPS=7,
+               FORCED_KEY=np.uint64(want_best[1]).astype(np.int64), FORCED_ID=-1)
     out = select(parts, GROUPS, st, s1["vocab"], order, seed)
     assert out[0][metal.ST["MERGED"]] == 1
     key = (int(out[0][metal.ST["A"]]) << 32) | int(out[0][metal.ST["B"]])
@@ -220,7 +222,7 @@ def test_comparator_ties_go_to_the_smallest_pair(order, seed):
     new, parts = fold(main, delta, cap, None, order, seed, groups=4)
     st = state(VOCAB_LEN=1000, VOCAB_TARGET=2000, MIN_COUNT=1, USED_LIMIT=cap, N_SYM=16,
                NEXT_ID=1000, FORCED_KEY=-1)
-    out = select(parts, 4, st, None, order, seed)
+    out = select(parts, 4, st, Vocab(), order, seed)
     assert [int(out[0][metal.ST[k]]) for k in ("MERGED", "A", "B", "C", "COUNT")] == [
         1, 5, 7, 1000, 7]
     assert ma.table_dict(*new) == {(a << 32) | b: 7 for a, b in pairs} | {(9 << 32) | 9: 6}
@@ -347,6 +349,7 @@ SELECT_CASES = {
     "min_count": ({"MIN_COUNT": 10}, (), (metal.STOP["MIN"], 0, None)),
     "no_room": ({"USED_LIMIT": 12}, (), (metal.STOP["REHASH"], 0, None)),
     "reserved": ({}, (b"xy", b"ab"), (metal.STOP["RESERVED"], 0, None)),
+    "learned_before": ({}, (), (metal.STOP["RESERVED"], 0, None)),  # (id 290 is spelled "ab")
     "forced_special": ({"FORCED_KEY": "ab", "FORCED_ID": 5}, (b"ab",), (0, 1, 5)),
     "forced_new": ({"FORCED_KEY": "ab", "FORCED_ID": -1}, (b"ab",), (0, 1, 300)),
     "stays_stopped": ({"STOP": metal.STOP["RESERVED"]}, (), (metal.STOP["RESERVED"], 0, None)),
@@ -374,7 +377,10 @@ def test_step_select_stops_and_ids(case, order, seed):
     # the rule's spelling of (a, b): reserved entries are byte strings of the joined token
     spelled = v.token_bytes(a) + v.token_bytes(b)
     reserved = tuple(spelled if r == b"ab" else r for r in reserved)
-    out_st, lens, hashes = select(parts, 5, st, v, order, seed, reserved=reserved)
+    tables = token_tables(v)
+    if case == "learned_before":
+        tables[0][290], tables[1][290] = len(spelled), arrays.token_hash(spelled)
+    out_st, lens, hashes = select(parts, 5, st, v, order, seed, reserved=reserved, tables=tables)
     assert out_st[metal.ST["STOP"]] == stop and out_st[metal.ST["MERGED"]] == merged
     assert out_st[metal.ST["USED"]] == 5
     if merged:

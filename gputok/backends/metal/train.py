@@ -143,6 +143,18 @@ def read_back(arrays_: list) -> list[np.ndarray]:
     return [np.array(x, copy=False) for x in arrays_]
 
 
+def _existing_id(vocab, reserved: dict, a: int, b: int) -> int:
+    """The id the merge of (a, b) takes without a new one (HF's rule 7: a special token spelled
+    alike, or a token of the same string learned before), or -1: what ``vocab.merge`` will
+    give, without growing the vocabulary."""
+    spelled = vocab.token_bytes(a) + vocab.token_bytes(b)
+    if spelled in reserved:
+        return reserved[spelled]
+    if vocab.id_order != "hf":
+        return -1  # (the byte layout gives every merge a new id)
+    return vocab.ids.get(vocab.strings[a] + vocab.strings[b], -1)
+
+
 class _Loop:
     """The device state of one training run (MLX arrays) and the host's moves between blocks."""
 
@@ -316,9 +328,8 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
             st[ST["USED_LIMIT"]] = int(_MAX_LOAD * L.cap)
         elif why == STOP["RESERVED"]:  # rule 7: compare the bytes the hash matched
             a, b = int(st[ST["A"]]), int(st[ST["B"]])
-            spelled = vocab.token_bytes(a) + vocab.token_bytes(b)
             st[ST["FORCED_KEY"]] = (a << 32) | b
-            st[ST["FORCED_ID"]] = L.reserved.get(spelled, -1)
+            st[ST["FORCED_ID"]] = _existing_id(vocab, L.reserved, a, b)
         elif L.cap >= 8 * _pow2_at_least(2 * used) and L.cap > _MIN_SHRINK:
             seen("shrink")
             L.settle(st)  # (the fold reads every slot: a table 8x too large is rebuilt)

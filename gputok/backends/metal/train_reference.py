@@ -116,7 +116,8 @@ def train_step_select(part_count, part_key, part_used, state, tok_len, tok_hash,
                       res_hash) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The next state record and the ids' byte lengths and hashes (C's entry written): the best
     of the partials (THE COMPARATOR), then the first stop that applies (TARGET, MIN, REHASH,
-    RESERVED) or the merge (A, B) -> C; a stopped state stays stopped."""
+    RESERVED: the joined token's (length, hash) equals an id's or a special's spelling) or the
+    merge (A, B) -> C; a stopped state stays stopped."""
     from .train import ST, STOP
 
     st = np.array(state, dtype=np.int64).copy()
@@ -144,21 +145,23 @@ def train_step_select(part_count, part_key, part_used, state, tok_len, tok_hash,
         n_bytes = int(tok_len[a]) + int(tok_len[b])
         h = (int(tok_hash[a]) * pow(0x100000001B3, int(tok_len[b]), 1 << 64)
              + int(tok_hash[b])) & _MASK64  # THE TOKEN HASH of the joined token
-        st[ST["A"]], st[ST["B"]] = a, b
+        st[ST["A"]], st[ST["B"]], st[ST["C"]], st[ST["COUNT"]] = a, b, -1, best_c
         c = -1
+        n_res = int(st[ST["N_RES"]])
+        spellings = set(zip(np.asarray(tok_len).tolist(), np.asarray(tok_hash).tolist()))
+        spellings |= set(zip(np.asarray(res_len)[:n_res].tolist(),
+                             np.asarray(res_hash)[:n_res].tolist()))
         if int(st[ST["FORCED_KEY"]]) & _MASK64 == best_k:
             c = int(st[ST["FORCED_ID"]])
-            st[ST["FORCED_KEY"]] = -1
-        elif any(int(n) == n_bytes and int(x) == h
-                 for n, x in zip(np.asarray(res_len)[:st[ST["N_RES"]]].tolist(),
-                                 np.asarray(res_hash)[:st[ST["N_RES"]]].tolist())):
+            st[ST["C"]], st[ST["FORCED_KEY"]] = c, -1
+        elif (n_bytes, h) in spellings:  # (an id or a special spelled alike: the host decides)
             st[ST["STOP"]] = STOP["RESERVED"]
             return st, tok_len, tok_hash
         if c < 0:
             c = int(st[ST["NEXT_ID"]])
             st[ST["NEXT_ID"]] += 1
             st[ST["VOCAB_LEN"]] = vocab_len + 1
-        st[ST["MERGED"]], st[ST["C"]], st[ST["COUNT"]] = 1, c, best_c
+        st[ST["MERGED"]], st[ST["C"]] = 1, c
         st[ST["STEPS"]] += 1
         tok_len[c], tok_hash[c] = n_bytes, h
     return st, tok_len, tok_hash
