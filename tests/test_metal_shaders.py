@@ -53,10 +53,6 @@ def i64(v):
     return np.array(v, dtype=np.int64)
 
 
-def i32(v):
-    return np.array(v, dtype=np.int32)
-
-
 def u32(v):
     return np.array(v, dtype=np.uint32)
 
