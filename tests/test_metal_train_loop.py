@@ -12,8 +12,11 @@ from __future__ import annotations
 import functools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import testdata
+from conftest import fuzz_examples
 from cpu_ref.patterns import resolve_pattern
 from gputok.backends import train_arrays as arrays
 from gputok.train import cpu, words
@@ -133,6 +136,21 @@ def test_loop_repeats_ties_min_frequency(pattern, min_frequency):
         tight=True)
     assert got == want and strings == want_strings and len(got) > 3
     assert stats.get("MIN", 0) == 1 or len(strings) == 300
+
+
+@settings(max_examples=fuzz_examples(20), deadline=None)
+@given(alphabet=st.sampled_from(["ab", "a b", "aab  ", "xyz{\n", "  \t"]), data=st.data(),
+       vocab_extra=st.integers(1, 40), seed=st.integers(0, 1000), block=st.sampled_from([1, 3]),
+       min_frequency=st.integers(0, 3))
+def test_loop_on_random_corpora(alphabet, data, vocab_extra, seed, block, min_frequency):
+    """Runs of one symbol, ties, tiny and empty words, blocks of one and three steps, a tight
+    first table, threads shuffled with atomics interleaved: the device loop = CPU trainer."""
+    texts = data.draw(st.lists(st.text(alphabet=alphabet, max_size=50), min_size=1, max_size=6))
+    wc = words.count_words(((t, 1) for t in texts), r"\S+|\s+")
+    (got, strings, _), (want, want_strings) = _run(
+        wc, (), 256 + vocab_extra, min_frequency, _factory("shuffle+yield", seed),
+        block_steps=block, tight=True)
+    assert got == want and strings == want_strings
 
 
 @pytest.mark.parametrize("broken", ["train_merge_deltas", "train_apply_merge",
