@@ -278,7 +278,8 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     ``ids``/``offsets``/``wcounts``: the words (see ``train.cpu.word_arrays``); ``vocab`` grows with
     the merged tokens. ``max_groups`` caps every grid (the shaders are grid-stride loops);
     ``block_steps`` and ``initial_capacity`` (table slots) size the loop (the tests make them
-    small, so every stop happens). ``stats``, when given, counts the blocks (``"blocks"``), the
+    small, so every stop happens; the first table must hold the first pairs below 3/4, as the
+    default does: a full table would never end a probe). ``stats``, when given, counts the blocks (``"blocks"``), the
     reasons blocks stopped (``STOP``'s names) and the host's moves (``"shrink"``, ``"compact"``).
     """
     stats = {} if stats is None else stats
