@@ -34,6 +34,43 @@ using namespace metal;
 
 #include "common/train_rules.h"
 
+// The state record of the merge loop (int64 each), carried from step to step on the device:
+// train_step_select writes it, every other step shader reads this step's pair from it
+// (gputok/backends/metal/train.py reads the same numbers from this file).
+#define ST_STOP 0          // why the loop stopped (TRAIN_STOP_*), 0 while it runs
+#define ST_STEPS 1         // merges made so far
+#define ST_NEXT_ID 2       // the next new id
+#define ST_VOCAB_LEN 3     // ids so far
+#define ST_VOCAB_TARGET 4  // stop at this many ids
+#define ST_MIN_COUNT 5     // stop when the best count is below it
+#define ST_USED 6          // table slots used (after this step's fold)
+#define ST_USED_LIMIT 7    // a step may take the table up to this many slots (3/4 of it)
+#define ST_NEED 8          // TRAIN_STOP_REHASH: the slots the step could have needed
+#define ST_MERGED 9        // 1 when this step merges (A, B) -> C, else 0
+#define ST_A 10
+#define ST_B 11
+#define ST_C 12
+#define ST_COUNT 13        // the merged pair's count
+#define ST_FORCED_KEY 14   // the host's answer to TRAIN_STOP_RESERVED: this pair ...
+#define ST_FORCED_ID 15    // ... takes this id (-1: a new one)
+#define ST_N_RES 16        // spellings that take a special token's id (HF's rule 7)
+#define ST_N_SYM 17        // positions (a step's matches are at most this many)
+#define ST_SIZE 24
+
+#define TRAIN_STOP_TARGET 1    // the vocabulary is full
+#define TRAIN_STOP_MIN 2       // no pair occurs min_count times
+#define TRAIN_STOP_REHASH 4    // the table could pass 3/4 full this step
+#define TRAIN_STOP_RESERVED 7  // the merged token may be spelled like a special token
+
+// This step's merged pair as the main table stores it ((a + 1, b + 1); (0, 0) when the step
+// merges nothing, which matches no used slot).
+METAL_FUNC uint train_merged_hi(const device long* state) {
+  return state[ST_MERGED] ? (uint)state[ST_A] + 1u : 0u;
+}
+METAL_FUNC uint train_merged_lo(const device long* state) {
+  return state[ST_MERGED] ? (uint)state[ST_B] + 1u : 0u;
+}
+
 // The main table's key at slot s as a pair key (left << 32 | right); only for a used slot.
 METAL_FUNC train_u64 train_slot_key(uint hi, uint lo) {
   return ((train_u64)(hi - 1u) << 32) | (train_u64)(lo - 1u);

@@ -1,5 +1,5 @@
 // gpuemu: inputs=key_hi:uint32,key_lo:uint32,count:int64,d_hi:uint32,d_lo:uint32,c_lo:uint32
-// gpuemu: inputs=c_hi:uint32,cap:int64:0,merged_hi:uint32:0,merged_lo:uint32:0
+// gpuemu: inputs=c_hi:uint32,cap:int64:0,state:int64
 // gpuemu: outputs=out_hi:uint32,out_lo:uint32,out_count:int64,part_count:int64,part_key:uint64
 // gpuemu: outputs=part_used:int64
 // gpuemu: template=BLOCK:256 header=train_common.metal
@@ -7,9 +7,9 @@
 // the best pair among its slots (THE COMPARATOR) and the number of used slots.
 //   * a slot free in the main table takes the delta table's key (0 when free in both);
 //   * count + the delta's two 32-bit halves, as int64;
-//   * the pair merged in the last step, (merged_hi, merged_lo) = (a + 1, b + 1) or (0, 0) for
-//     none, gets count 0: the step merged every occurrence of it away (the delta rule leaves its
-//     own changes out);
+//   * the pair the state record says the last step merged (whose delta table this is) gets
+//     count 0: the step merged every occurrence of it away (the delta rule leaves its own
+//     changes out); a state of a step that merged nothing zeroes nothing;
 //   * part_count/part_key[g] = the best (count > 0) of threadgroup g's slots, (0, ~0) if none;
 //     part_used[g] = its used slots.
 // Launch with threadgroups of BLOCK threads and a grid that is a multiple of BLOCK (the
@@ -20,6 +20,8 @@ threadgroup long s_used[BLOCK];
 long best_c = 0;
 ulong best_k = ~0ul;
 long used = 0;
+const uint merged_hi = train_merged_hi(state);
+const uint merged_lo = train_merged_lo(state);
 for (long s = thread_position_in_grid.x; s < cap; s += threads_per_grid.x) {
   uint hi = key_hi[s];
   uint lo = key_lo[s];

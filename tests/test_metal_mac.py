@@ -36,6 +36,35 @@ def test_metal_training_equals_numpy(kind):
     assert got.trained_merges == want.trained_merges
 
 
+@pytest.mark.parametrize("kind", ["prose", "code"])
+def test_device_loop_with_every_stop_on_the_gpu(kind):
+    """The block loop on the GPU (MLX's own kernels, lazy graphs of a block of steps, one wait
+    per block) with small blocks, a tight first table and specials spelled like frequent merges:
+    every stop happens (table grown, rule 7, compaction) and the merges equal the CPU trainer's."""
+    from cpu_ref.patterns import resolve_pattern
+    from gputok.backends import train_arrays as arrays
+    from gputok.train import cpu, words
+    from gputok.train.vocab import Vocab
+
+    docs = testdata.corpus(kind, max_mb=1)
+    wc = words.count_words(((d, 1) for d in docs), resolve_pattern("cl100k"))
+    specials = [EOT, "th", "the", "in"]
+    want = cpu.train_words(wc, Vocab(specials), vocab_size=2000, min_frequency=2)
+    v = Vocab(specials)
+    ids, off, counts = cpu.word_arrays(wc, v)
+    tok, _, nxt, word_of = arrays.initial_state(ids, off)
+    first = arrays.pair_counts(tok, nxt, word_of, counts)
+    stats: dict = {}
+    got = metal.train_on_metal(ids, off, counts, v, vocab_size=2000, min_frequency=2,
+                               kernels=metal.kernel_factory(), block_steps=64,
+                               initial_capacity=int(len(first) / 0.75) + 1, compact_at=0.05,
+                               stats=stats)
+    print(stats)
+    assert got == want
+    assert stats["blocks"] < len(got) / 16
+    assert stats.get("REHASH", 0) >= 1 and stats.get("compact", 0) >= 1, stats
+
+
 _VALIDATED_RUN = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])

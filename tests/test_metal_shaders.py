@@ -53,10 +53,6 @@ def i64(v):
     return np.array(v, dtype=np.int64)
 
 
-def i32(v):
-    return np.array(v, dtype=np.int32)
-
-
 def u32(v):
     return np.array(v, dtype=np.uint32)
 
@@ -105,8 +101,23 @@ def count_into(s, main, cap, order, seed):
                seed=seed, init_value=0)
 
 
+def state(**fields):
+    """A state record (``shaders/train_common.metal``) with ``fields`` set, the rest 0."""
+    st = np.zeros(metal.ST["SIZE"], np.int64)
+    for k, v in fields.items():
+        st[metal.ST[k]] = v
+    return st
+
+
+def merging(a, b, c=0):
+    """The state record of a step that merges (a, b) -> c."""
+    return state(MERGED=1, A=a, B=b, C=c)
+
+
 def fold(main, delta, cap, merged, order, seed, groups=GROUPS):
-    out = run("train_fold_best", *main, *delta, i64(cap), u32(merged[0]), u32(merged[1]),
+    """train_fold_best; ``merged``: (a, b) of the step whose delta table this is, or None."""
+    st = merging(*merged) if merged is not None else state()
+    out = run("train_fold_best", *main, *delta, i64(cap), st,
               shapes=[(cap,)] * 3 + [(max(groups, 8),)] * 3, order=order, seed=seed,
               groups=groups)
     return tuple(out[:3]), out[3:]
@@ -117,7 +128,37 @@ def table(s, order, seed, cap=None):
     cap = cap or _cap(len(s["counts"]))
     main = empty(cap)
     delta = count_into(s, main, cap, order, seed)
-    return fold(main, delta, cap, (0, 0), order, seed)[0], cap
+    return fold(main, delta, cap, None, order, seed)[0], cap
+
+
+def token_tables(vocab, n_ids=1024):
+    """THE TOKEN HASH's (lengths, hashes) of a vocabulary's learned ids, as the driver builds
+    them."""
+    lens, hashes = np.zeros(n_ids, np.uint64), np.zeros(n_ids, np.uint64)
+    for i in vocab.learned:
+        raw = vocab.token_bytes(i)
+        lens[i], hashes[i] = len(raw), arrays.token_hash(raw)
+    return lens, hashes
+
+
+def select(parts, n_parts, st, vocab, order, seed, reserved=(), tables=None):
+    """train_step_select on the emulator, checked against its reference; its outputs."""
+    lens, hashes = tables if tables is not None else token_tables(vocab)
+    res_len = np.zeros(8, np.uint64)
+    res_hash = np.zeros(8, np.uint64)
+    for k, r in enumerate(reserved):
+        res_len[k], res_hash[k] = len(r), arrays.token_hash(r)
+    st = st.copy()
+    st[metal.ST["N_RES"]] = len(reserved)
+    parts = [np.ascontiguousarray(p) for p in parts]
+    out = run("train_step_select", *parts, i64(n_parts), st, lens, hashes, res_len, res_hash,
+              i64(len(lens)), shapes=[(len(st),), (len(lens),), (len(lens),)], order=order,
+              seed=seed, groups=1)
+    want = ma.train_step_select(*(p[:n_parts] for p in parts), st, lens, hashes, res_len,
+                                res_hash)
+    for got, w in zip(out, want):
+        np.testing.assert_array_equal(got, w)
+    return out
 
 
 @pytest.mark.parametrize("kind,n_merges", STATES)
@@ -145,18 +186,21 @@ def test_fold_best_and_best_final(kind, n_merges, order, seed):
     main_hi = main[0]
     assert not (delta[0][main_hi != 0]).any()  # new keys only in slots free in the main table
     merged_key = max(s0["counts"], key=s0["counts"].get)
-    merged = ((merged_key >> 32) + 1, (merged_key & _MASK) + 1)
-    new, parts = fold(main, delta, cap, merged, order, seed)
+    new, parts = fold(main, delta, cap, (merged_key >> 32, merged_key & _MASK), order, seed)
     want, want_best = ma.train_fold_best(s0["counts"], s1["counts"], merged_key)
     assert ma.table_dict(*new) == want
     ma.check_probe_chains(new[0], new[1])
     used = int((new[0] != 0).sum())
     assert used == len(set(s0["counts"]) | set(s1["counts"]))
-    (best,) = run("train_best_final", *(p for p in parts), i64(GROUPS), i64(12345),
-                  shapes=[(8,)], order=order, seed=seed, groups=1)
-    assert best.tolist() == ma.train_best_final(*(p[:GROUPS] for p in parts), 12345)
-    assert (int(best[0]), int(best[1]) & (1 << 64) - 1) == want_best
-    assert best[2:4].tolist() == [used, 12345]
+    # (the host's answer for the best pair: the s0 pair's token may be one s1 has learned)
+    st = state(VOCAB_LEN=len(s1["vocab"]), VOCAB_TARGET=10**6, MIN_COUNT=1, USED_LIMIT=cap,
+               N_SYM=len(s1["tok"]), NEXT_ID=len(s1["vocab"]), STEPS=7,
+               FORCED_KEY=np.uint64(want_best[1]).astype(np.int64), FORCED_ID=-1)
+    out = select(parts, GROUPS, st, s1["vocab"], order, seed)
+    assert out[0][metal.ST["MERGED"]] == 1
+    key = (int(out[0][metal.ST["A"]]) << 32) | int(out[0][metal.ST["B"]])
+    assert (int(out[0][metal.ST["COUNT"]]), key) == want_best
+    assert out[0][metal.ST["USED"]] == used and out[0][metal.ST["STEPS"]] == 8
 
 
 @pytest.mark.parametrize("order,seed", ORDERS)
@@ -171,30 +215,32 @@ def test_comparator_ties_go_to_the_smallest_pair(order, seed):
     cap = 2048  # 4 threadgroups of 256 threads, 2 slots each: the pairs spread over them
     main = empty(cap)
     delta = count_into(s, main, cap, order, seed)
-    new, parts = fold(main, delta, cap, (0, 0), order, seed, groups=4)
-    (best,) = run("train_best_final", *parts, i64(4), i64(0), shapes=[(8,)], order=order,
-                  seed=seed, groups=1)
-    assert (int(best[0]), int(best[1])) == (7, (5 << 32) | 7)
+    new, parts = fold(main, delta, cap, None, order, seed, groups=4)
+    st = state(VOCAB_LEN=1000, VOCAB_TARGET=2000, MIN_COUNT=1, USED_LIMIT=cap, N_SYM=16,
+               NEXT_ID=1000, FORCED_KEY=-1)
+    out = select(parts, 4, st, Vocab(), order, seed)
+    assert [int(out[0][metal.ST[k]]) for k in ("MERGED", "A", "B", "C", "COUNT")] == [
+        1, 5, 7, 1000, 7]
     assert ma.table_dict(*new) == {(a << 32) | b: 7 for a, b in pairs} | {(9 << 32) | 9: 6}
 
 
 def _merge_step(s, a, b, c, order, seed):
     main, cap = table(s, order, seed, cap=_cap(len(s["counts"]) + 2 * len(s["vocab"]) + 1))
     n = len(s["tok"])
-    (is_start,) = run("train_find_matches", s["tok"], s["prv"], s["nxt"], i64(n), i32(a),
-                      i32(b), shapes=[(n,)], order=order, seed=seed)
+    (is_start,) = run("train_find_matches", s["tok"], s["prv"], s["nxt"], i64(n),
+                      merging(a, b, c), shapes=[(n,)], order=order, seed=seed)
     want_start = ma.train_find_matches(s["tok"], s["prv"], s["nxt"], a, b)
     np.testing.assert_array_equal(is_start, want_start)
     assert want_start.sum() > 0
     delta = run("train_merge_deltas", s["tok"], s["prv"], s["nxt"], s["word_of"], s["wcount"],
-                is_start, main[0], main[1], i64(n), i32(a), i32(b), i32(c), u32(cap - 1),
+                is_start, main[0], main[1], i64(n), merging(a, b, c), u32(cap - 1),
                 shapes=[(cap,)] * 4, order=order, seed=seed, init_value=0)
     want_deltas = ma.train_merge_deltas(s["tok"], s["prv"], s["nxt"], s["word_of"], s["wcount"],
                                         want_start, a, b, c)
     assert ma.delta_dict(main[0], main[1], *delta) == want_deltas
     assert not delta[0][main[0] != 0].any()
     tok, prv, nxt = run("train_apply_merge", s["tok"], s["prv"], s["nxt"], is_start, i64(n),
-                        i32(c), shapes=[(n,)] * 3, order=order, seed=seed)
+                        merging(a, b, c), shapes=[(n,)] * 3, order=order, seed=seed)
     w_tok, w_prv, w_nxt = ma.train_apply_merge(s["tok"], s["prv"], s["nxt"], want_start, c)
     live = w_tok != arrays.DEAD
     np.testing.assert_array_equal(tok, w_tok)
@@ -202,7 +248,7 @@ def _merge_step(s, a, b, c, order, seed):
     np.testing.assert_array_equal(nxt[live], w_nxt[live])
     # the next step's fold: the counts are exactly the pairs of the new state
     key = (a << 32) | b
-    new, _ = fold(main, delta, cap, (a + 1, b + 1), order, seed)
+    new, _ = fold(main, delta, cap, (a, b), order, seed)
     ma.check_probe_chains(new[0], new[1])
     want = ma.train_fold_best(s["counts"], want_deltas, key)[0]
     assert ma.table_dict(*new) == want == arrays.pair_counts(w_tok, w_nxt, s["word_of"],
@@ -260,7 +306,7 @@ def test_rehash(order, seed):
                 init_value=0)
     want = ma.train_rehash(main[0], main[1], counts)
     assert want == {k: c for k, c in live.items() if k not in set(dropped)}
-    folded, _ = fold(new, delta, new_cap, (0, 0), order, seed)
+    folded, _ = fold(new, delta, new_cap, None, order, seed)
     assert ma.table_dict(*folded) == want
     assert int((folded[0] != 0).sum()) == len(want)
     ma.check_probe_chains(folded[0], folded[1])
@@ -290,3 +336,52 @@ def test_references_agree_with_the_shared_rules():
     hi[(home + 2) % 8], lo[(home + 2) % 8] = 6, 8  # two slots past its home, with a gap
     with pytest.raises(ValueError, match="free slot"):
         ma.check_probe_chains(hi, lo)
+
+
+SELECT_CASES = {
+    # name: (state fields, reserved spellings, (STOP, MERGED, C) expected)
+    "merge": ({}, (), (0, 1, 300)),
+    "target": ({"VOCAB_LEN": 400}, (), (metal.STOP["TARGET"], 0, None)),
+    "min_count": ({"MIN_COUNT": 10}, (), (metal.STOP["MIN"], 0, None)),
+    "no_room": ({"USED_LIMIT": 12}, (), (metal.STOP["REHASH"], 0, None)),
+    "reserved": ({}, (b"xy", b"ab"), (metal.STOP["RESERVED"], 0, None)),
+    "learned_before": ({}, (), (metal.STOP["RESERVED"], 0, None)),  # (id 290 is spelled "ab")
+    "forced_special": ({"FORCED_KEY": "ab", "FORCED_ID": 5}, (b"ab",), (0, 1, 5)),
+    "forced_new": ({"FORCED_KEY": "ab", "FORCED_ID": -1}, (b"ab",), (0, 1, 300)),
+    "stays_stopped": ({"STOP": metal.STOP["RESERVED"]}, (), (metal.STOP["RESERVED"], 0, None)),
+}
+
+
+@pytest.mark.parametrize("case", list(SELECT_CASES))
+@pytest.mark.parametrize("order,seed", ORDERS)
+def test_step_select_stops_and_ids(case, order, seed):
+    """Every way a step ends, on partials whose best pair is (a, b) = ("a", "b") with count 9
+    (a tie with (99, 1) broken by the smaller key): the record and the token tables equal the
+    reference, and the stop / merge / new id are the ones the rule gives."""
+    v = Vocab()
+    a, b = v.strings.index(chr(97)), v.strings.index(chr(98))
+    fields, reserved, (stop, merged, c) = SELECT_CASES[case]
+    st = state(VOCAB_LEN=300, VOCAB_TARGET=400, MIN_COUNT=2, USED_LIMIT=1000, N_SYM=50,
+               NEXT_ID=300, FORCED_KEY=-1, USED=0)
+    key = (a << 32) | b
+    for k, x in fields.items():
+        st[metal.ST[k]] = key if x == "ab" else x  # ("ab": the host's answer for this pair)
+    parts = [np.array([3, 9, 0, 9, 1, 0, 0, 0], np.int64),
+             np.array([(1 << 32) | 2, key, ~0 & ((1 << 64) - 1), (a + 2 << 32) | 1, 5,
+                       0, 0, 0], np.uint64),
+             np.array([1, 2, 0, 1, 1, 0, 0, 0], np.int64)]
+    # the rule's spelling of (a, b): reserved entries are byte strings of the joined token
+    spelled = v.token_bytes(a) + v.token_bytes(b)
+    reserved = tuple(spelled if r == b"ab" else r for r in reserved)
+    tables = token_tables(v)
+    if case == "learned_before":
+        tables[0][290], tables[1][290] = len(spelled), arrays.token_hash(spelled)
+    out_st, lens, hashes = select(parts, 5, st, v, order, seed, reserved=reserved, tables=tables)
+    assert out_st[metal.ST["STOP"]] == stop and out_st[metal.ST["MERGED"]] == merged
+    assert out_st[metal.ST["USED"]] == 5
+    if merged:
+        assert (out_st[metal.ST["A"]], out_st[metal.ST["B"]]) == (a, b)
+        assert out_st[metal.ST["C"]] == c and out_st[metal.ST["COUNT"]] == 9
+        assert (int(lens[c]), int(hashes[c])) == (len(spelled), arrays.token_hash(spelled))
+    if case == "no_room":
+        assert out_st[metal.ST["NEED"]] == 5 + 2 * 9

@@ -2,8 +2,9 @@
 compute, written as whole-array operations. Tests run every kernel (through the CPU emulator) on
 states built from real text and compare with these; ``train_arrays`` strings them into a full
 reference loop, and ``train_lists`` into the loop the CUDA kernels run (occurrence lists and
-candidates). (The Metal shaders run the older loop of ``find_matches`` / ``merge_deltas`` /
-``apply_merge`` over every position, with ``compact``.)
+candidates). (The Metal shaders run the loop of ``find_matches`` / ``merge_deltas`` /
+``apply_merge`` over every position, with ``compact``: MLX's kernels cannot update a buffer in
+place, see ``backends/metal/train.py``.)
 
 Kernel by kernel (CUDA):
   train_count_pairs                     pair_counts
@@ -45,6 +46,14 @@ def initial_state(ids: np.ndarray, offsets: np.ndarray, xp=np):
     word_of = np.repeat(np.arange(n_words, dtype=np.int32), lengths)
     tok = np.array(ids, dtype=np.int32)  # a copy: the state is rewritten in place
     return tuple(xp.asarray(x) for x in (tok, prv, nxt, word_of))
+
+
+def token_hash(data: bytes) -> int:
+    """THE TOKEN HASH (kernels/common/train_rules.h) of a byte string."""
+    h = 0
+    for x in data:
+        h = (h * 0x100000001B3 + x) & ((1 << 64) - 1)
+    return h
 
 
 def pair_keys(left, right) -> np.ndarray:

@@ -44,6 +44,7 @@ from typing import Callable
 import numpy as np
 
 from .. import train_arrays as arrays
+from ..train_arrays import token_hash
 from ..kernels import TRAIN_BLOCK, kernel_dir
 
 _MASK = (1 << 32) - 1
@@ -69,14 +70,6 @@ ST, STOP = _state_layout()
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(10, int(n - 1).bit_length())
-
-
-def token_hash(data: bytes) -> int:
-    """THE TOKEN HASH (kernels/common/train_rules.h) of a byte string."""
-    h = 0
-    for x in data:
-        h = (h * 0x100000001B3 + x) & ((1 << 64) - 1)
-    return h
 
 
 class _Loop:

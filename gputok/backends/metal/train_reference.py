@@ -112,14 +112,59 @@ def train_fold_best(main: dict[int, int], delta: dict[int, int], merged: "int | 
     return out, arrays.best_pair(out)
 
 
-def train_best_final(part_count, part_key, part_used, matches: int) -> list[int]:
-    """The record the host reads: [count, key as int64, used slots, matches, 0, 0, 0, 0]."""
+def train_step_select(part_count, part_key, part_used, state, tok_len, tok_hash, res_len,
+                      res_hash) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The next state record and the ids' byte lengths and hashes (C's entry written): the best
+    of the partials (THE COMPARATOR), then the first stop that applies (TARGET, MIN, REHASH,
+    RESERVED: the joined token's (length, hash) equals an id's or a special's spelling) or the
+    merge (A, B) -> C; a stopped state stays stopped."""
+    from .train import ST, STOP
+
+    st = np.array(state, dtype=np.int64).copy()
+    tok_len = np.array(tok_len, dtype=np.uint64).copy()
+    tok_hash = np.array(tok_hash, dtype=np.uint64).copy()
     best_c, best_k = 0, _MASK64
     for c, k in zip(np.asarray(part_count).tolist(), np.asarray(part_key).tolist()):
         if c > best_c or (c == best_c and k < best_k):  # THE COMPARATOR
             best_c, best_k = c, k
-    key = best_k - (1 << 64) if best_k >= 1 << 63 else best_k
-    return [best_c, key, int(np.sum(part_used)), int(matches), 0, 0, 0, 0]
+    used = int(np.sum(part_used))
+    st[ST["MERGED"]] = 0
+    st[ST["USED"]] = used
+    vocab_len = int(st[ST["VOCAB_LEN"]])
+    bound = min(2 * min(best_c, int(st[ST["N_SYM"]])), 2 * vocab_len + 1)
+    if st[ST["STOP"]]:
+        return st, tok_len, tok_hash
+    if vocab_len >= st[ST["VOCAB_TARGET"]]:
+        st[ST["STOP"]] = STOP["TARGET"]
+    elif best_c <= 0 or best_c < st[ST["MIN_COUNT"]]:
+        st[ST["STOP"]] = STOP["MIN"]
+    elif used + bound > st[ST["USED_LIMIT"]]:
+        st[ST["STOP"]], st[ST["NEED"]] = STOP["REHASH"], used + bound
+    else:
+        a, b = best_k >> 32, best_k & 0xFFFFFFFF
+        n_bytes = int(tok_len[a]) + int(tok_len[b])
+        h = (int(tok_hash[a]) * pow(0x100000001B3, int(tok_len[b]), 1 << 64)
+             + int(tok_hash[b])) & _MASK64  # THE TOKEN HASH of the joined token
+        st[ST["A"]], st[ST["B"]], st[ST["C"]], st[ST["COUNT"]] = a, b, -1, best_c
+        c = -1
+        n_res = int(st[ST["N_RES"]])
+        spellings = set(zip(np.asarray(tok_len).tolist(), np.asarray(tok_hash).tolist()))
+        spellings |= set(zip(np.asarray(res_len)[:n_res].tolist(),
+                             np.asarray(res_hash)[:n_res].tolist()))
+        if int(st[ST["FORCED_KEY"]]) & _MASK64 == best_k:
+            c = int(st[ST["FORCED_ID"]])
+            st[ST["C"]], st[ST["FORCED_KEY"]] = c, -1
+        elif (n_bytes, h) in spellings:  # (an id or a special spelled alike: the host decides)
+            st[ST["STOP"]] = STOP["RESERVED"]
+            return st, tok_len, tok_hash
+        if c < 0:
+            c = int(st[ST["NEXT_ID"]])
+            st[ST["NEXT_ID"]] += 1
+            st[ST["VOCAB_LEN"]] = vocab_len + 1
+        st[ST["MERGED"]], st[ST["C"]] = 1, c
+        st[ST["STEPS"]] += 1
+        tok_len[c], tok_hash[c] = n_bytes, h
+    return st, tok_len, tok_hash
 
 
 def train_find_matches(tok, prv, nxt, a: int, b: int) -> np.ndarray:
