@@ -161,6 +161,7 @@ class ShardWriter:
         self.manifest_path = self.outdir / MANIFEST
         self._manifest = ManifestFile(self.outdir)
         self.shards: list[dict] = []
+        self._counts = (0, 0, 0)  # (shards, docs, tokens) counted so far: _counted
         self.complete = False
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._pending_tokens = self._pending_docs = 0
@@ -205,7 +206,7 @@ class ShardWriter:
                                      "rerun with the same options, or --overwrite")
             listed = old.get("shards", [])
             listed = listed + journal_shards(self.outdir, len(listed))
-            self.shards = self._verified(listed)
+            self.shards, self._counts = self._verified(listed), (0, 0, 0)
             self.complete = bool(old.get("complete")) and len(self.shards) == len(listed)
         elif old is not None and not overwrite:
             raise ValueError(f"{self.outdir} already holds a gputok output; pass --resume to "
@@ -241,11 +242,23 @@ class ShardWriter:
 
     @property
     def docs_done(self) -> int:
-        return sum(s["docs"] for s in self.shards)
+        return self._counted()[0]
 
     @property
     def tokens_done(self) -> int:
-        return sum(s["tokens"] for s in self.shards)
+        return self._counted()[1]
+
+    def _counted(self) -> tuple:
+        """(docs, tokens) of the listed shards, counted on from the last call (a sum over every
+        shard for each new one was quadratic over a long job)."""
+        k, docs, tokens = self._counts
+        if k > len(self.shards):  # (the list was cut: count again)
+            k = docs = tokens = 0
+        for sh in self.shards[k:]:
+            docs += sh["docs"]
+            tokens += sh["tokens"]
+        self._counts = (len(self.shards), docs, tokens)
+        return docs, tokens
 
     @property
     def start(self):
