@@ -75,6 +75,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--encoding", default="cl100k_base")
     ap.add_argument("--inputs", nargs="+", default=["str", "bytes", "arrow", "jsonl"])
+    ap.add_argument("--shard-tokens", type=int, default=1 << 24,
+                    help="the JSONL job's shard cap (encode's default; smaller: more shards, "
+                    "written while the job goes on)")
     ap.add_argument("--record", default=None, help="write the record here")
     args = ap.parse_args()
     _common.compile_bytecode()
@@ -115,7 +118,7 @@ def main() -> None:
 
             def jsonl():
                 encode_corpus(files, str(tmp / "out"), encoding=args.encoding, backend="cuda",
-                              overwrite=True, workers=1)
+                              overwrite=True, workers=1, shard_tokens=args.shard_tokens)
             runs["jsonl files"] = jsonl
 
             def reader():

@@ -255,15 +255,15 @@ def test_ctrl_c_inside_the_writer_keeps_documents_and_positions_together(tmp_pat
     w = ShardWriter(out, meta={}, n_vocab=100, cap_tokens=10)
     w.add(np.arange(6, dtype=np.uint32), np.array([0, 3, 6]), [(0, 10), (0, 20)])
     if where == "flush":
-        real = w._write_manifest
+        real = w._flush
 
-        def manifest_then_ctrl_c():
+        def shard_then_ctrl_c():  # (the shard handed to the writer thread, its state reset)
             real()
             os.kill(os.getpid(), signal.SIGINT)
-        w._write_manifest = manifest_then_ctrl_c
+        w._flush = shard_then_ctrl_c
     with pytest.raises(KeyboardInterrupt):
         w.add(np.arange(6, dtype=np.uint32), np.array([0, 3, 6]), Ends([(0, 30), (0, 40)]))
-    w._write_manifest = type(w)._write_manifest.__get__(w)
+    w._flush = type(w)._flush.__get__(w)
     w.flush()  # what the job does on an interrupt
     w.release()
     m = read_manifest(out)

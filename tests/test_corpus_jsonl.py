@@ -289,3 +289,60 @@ def test_each_special_byte_at_every_offset_of_a_long_string(parse, filler):
                 assert got == want, line
             else:  # (a raw control byte: invalid JSON, the Python reader's to report)
                 assert special in ("\x01", "\x1f"), line
+
+
+def _batches(sources, **kw):
+    """Each batch's documents (bytes), ends and progress, read with ``read_batches``."""
+    out = []
+    for b in read_batches(sources, packed=True, **kw):
+        off = b.texts.offsets
+        buf = b.texts.buf
+        out.append(([buf[off[i]:off[i + 1]] for i in range(len(off) - 1)],
+                    np.asarray(b.ends).tolist(), b.progress))
+    return out
+
+
+def test_files_read_ahead_on_threads_give_the_same_batches_and_errors(parse, tmp_path,
+                                                                      monkeypatch):
+    """JSON-lines files parsed ahead on reader threads (``GPUTOK_READERS``): the batches, their
+    positions and progress are those of one reader, an error in a later file comes after every
+    document before it, and a read stopped early leaves no reader thread behind."""
+    import threading
+
+    rng = random.Random(11)
+    names = []
+    for k in range(6):
+        lines = _valid_lines(rng, rng.randrange(0, 300))
+        p = tmp_path / f"f{k}.jsonl" if k != 3 else tmp_path / "f3.jsonl.gz"
+        raw = b"".join(lines)
+        p.write_bytes(gzip.compress(raw) if k == 3 else raw)
+        names.append(str(p))
+    (tmp_path / "t.txt").write_text("a text file between them")
+    names.insert(2, str(tmp_path / "t.txt"))
+    sources = resolve_inputs(names)
+    got = {}
+    for n in ("1", "2", "4"):
+        monkeypatch.setenv("GPUTOK_READERS", n)
+        got[n] = _batches(sources, batch_bytes=300)
+        docs = [d for b in got[n] for d in b[0]]
+        ends = [tuple(e) for b in got[n] for e in b[1]]
+        for k in (0, len(ends) // 3, len(ends) - 2):  # resumed there: the rest, from a reader
+            tail = _batches(sources, batch_bytes=300, start=ends[k])
+            assert [d for b in tail for d in b[0]] == docs[k + 1:]
+    assert got["2"] == got["1"] and got["4"] == got["1"] and len(got["1"]) > 10
+    bad = tmp_path / "f4.jsonl"
+    bad.write_bytes(bad.read_bytes() + b'{"text": 5}\n' + b'{"text": "after"}\n')
+    seen = {}
+    for n in ("1", "4"):
+        monkeypatch.setenv("GPUTOK_READERS", n)
+        docs = []
+        with pytest.raises(CorpusError, match="f4.jsonl"):
+            for b in read_batches(sources, packed=True, batch_bytes=300):
+                docs.append(len(b))
+        seen[n] = sum(docs)
+    assert seen["4"] == seen["1"] > 0
+    it = read_batches(sources, packed=True, batch_bytes=300)  # (GPUTOK_READERS=4)
+    next(it)
+    assert [t for t in threading.enumerate() if t.name.startswith("gputok-reader")]
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gputok-reader")]

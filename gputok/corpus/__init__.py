@@ -12,7 +12,8 @@ One direction, one module per step; each module imports only the steps before it
     batches     the readers' documents cut into batches, with the position after each
     documents   (training) the readers' documents one at a time, no batches
     pool        the encoder pool: batches encoded in order, in this process or worker processes
-    shards      the writer: capped shards, atomic, checksummed, in a manifest; exact resume
+    manifest    manifest.json and its journal (a line per finished shard)
+    shards      the writer: capped shards, atomic, checksummed, in the manifest; exact resume
     formats/      one class per output format (npy, nanogpt, megatron, datatrove, parquet, arrow)
     lifetime    a job's processes live and die together; the output lock names its owner
     job         ``encode_corpus``: the steps above, in order
@@ -32,7 +33,8 @@ from .documents import iter_documents
 from .inputs import KINDS, dataset_files, resolve_inputs, total_input_bytes
 from .job import Interrupted, JobSummary, encode_corpus
 from .pool import append_eot, plan_workers
-from .shards import ShardWriteError, ShardWriter, read_manifest, read_shards
+from .manifest import read_manifest
+from .shards import ShardWriteError, ShardWriter, read_shards
 from .sources import CorpusError, Source, location
 
 __all__ = ["Batch", "CorpusError", "Interrupted", "JobSummary", "KINDS", "ShardWriteError",

@@ -10,6 +10,9 @@ unless ``errors="replace"``; a truncated or corrupt ``.gz``/``.zst`` is an error
 from __future__ import annotations
 
 import gzip
+import os
+import queue
+import threading
 import zlib
 from dataclasses import dataclass, field as _field
 from typing import Iterator
@@ -58,24 +61,53 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
     st = _Ramp(len(sources), batch_bytes)
     acc = _PackedBatch() if packed else _ListBatch()
     parse = parser(field) if packed and any(s.kind == "jsonl" for s in sources) else None
-    for i, src in enumerate(sources):
-        if start and i < start[0]:
-            st.progress += src.size
-            continue
+
+    def runs_of(i: int, src):
+        if parse is not None and src.kind == "jsonl":
+            return packed_docs(src, i, start, field, errors, parse)
+        if packed and src.kind == "txt":
+            return ((Run.of_utf8(data, end), disk)
+                    for data, end, disk in text_file_utf8(src, i, start, errors))
+        return acc.runs(text_docs(src, i, start, field, errors))
+
+    todo = [i for i, src in enumerate(sources) if not (start and i < start[0])]
+    st.progress += sum(src.size for src in sources[:todo[0] if todo else len(sources)])
+    ahead = _Readers(todo, sources, runs_of, lambda src: parse is not None and
+                     src.kind == "jsonl" and src.seekable, readers())
+    try:
+        yield from _cut(sources, todo, ahead, acc, st, start, field)
+    finally:
+        ahead.close()
+
+
+def readers() -> int:
+    """Sources read at once (``$GPUTOK_READERS``; default: one per core, at most 4, at least 1):
+    the next files are parsed on threads of their own while the current one is cut into
+    batches, so the reading keeps up with an encoder on many cores (the native JSON-lines
+    reader releases the interpreter's lock)."""
+    got = os.environ.get("GPUTOK_READERS")
+    if got:
+        try:
+            n = int(got)
+        except ValueError:
+            raise ValueError(f"GPUTOK_READERS must be a positive int, got {got!r}") from None
+        if n < 1:
+            raise ValueError(f"GPUTOK_READERS must be a positive int, got {got!r}")
+        return n
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _cut(sources, todo, ahead, acc, st, start, field) -> Iterator[Batch]:
+    """``read_batches``' loop: each source's runs (``ahead``) cut into batches, in order."""
+    for i in todo:
+        src = sources[i]
         with _read_errors(src):
             if src.kind in ("parquet", "arrow"):
                 if len(acc):
                     yield acc.take(st.taken())
                 yield from _arrow_source(src, i, start, field, st)
                 continue
-            if parse is not None and src.kind == "jsonl":
-                runs = packed_docs(src, i, start, field, errors, parse)
-            elif packed and src.kind == "txt":
-                runs = ((Run.of_utf8(data, end), disk)
-                        for data, end, disk in text_file_utf8(src, i, start, errors))
-            else:
-                runs = acc.runs(text_docs(src, i, start, field, errors))
-            for run, disk in runs:
+            for run, disk in ahead.runs(i):
                 st.consumed(i, disk)
                 at = 0
                 while at < len(run):  # the run's documents, cut where a batch reaches its limit
@@ -85,6 +117,78 @@ def read_batches(sources: "list[Source]", *, field: str = "text", errors: str = 
                         st.grow()
     if len(acc) or st.progress:
         yield acc.take(st.taken())
+
+
+class _Readers:
+    """The runs of each source, in input order. JSON-lines files that the native reader takes
+    are read ahead, each on a thread of its own into a bounded queue (``RUNS_AHEAD`` runs of
+    about 1 MB), at most ``n`` at a time (the current one and those after it): the native reader
+    releases the interpreter's lock, so on many cores the reading keeps up with the encoder.
+    Other sources (text files, which are one document each; standard input, whose read cannot
+    be called off) are read where their runs are taken, as before. A source's error is raised
+    where its runs are taken: in input order, after every document before it."""
+
+    RUNS_AHEAD = 4
+
+    def __init__(self, todo, sources, runs_of, threaded, n: int):
+        self.ahead = [i for i in todo if threaded(sources[i])] if n > 1 else []
+        self.sources, self.runs_of, self.n = sources, runs_of, n
+        self.started: dict = {}  # source index -> (queue, thread)
+        self.stop = threading.Event()
+
+    def _start_more(self) -> None:
+        while self.ahead and len(self.started) < self.n:
+            i = self.ahead.pop(0)
+            q: queue.Queue = queue.Queue(self.RUNS_AHEAD)
+            t = threading.Thread(target=self._read, args=(i, q), daemon=True,
+                                 name=f"gputok-reader-{i}")
+            self.started[i] = (q, t)
+            t.start()
+
+    def _read(self, i: int, q: queue.Queue) -> None:
+        def put(item) -> bool:
+            while not self.stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+        try:
+            it = iter(self.runs_of(i, self.sources[i]))
+            try:
+                for item in it:
+                    if not put(("run", item)):
+                        return
+                    item = None
+            finally:
+                it.close()  # (its file, now, on this thread)
+            put(("end", None))
+        except BaseException as e:  # to the consumer, where this source's runs are taken
+            put(("error", e))
+
+    def runs(self, i: int):
+        self._start_more()
+        if i not in self.started:
+            yield from self.runs_of(i, self.sources[i])
+            return
+        q, _t = self.started[i]
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                break
+            if kind == "error":
+                raise item
+            yield item
+            item = None
+        del self.started[i]
+        self._start_more()
+
+    def close(self) -> None:
+        self.stop.set()
+        for _q, t in list(self.started.values()):
+            t.join()
+        self.started.clear()
 
 
 class _Ramp:
@@ -209,10 +313,10 @@ class _PackedBatch:
         off = np.zeros(self.n + 1, np.int64)
         if self.n:
             np.cumsum(np.concatenate(self.lens), out=off[1:])
-        # several runs stay as they are (a device that stages chunks copies from them; the
-        # first consumer that wants one buffer joins them: ``PackedRuns``)
-        texts = (Packed(_whole_bytes(self.bufs[0]) or self.bufs[0].tobytes(), off)
-                 if len(self.bufs) == 1 else PackedRuns(self.bufs, off))
+        # the runs stay as they are, even one (a device that stages chunks copies from them;
+        # the first consumer that wants one buffer joins them: ``PackedRuns``)
+        whole = _whole_bytes(self.bufs[0]) if len(self.bufs) == 1 else None
+        texts = Packed(whole, off) if whole is not None else PackedRuns(self.bufs, off)
         ends = np.concatenate(self.ends) if self.ends else np.zeros((0, 3), np.int64)
         b = Batch(texts, ends, self.nbytes, progress)
         self.__init__()
