@@ -146,6 +146,18 @@ def _hf_cfg(cfg: dict, name: str):
     return _hf_file(path)
 
 
+def _minilm_variant(kind: str):
+    """MiniLM's WordPiece file changed as other BERT files are: cased with accents kept, or
+    nomic-bert's empty continuation prefix with a short word cap (8 characters)."""
+    cfg = json.loads(testdata.family_path("minilm_tokenizer_json").read_text("utf-8"))
+    if kind == "cased":
+        cfg["normalizer"].update({"lowercase": False, "strip_accents": False})
+    else:
+        cfg["model"].update({"continuing_subword_prefix": "", "max_input_chars_per_word": 8})
+        cfg["decoder"] = None
+    return _hf_cfg(cfg, f"minilm_{kind}")
+
+
 def _hf_trained(kind: str):
     """A WordLevel or Unigram tokenizer.json trained by HF's own trainer on botchan."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -234,6 +246,9 @@ def tokenizers() -> dict:
                   functools.partial(_hf_file, testdata.family_path(f"{n}_tokenizer_json")))
     out["minilm"] = ("WordPiece (tokenizer.json)", "tokenizers",
                      functools.partial(_hf_file, testdata.family_path("minilm_tokenizer_json")))
+    for n in ("cased", "noprefix_cap8"):
+        out[f"minilm:{n}"] = ("WordPiece (tokenizer.json)", "tokenizers",
+                              functools.partial(_minilm_variant, n))
     for n in ("command-r", "deepseek-coder", "deepseek-llm", "falcon", "mpt", "qwen35", "refact",
               "starcoder"):
         out[f"gguf:{n}"] = ("byte-level BPE (GGUF)", "tokenizers",
