@@ -186,67 +186,58 @@ inline enc_u32* enc_cpu_flush(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& 
   return out;
 }
 
-// A found piece looked up: the one-byte block or the cache answer it; else it waits in the
-// window as a miss. While the window is empty the answer goes straight to out (returned: the
-// end of out's ids); once a miss waits, every piece after it waits with it, for the order.
-// (A long piece never comes here.)
-__forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
-                                         EncCpuWindow& w, const EncCpuFound& f,
-                                         const enc_u8* base, enc_u32* out) {
+// A piece that waits in the window as a miss (its key k when it goes through the slots, its
+// THE BYTES HASH h when through the long tier).
+__forceinline__ void enc_cpu_wait(EncCpuWindow& w, enc_i64 s, enc_u32 len) {
   const enc_u32 j = w.count;
-  enc_u32* dst = j ? w.hit[j] : out;
-  if (f.len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
-    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + base[f.s]];
+  w.s[j] = s;
+  w.len[j] = len;
+  w.at[j] = w.hit[j];
+  w.miss[w.n_miss++] = j;
+  w.count = j + 1;
+}
+
+// A hit's got ids, found at `at`, taken into the window (behind a miss, for the order).
+__forceinline__ void enc_cpu_wait_hit(EncCpuWindow& w, enc_u32* at, enc_u32 got) {
+  const enc_u32 j = w.count;
+  w.n[j] = got;
+  w.at[j] = at;
+  w.count = j + 1;
+}
+
+// A piece the slots do not take (one byte, or ENC_CPU_KEY_BYTES + 1 .. ENC_LONG_PIECE - 1
+// bytes) looked up: the one-byte block, or the long tier (h: its THE BYTES HASH); else it waits
+// as a miss. Returns the end of out's ids (an answer goes there while the window is empty).
+__forceinline__ enc_u32* enc_cpu_look_up_other(const EncCpuModel& m, EncCpuCache* c,
+                                               EncCpuWork& wk, EncCpuWindow& w, enc_i64 s,
+                                               enc_u32 len, const enc_u8* base, enc_u32* out) {
+  const enc_u32 j = w.count;
+  if (len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
+    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + base[s]];
     if (id != ENC_NO_MERGE) {
       if (j == 0) {
         out[0] = id;
         return out + 1;
       }
       w.hit[j][0] = id;
-      w.n[j] = 1;
-      w.at[j] = w.hit[j];
-      w.count = j + 1;
+      enc_cpu_wait_hit(w, w.hit[j], 1);
       return out;
     }
-  }
-  if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
-    w.h[j] = f.h;
+  } else if (enc_cpu_long(c, len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+    const enc_u64 h = enc_bytes_hash(base + s, len);
+    w.h[j] = h;
     ++wk.lookups;
     enc_u32* at = j ? w.long_hit + w.long_used : out;
-    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
+    const int got = enc_cpu_long_get(c, h, base + s, len, at);
     if (got >= 0) {
       ++wk.hits;
       if (j == 0) return out + got;
       w.long_used += (enc_u32)got;
-      w.n[j] = (enc_u32)got;
-      w.at[j] = at;
-      w.count = j + 1;
+      enc_cpu_wait_hit(w, at, (enc_u32)got);
       return out;
     }
-  } else if (enc_cpu_cached(c, f.len)) {
-    ++wk.lookups;
-    int got = enc_cpu_cache_get(c, f.k, f.len, dst);
-    enc_u32* at = w.hit[j];
-    if (got == 0) {  // the slot says: more ids than it holds, in the long tier
-      at = j ? w.long_hit + w.long_used : out;
-      got = enc_cpu_long_get(c, enc_cpu_key_hash(f.k, f.len), base + f.s, f.len, at);
-      if (got > 0) w.long_used += j ? (enc_u32)got : 0u;
-    }
-    if (got > 0) {
-      ++wk.hits;
-      if (j == 0) return out + got;
-      w.n[j] = (enc_u32)got;
-      w.at[j] = at;
-      w.count = j + 1;
-      return out;
-    }
-    w.k[j] = f.k;
   }
-  w.s[j] = f.s;
-  w.len[j] = f.len;
-  w.at[j] = w.hit[j];
-  w.miss[w.n_miss++] = j;
-  w.count = j + 1;
+  enc_cpu_wait(w, s, len);
   return out;
 }
 
@@ -254,61 +245,97 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
 // for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
 // end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
 // memory); *end_at: where the last piece ended (stop, unless one ran past it).
+//
+// The hit path: a piece of 2 .. ENC_CPU_KEY_BYTES bytes is keyed and probed as soon as it is
+// found, and its cached ids go straight to out while no miss waits (a hit behind a miss waits
+// with it, for the order); only misses and the rarer kinds of piece take the window's path.
+// The counts are kept in registers and added to the workspace at the end.
 template <class T>
 enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
                             enc_i64 stop, enc_u32* out, enc_i64* end_at) {
-  EncCpuFound ring[ENC_CPU_AHEAD];
   EncCpuWindow& w = *wk.window;
   w.count = w.n_miss = 0;
-  unsigned found = 0, done = 0;  // pieces found, pieces looked up (ring indices mod AHEAD)
+  enc_u64 lookups = 0, hits = 0;
   enc_i64 i = 0;
 #if ENC_CPU_SCAN
   EncCpuScan sc;
   enc_cpu_scan_reset(sc);
 #endif
-  while (true) {
-    if (i < stop) {  // find the next piece; its cache slot on its way
+  while (i < stop) {
 #if ENC_CPU_SCAN
-      enc_i64 e = enc_cpu_piece(sc, t, i);
+    enc_i64 e = enc_cpu_piece(sc, t, i);
 #else
-      enc_i64 e = enc_cpu_match(t, i);
+    enc_i64 e = enc_cpu_match(t, i);
 #endif
-      if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
-      EncCpuFound& f = ring[found++ & (ENC_CPU_AHEAD - 1)];
-      f.s = i;
-      f.len = (enc_u32)(e - i);
-      if (enc_cpu_cached(c, f.len)) {
-        enc_cpu_key(t.buf + i, f.len, f.k);
-        ENC_PREFETCH(enc_cpu_slot(c, f.k));
-      } else if (enc_cpu_long(c, f.len)) {
-        f.h = enc_bytes_hash(t.buf + i, f.len);
-        ENC_PREFETCH(enc_cpu_long_home(c, f.h));
+    if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
+    const enc_i64 s = i;
+    const enc_u32 len = (enc_u32)(e - i);
+    i = e;
+    if (enc_cpu_cached(c, len)) {  // the hit path
+      EncCpuKey k;
+      enc_cpu_key(t.buf + s, len, k);
+      const enc_u32 j = w.count;
+      ++lookups;
+      int got = enc_cpu_cache_get(c, k, len, j ? w.hit[j] : out);
+      if (got > 0) {
+        ++hits;
+        if (j == 0) {
+          out += got;
+          continue;
+        }
+        enc_cpu_wait_hit(w, w.hit[j], (enc_u32)got);
+      } else {
+        if (got == 0) {  // the slot says: more ids than it holds, in the long tier
+          if (w.long_used + len > ENC_CPU_LONG_HITS) {
+            out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+          }
+          const enc_u32 jj = w.count;
+          enc_u32* at = jj ? w.long_hit + w.long_used : out;
+          got = enc_cpu_long_get(c, enc_cpu_key_hash(k, len), t.buf + s, len, at);
+          if (got > 0) {
+            ++hits;
+            if (jj == 0) {
+              out += got;
+              continue;
+            }
+            w.long_used += (enc_u32)got;
+            enc_cpu_wait_hit(w, at, (enc_u32)got);
+          }
+        }
+        if (got <= 0) {
+          w.k[w.count] = k;
+          enc_cpu_wait(w, s, len);
+        }
       }
-      i = e;
-      if (found - done < ENC_CPU_AHEAD) continue;
-    } else if (found == done) {
-      break;
-    }
-    const EncCpuFound& f = ring[done++ & (ENC_CPU_AHEAD - 1)];  // the oldest found piece
-    if (f.len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
+    } else if (len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
       out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-      const bool tier = enc_cpu_long(c, f.len);
-      int got = tier ? enc_cpu_long_get(c, f.h, t.buf + f.s, f.len, out) : -1;
+      const bool tier = enc_cpu_long(c, len);
+      const enc_u64 h = tier ? enc_bytes_hash(t.buf + s, len) : 0;
+      int got = tier ? enc_cpu_long_get(c, h, t.buf + s, len, out) : -1;
+      if (tier) ++lookups;
       if (got < 0) {
-        got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, f.h, tier, out);
+        got = enc_cpu_solve(m, wk, t.buf + s, len, h, tier, out);
         if (got < 0) return nullptr;
-        if (tier) enc_cpu_long_put(c, f.h, t.buf + f.s, f.len, out, (enc_u32)got);
+        if (tier) {
+          enc_cpu_long_put(c, h, t.buf + s, len, out, (enc_u32)got);
+          ++wk.inserts;
+        }
+      } else {
+        ++hits;
       }
       out += got;
+      continue;
     } else {
       // (room for the long tier's answer: at most one id a byte)
-      if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-      out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
-      if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
-        out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+      if (w.long_used + len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+      out = enc_cpu_look_up_other(m, c, wk, w, s, len, t.buf, out);
     }
+    if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
+      out = enc_cpu_flush(m, c, wk, w, t.buf, out);
   }
   out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+  wk.lookups += lookups;
+  wk.hits += hits;
   *end_at = i;
   return out;
 }
