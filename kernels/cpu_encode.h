@@ -6,7 +6,7 @@
 //   for each piece the pattern matcher finds (kernels/cpu_scan.h: the class scan's fast
 //   matchers for the common pieces, else kernels/cpu_text.h: THE CL / O200K MATCHER over the
 //   bytes, the classes looked up as it goes)
-//     one byte         the one-byte block (EncWholeTable)
+//     one byte         its id outright (enc_one_byte_id: the one-byte block, or its byte id)
 //     2-24 bytes       the piece cache (kernels/cpu_cache.h, shared by the threads, kept from
 //                      batch to batch), else as below and then cached
 //     else             the whole-token lookup (THE BYTES HASH, EncWholeTable), else the merge

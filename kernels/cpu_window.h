@@ -1,13 +1,14 @@
-// cpu_window.h: host only. The segment loop of the per-document pass (cpu_encode.h): pieces are
-// found, looked up in the piece cache and emitted a window at a time, and the window's misses
-// are solved together, so that their table misses overlap.
+// cpu_window.h: host only. The segment loop of the per-document pass (cpu_encode.h): each piece
+// is looked up in the piece cache as it is found and a hit's ids go straight to the output; the
+// misses wait in a window and are solved together, so that their table misses overlap.
 //
 //   find       the class scan's fast matchers (cpu_scan.h; the family's matcher where they
-//              pass) find ENC_CPU_AHEAD pieces before the first is looked up, each
-//              one's cache slot prefetched as it is found
-//   look up    a piece of one byte takes the one-byte block; a cached piece its slot's ids (a
-//              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
-//              a miss
+//              pass)
+//   look up    a piece of 2 .. ENC_CPU_KEY_BYTES bytes: keyed and probed at once (the hit
+//              path); one byte: its id outright (enc_one_byte_id: the one-byte block, or the
+//              byte's own id where no whole token can answer); a longer one: the long tier
+//              (cpu_cache.h); anything else waits in the window as a miss, and every piece
+//              after a waiting miss waits with it, for the order
 //   solve      at ENC_CPU_MISSES misses or ENC_CPU_WINDOW pieces (or the segment's end, or a
 //              long piece): every miss's
 //              whole-token slot is prefetched (THE BYTES HASH), then its token bytes, then it is
@@ -22,18 +23,22 @@
 // lookups alone (no solving) ran at ~140; solved a window at a time, fresh text (8-28% of the
 // pieces missing a warm cache) ran 40-80% faster. Windows of 8 or 32 misses measured the same
 // as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
-// Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
-// does not test the length and mix the key's bucket again): callgrind's count of a warm pass
-// (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
+// The hit path replaced a ring of 8 found pieces (each one's slot prefetched
+// as it was found, looked up 8 pieces later): the ring's stores and loads and the tests of a
+// piece's kind made three times cost more than the prefetch saved; a warm pass
+// (bench/warm_instr.py, instructions a byte) went 54.9 -> 46.6 on o200k prose, 50.1 -> 36.7
+// on cl100k prose, 63.5 -> 58.2 on o200k multilingual. One-byte pieces of a tokenizer.json
+// model (no whole-token table, so no one-byte block) had waited as misses in every pass: with
+// their ids outright, Llama 3 code went 78.2 -> 48.0, Qwen2 code 85.8 -> 48.6.
+// Tried and dropped (in the ring): keeping each found piece's tier and bucket in the ring's
+// entry (so the look-up does not test the length and mix the key's bucket again): callgrind's
+// count of a warm pass went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
 // multilingual and 0.3-1.0 up on the cl-family and tokenizer.json cells (a wider ring entry).
 #pragma once
 
 #include "cpu_solve.h"
 #include "cpu_scan.h"
 
-#ifndef ENC_CPU_AHEAD
-#define ENC_CPU_AHEAD 8  // a power of two
-#endif
 #ifndef ENC_CPU_WINDOW
 #define ENC_CPU_WINDOW 256  // pieces a window holds at most
 #endif
@@ -48,13 +53,6 @@
 __forceinline__ bool enc_cpu_cached(const EncCpuCache* c, enc_u32 len) {
   return c != nullptr && len >= 2 && len <= ENC_CPU_KEY_BYTES;
 }
-
-struct EncCpuFound {
-  enc_i64 s;
-  enc_u32 len;
-  EncCpuKey k;  // a piece for the slots: its key
-  enc_u64 h;    // a piece for the long tier: THE BYTES HASH
-};
 
 #ifndef ENC_CPU_LONG_HITS
 #define ENC_CPU_LONG_HITS 4096  // ids of the long tier's answers a window holds
@@ -205,25 +203,13 @@ __forceinline__ void enc_cpu_wait_hit(EncCpuWindow& w, enc_u32* at, enc_u32 got)
   w.count = j + 1;
 }
 
-// A piece the slots do not take (one byte, or ENC_CPU_KEY_BYTES + 1 .. ENC_LONG_PIECE - 1
-// bytes) looked up: the one-byte block, or the long tier (h: its THE BYTES HASH); else it waits
-// as a miss. Returns the end of out's ids (an answer goes there while the window is empty).
+// A piece the slots do not take (one byte the caller could not answer, or ENC_CPU_KEY_BYTES +
+// 1 .. ENC_LONG_PIECE - 1 bytes) looked up: the long tier; else it waits as a miss. Returns the end of out's ids (an answer goes there while the window is empty).
 __forceinline__ enc_u32* enc_cpu_look_up_other(const EncCpuModel& m, EncCpuCache* c,
                                                EncCpuWork& wk, EncCpuWindow& w, enc_i64 s,
                                                enc_u32 len, const enc_u8* base, enc_u32* out) {
   const enc_u32 j = w.count;
-  if (len == 1 && (m.w.bits & ENC_WHOLE_BYTES)) {  // the one-byte block
-    const enc_u32 id = m.w.slots[((enc_u64)4 << (m.w.bits & 0xFFu)) + base[s]];
-    if (id != ENC_NO_MERGE) {
-      if (j == 0) {
-        out[0] = id;
-        return out + 1;
-      }
-      w.hit[j][0] = id;
-      enc_cpu_wait_hit(w, w.hit[j], 1);
-      return out;
-    }
-  } else if (enc_cpu_long(c, len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+  if (enc_cpu_long(c, len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
     const enc_u64 h = enc_bytes_hash(base + s, len);
     w.h[j] = h;
     ++wk.lookups;
@@ -271,6 +257,7 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
     const enc_i64 s = i;
     const enc_u32 len = (enc_u32)(e - i);
     i = e;
+    enc_u32 id1;
     if (enc_cpu_cached(c, len)) {  // the hit path
       EncCpuKey k;
       enc_cpu_key(t.buf + s, len, k);
@@ -307,6 +294,14 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
           enc_cpu_wait(w, s, len);
         }
       }
+    } else if (len == 1 && (id1 = enc_one_byte_id(m.w, m.byte_ids, t.buf[s])) != ENC_NO_MERGE) {
+      const enc_u32 j = w.count;  // (a one-byte piece: its id outright, no cache)
+      if (j == 0) {
+        *out++ = id1;
+        continue;
+      }
+      w.hit[j][0] = id1;
+      enc_cpu_wait_hit(w, w.hit[j], 1);
     } else if (len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
       out = enc_cpu_flush(m, c, wk, w, t.buf, out);
       const bool tier = enc_cpu_long(c, len);

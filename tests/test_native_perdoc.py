@@ -74,6 +74,81 @@ def test_text_matches_tiktoken(name):
     assert stats["slots"] == 0 and stats["lookups"] == 0
 
 
+def hf_text(name: str, t: str) -> "str | None":
+    """A text the pass takes as one segment for a tokenizer.json model (NFC where the model
+    normalises; None for one with an added token's text, which HF always cuts out)."""
+    import unicodedata
+
+    t = unicodedata.normalize("NFC", t) if name == "qwen2" else t
+    return None if "<|" in t else t
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen2"])
+def test_text_matches_hf(name):
+    """tokenizer.json models (no whole-token table: a one-byte piece is its byte's id outright,
+    kernels/common/encode_merge_rules.h's enc_one_byte_id) against HF tokenizers, with a big
+    cache, one evicting all the time and none, the second time from the cache."""
+    enc, hf = hf_encoding(name), hf_oracle(name)
+    tables = plan_of(enc).tables
+    assert int(tables.scalars["w_bits"]) == 0  # (what this test is for)
+    texts = EDGE + tricky_texts(200, seed=len(name)) + list(corpus_snippets())
+    texts += ["".join(map(chr, range(1, 128))), " , . ; : ! ? " * 40 + "x,y.z;1:2"]
+    texts = [x for x in (hf_text(name, t) for t in texts) if x is not None]
+    for cache_slots in (None, 64, 0):
+        p = cpu(1, cache_slots)
+        for _ in range(2):
+            for t in texts:
+                want = hf.encode(t, add_special_tokens=False).ids
+                got = p.encode_text(tables, t.encode("utf-8")).tolist()
+                assert got == want, f"{name} {t[:60]!r}: {first_diff(got, want)}"
+
+
+def many_ids_pieces(enc, k: int) -> list:
+    """k words of 2-24 bytes whose ids are more than a cache slot holds (8): rare CJK letters
+    of four bytes each, one piece, each letter two or three tokens."""
+    rng = random.Random(k)
+    out = []
+    while len(out) < k:
+        w = "".join(chr(rng.randrange(0x20000, 0x2A6D0)) for _ in range(6))
+        if len(enc.encode_ordinary(w, backend="numpy")) > 8:
+            out.append(w)
+    return out
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", "llama3"])
+def test_hits_behind_misses_keep_their_order(name):
+    """The hit path emits a cached piece's ids at once only while no miss waits in the window;
+    behind a miss, hits (of the slots, of one byte, of the long tier through a slot that says
+    so, of the long tier itself) wait with it. Text the cache has seen interleaved with new
+    words, so every window mixes them; windows that end on their count of misses, of pieces,
+    and on the long tier's room; a cache of 64 slots (collisions: hits turn to misses)."""
+    hf = name == "llama3"
+    enc = hf_encoding(name) if hf else gputok.get_encoding(name)
+    tables = plan_of(enc).tables
+    rng = random.Random(5)
+    seen = ["the", " cat", ",", " sat", ".", "\n", " 12", "3", " x", "!", "  ", "'s"]
+    seen += many_ids_pieces(enc, 3) + ["\u4e16\u754c" * 6 + "\u3002"]  # (> 24 bytes: the tier)
+    seen += [" " + "y" * 300]  # (a long piece: the window first)
+    def fresh():
+        return " " + "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(rng.randrange(3, 9)))
+    warm = "".join(rng.choice(seen) for _ in range(400))
+    for slots in (1 << 14, 64):
+        p = cpu(1, slots)
+        p.encode_text(tables, warm.encode())
+        for gap in (1, 3, 17, 300):  # a new word every gap pieces
+            parts = []
+            for q in range(1200):
+                parts.append(fresh() if q % gap == 0 else rng.choice(seen))
+            t = "".join(parts)
+            want = (hf_oracle(name).encode(t, add_special_tokens=False).ids if hf
+                    else tiktoken_oracle(name).encode_ordinary(t))
+            got = p.encode_text(tables, t.encode()).tolist()
+            assert got == want, f"{name} gap {gap} slots {slots}: {first_diff(got, want)}"
+        if slots > 64:
+            s = p.cache_stats(tables)
+            assert 0 < s["hits"] < s["lookups"]
+
+
 # the class scan's test alphabet: every class its masks and fast matchers tell apart (ASCII and
 # not: letters of each case, titlecase, modifier and other letters, marks, digits, punctuation,
 # apostrophes and contractions, blanks, CR/LF and other line ends), some runs long

@@ -130,6 +130,20 @@ GPUTOK_FN enc_u32 enc_whole_lookup(GPUTOK_THREAD const EncWholeTable& w,
   }
 }
 
+// The id of a one-byte piece without a probe: the one-byte block's (see EncWholeTable) where
+// the table has one and it names a token; else, where no whole token can answer (no whole-token
+// table: the HF rule without ignore_merges; or the block says none), the merge rule's answer for
+// one part, which merges nothing: the byte's own id. ENC_NO_MERGE: a table without the block
+// (the caller probes it).
+GPUTOK_FN enc_u32 enc_one_byte_id(GPUTOK_THREAD const EncWholeTable& w,
+                                  const GPUTOK_DEV enc_u32* byte_ids, enc_u8 b) {
+  if (w.bits & ENC_WHOLE_BYTES) {
+    const enc_u32 id = w.slots[((enc_u64)4 << (w.bits & 0xFFu)) + b];
+    return id != ENC_NO_MERGE ? id : byte_ids[b];
+  }
+  return w.bits == 0 ? byte_ids[b] : ENC_NO_MERGE;
+}
+
 // What an entry is before any merging (encode_piece_kind): a special token (one id), the
 // sentinel or a gap (no ids), a piece that is one token (one id), or a piece to merge (then h is
 // its bytes hash when with_hash, for the dedup of the dialects that have one).
