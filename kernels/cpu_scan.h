@@ -32,6 +32,13 @@
 // the same either way, multilingual 5-30% slower warm (96-102 against 107-110): the cl family
 // asks its matcher (ENC_CPU_SCAN_CL). A region mostly outside ASCII went 6-25% slower through
 // the masks (o200k multilingual) before ENC_CPU_SCAN_PLAIN; with it, the same as the matcher.
+// A region's core was 2048 of its 2560 bytes (a fifth of every region scanned twice); at 2432,
+// and ENC_CPU_SCAN_PLAIN decided on the first 512 bytes rather than the whole core, a warm pass
+// (bench/warm_instr.py, instructions a byte) went 46.6 -> 44.4 on o200k prose, 56.5 -> 53.5 on
+// code, 58.2 -> 57.2 on multilingual. Since the hit path (cpu_window.h), the matcher alone
+// (ENC_CPU_SCAN=0) counts fewer on o200k prose (39.7) and multilingual (56.4), more on code
+// (54.9): not taken without a wall-time measurement on a quiet machine (the scan's gain above
+// was in time, not instructions).
 #pragma once
 
 #ifndef ENC_CPU_SCAN
@@ -42,7 +49,10 @@
 #define ENC_CPU_SCAN_WORDS 40  // a region's most 64-byte words
 #endif
 #ifndef ENC_CPU_SCAN_CORE
-#define ENC_CPU_SCAN_CORE 2048  // bytes: pieces are found from a region's start up to this
+#define ENC_CPU_SCAN_CORE 2432  // bytes: pieces are found from a region's start up to this
+#endif
+#ifndef ENC_CPU_SCAN_PROBE
+#define ENC_CPU_SCAN_PROBE 8  // the first words whose bytes outside ASCII decide ENC_CPU_SCAN_PLAIN
 #endif
 #ifndef ENC_CPU_SCAN_CL
 #define ENC_CPU_SCAN_CL 0  // 1: cl-family pieces too (see the performance notes)
@@ -111,7 +121,7 @@ inline void enc_cpu_scan(EncCpuScan& sc, const EncCpuText<O>& t, enc_i64 q) {
   // to the core's end) is left to the matcher: each such character is decoded and looked up
   // for the masks, and its letters (o200k: often of both cases or marked) mostly fall back
   enc_u32 wide = 0;
-  const int probe = words < ENC_CPU_SCAN_CORE / 64 ? words : ENC_CPU_SCAN_CORE / 64;
+  const int probe = words < ENC_CPU_SCAN_PROBE ? words : ENC_CPU_SCAN_PROBE;
   for (int k = 0; k < 64 * probe; k += 8) {
     enc_u64 x;
     memcpy(&x, p + k, 8);
