@@ -34,11 +34,8 @@
 // the masks (o200k multilingual) before ENC_CPU_SCAN_PLAIN; with it, the same as the matcher.
 // A region's core was 2048 of its 2560 bytes (a fifth of every region scanned twice); at 2432,
 // and ENC_CPU_SCAN_PLAIN decided on the first 512 bytes rather than the whole core, a warm pass
-// (bench/warm_instr.py, instructions a byte) went 46.6 -> 44.4 on o200k prose, 56.5 -> 53.5 on
-// code, 58.2 -> 57.2 on multilingual. Since the hit path (cpu_window.h), the matcher alone
-// (ENC_CPU_SCAN=0) counts fewer on o200k prose (39.7) and multilingual (56.4), more on code
-// (54.9): not taken without a wall-time measurement on a quiet machine (the scan's gain above
-// was in time, not instructions).
+// (bench/warm_instr.py, instructions a byte) counted 2.2 fewer on o200k prose, 3.0 on code,
+// 1.0 on multilingual (measured over a segment loop without the ring, cpu_window.h's notes).
 #pragma once
 
 #ifndef ENC_CPU_SCAN

@@ -1,14 +1,14 @@
-// cpu_window.h: host only. The segment loop of the per-document pass (cpu_encode.h): each piece
-// is looked up in the piece cache as it is found and a hit's ids go straight to the output; the
-// misses wait in a window and are solved together, so that their table misses overlap.
+// cpu_window.h: host only. The segment loop of the per-document pass (cpu_encode.h): pieces are
+// found, looked up in the piece cache and emitted a window at a time, and the window's misses
+// are solved together, so that their table misses overlap.
 //
 //   find       the class scan's fast matchers (cpu_scan.h; the family's matcher where they
-//              pass)
-//   look up    a piece of 2 .. ENC_CPU_KEY_BYTES bytes: keyed and probed at once (the hit
-//              path); one byte: its id outright (enc_one_byte_id: the one-byte block, or the
-//              byte's own id where no whole token can answer); a longer one: the long tier
-//              (cpu_cache.h); anything else waits in the window as a miss, and every piece
-//              after a waiting miss waits with it, for the order
+//              pass) find ENC_CPU_AHEAD pieces before the first is looked up, each
+//              one's cache slot prefetched as it is found
+//   look up    a piece of one byte takes its id outright (enc_one_byte_id: the one-byte block,
+//              or the byte's own id where no whole token can answer); a cached piece its slot's ids (a
+//              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
+//              a miss
 //   solve      at ENC_CPU_MISSES misses or ENC_CPU_WINDOW pieces (or the segment's end, or a
 //              long piece): every miss's
 //              whole-token slot is prefetched (THE BYTES HASH), then its token bytes, then it is
@@ -23,22 +23,30 @@
 // lookups alone (no solving) ran at ~140; solved a window at a time, fresh text (8-28% of the
 // pieces missing a warm cache) ran 40-80% faster. Windows of 8 or 32 misses measured the same
 // as 16 (o200k prose and multilingual, fresh text, thread CPU time, three runs each).
-// The hit path replaced a ring of 8 found pieces (each one's slot prefetched
-// as it was found, looked up 8 pieces later): the ring's stores and loads and the tests of a
-// piece's kind made three times cost more than the prefetch saved; a warm pass
-// (bench/warm_instr.py, instructions a byte) went 54.9 -> 46.6 on o200k prose, 50.1 -> 36.7
-// on cl100k prose, 63.5 -> 58.2 on o200k multilingual. One-byte pieces of a tokenizer.json
-// model (no whole-token table, so no one-byte block) had waited as misses in every pass: with
-// their ids outright, Llama 3 code went 78.2 -> 48.0, Qwen2 code 85.8 -> 48.6.
-// Tried and dropped (in the ring): keeping each found piece's tier and bucket in the ring's
-// entry (so the look-up does not test the length and mix the key's bucket again): callgrind's
-// count of a warm pass went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
+// A tokenizer.json model's one-byte pieces (no whole-token table, so no one-byte block) had
+// waited as misses in every pass, solved each time: with their ids outright (enc_one_byte_id),
+// a warm pass (bench/warm_instr.py, instructions a byte) went 78.2 -> 63.6 on Llama 3 code,
+// 85.8 -> 65.1 on Qwen2 code, 58.0 -> 50.1 on Llama 3 prose; thread CPU time 20% less (1 MB).
+// Tried and dropped: a hit path without the ring (a piece of 2-24 bytes keyed and probed as
+// soon as it is found, its ids straight to out while no miss waits; only misses to the
+// window): 17-27% fewer instructions a byte on every cell (o200k prose 46.6 against 53.2,
+// cl100k prose 36.7 against 50.1), yet 25-30% more thread CPU time on o200k and cl100k prose
+// and o200k multilingual (1 MB warm, one thread, three interleaved runs: 133-148 MB/s against
+// 190-197 on o200k prose): each probe waited on its slot, which the ring had prefetched 8
+// pieces before. Counting the window's lookups in the loop's locals rather than the
+// workspace: 0.2-0.8 instructions a byte more, dropped.
+// Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
+// does not test the length and mix the key's bucket again): callgrind's count of a warm pass
+// (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
 // multilingual and 0.3-1.0 up on the cl-family and tokenizer.json cells (a wider ring entry).
 #pragma once
 
 #include "cpu_solve.h"
 #include "cpu_scan.h"
 
+#ifndef ENC_CPU_AHEAD
+#define ENC_CPU_AHEAD 8  // a power of two
+#endif
 #ifndef ENC_CPU_WINDOW
 #define ENC_CPU_WINDOW 256  // pieces a window holds at most
 #endif
@@ -53,6 +61,13 @@
 __forceinline__ bool enc_cpu_cached(const EncCpuCache* c, enc_u32 len) {
   return c != nullptr && len >= 2 && len <= ENC_CPU_KEY_BYTES;
 }
+
+struct EncCpuFound {
+  enc_i64 s;
+  enc_u32 len;
+  EncCpuKey k;  // a piece for the slots: its key
+  enc_u64 h;    // a piece for the long tier: THE BYTES HASH
+};
 
 #ifndef ENC_CPU_LONG_HITS
 #define ENC_CPU_LONG_HITS 4096  // ids of the long tier's answers a window holds
@@ -184,46 +199,67 @@ inline enc_u32* enc_cpu_flush(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& 
   return out;
 }
 
-// A piece that waits in the window as a miss (its key k when it goes through the slots, its
-// THE BYTES HASH h when through the long tier).
-__forceinline__ void enc_cpu_wait(EncCpuWindow& w, enc_i64 s, enc_u32 len) {
+// A found piece looked up: the one-byte block or the cache answer it; else it waits in the
+// window as a miss. While the window is empty the answer goes straight to out (returned: the
+// end of out's ids); once a miss waits, every piece after it waits with it, for the order.
+// (A long piece never comes here.)
+__forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                         EncCpuWindow& w, const EncCpuFound& f,
+                                         const enc_u8* base, enc_u32* out) {
   const enc_u32 j = w.count;
-  w.s[j] = s;
-  w.len[j] = len;
-  w.at[j] = w.hit[j];
-  w.miss[w.n_miss++] = j;
-  w.count = j + 1;
-}
-
-// A hit's got ids, found at `at`, taken into the window (behind a miss, for the order).
-__forceinline__ void enc_cpu_wait_hit(EncCpuWindow& w, enc_u32* at, enc_u32 got) {
-  const enc_u32 j = w.count;
-  w.n[j] = got;
-  w.at[j] = at;
-  w.count = j + 1;
-}
-
-// A piece the slots do not take (one byte the caller could not answer, or ENC_CPU_KEY_BYTES +
-// 1 .. ENC_LONG_PIECE - 1 bytes) looked up: the long tier; else it waits as a miss. Returns the end of out's ids (an answer goes there while the window is empty).
-__forceinline__ enc_u32* enc_cpu_look_up_other(const EncCpuModel& m, EncCpuCache* c,
-                                               EncCpuWork& wk, EncCpuWindow& w, enc_i64 s,
-                                               enc_u32 len, const enc_u8* base, enc_u32* out) {
-  const enc_u32 j = w.count;
-  if (enc_cpu_long(c, len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
-    const enc_u64 h = enc_bytes_hash(base + s, len);
-    w.h[j] = h;
+  enc_u32* dst = j ? w.hit[j] : out;
+  if (f.len == 1) {  // its id outright (the one-byte block, or its byte id: enc_one_byte_id)
+    const enc_u32 id = enc_one_byte_id(m.w, m.byte_ids, base[f.s]);
+    if (id != ENC_NO_MERGE) {
+      if (j == 0) {
+        out[0] = id;
+        return out + 1;
+      }
+      w.hit[j][0] = id;
+      w.n[j] = 1;
+      w.at[j] = w.hit[j];
+      w.count = j + 1;
+      return out;
+    }
+  }
+  if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+    w.h[j] = f.h;
     ++wk.lookups;
     enc_u32* at = j ? w.long_hit + w.long_used : out;
-    const int got = enc_cpu_long_get(c, h, base + s, len, at);
+    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
     if (got >= 0) {
       ++wk.hits;
       if (j == 0) return out + got;
       w.long_used += (enc_u32)got;
-      enc_cpu_wait_hit(w, at, (enc_u32)got);
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
+      w.count = j + 1;
       return out;
     }
+  } else if (enc_cpu_cached(c, f.len)) {
+    ++wk.lookups;
+    int got = enc_cpu_cache_get(c, f.k, f.len, dst);
+    enc_u32* at = w.hit[j];
+    if (got == 0) {  // the slot says: more ids than it holds, in the long tier
+      at = j ? w.long_hit + w.long_used : out;
+      got = enc_cpu_long_get(c, enc_cpu_key_hash(f.k, f.len), base + f.s, f.len, at);
+      if (got > 0) w.long_used += j ? (enc_u32)got : 0u;
+    }
+    if (got > 0) {
+      ++wk.hits;
+      if (j == 0) return out + got;
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
+      w.count = j + 1;
+      return out;
+    }
+    w.k[j] = f.k;
   }
-  enc_cpu_wait(w, s, len);
+  w.s[j] = f.s;
+  w.len[j] = f.len;
+  w.at[j] = w.hit[j];
+  w.miss[w.n_miss++] = j;
+  w.count = j + 1;
   return out;
 }
 
@@ -231,106 +267,61 @@ __forceinline__ enc_u32* enc_cpu_look_up_other(const EncCpuModel& m, EncCpuCache
 // for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
 // end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
 // memory); *end_at: where the last piece ended (stop, unless one ran past it).
-//
-// The hit path: a piece of 2 .. ENC_CPU_KEY_BYTES bytes is keyed and probed as soon as it is
-// found, and its cached ids go straight to out while no miss waits (a hit behind a miss waits
-// with it, for the order); only misses and the rarer kinds of piece take the window's path.
-// The counts are kept in registers and added to the workspace at the end.
 template <class T>
 enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
                             enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+  EncCpuFound ring[ENC_CPU_AHEAD];
   EncCpuWindow& w = *wk.window;
   w.count = w.n_miss = 0;
-  enc_u64 lookups = 0, hits = 0;
+  unsigned found = 0, done = 0;  // pieces found, pieces looked up (ring indices mod AHEAD)
   enc_i64 i = 0;
 #if ENC_CPU_SCAN
   EncCpuScan sc;
   enc_cpu_scan_reset(sc);
 #endif
-  while (i < stop) {
+  while (true) {
+    if (i < stop) {  // find the next piece; its cache slot on its way
 #if ENC_CPU_SCAN
-    enc_i64 e = enc_cpu_piece(sc, t, i);
+      enc_i64 e = enc_cpu_piece(sc, t, i);
 #else
-    enc_i64 e = enc_cpu_match(t, i);
+      enc_i64 e = enc_cpu_match(t, i);
 #endif
-    if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
-    const enc_i64 s = i;
-    const enc_u32 len = (enc_u32)(e - i);
-    i = e;
-    enc_u32 id1;
-    if (enc_cpu_cached(c, len)) {  // the hit path
-      EncCpuKey k;
-      enc_cpu_key(t.buf + s, len, k);
-      const enc_u32 j = w.count;
-      ++lookups;
-      int got = enc_cpu_cache_get(c, k, len, j ? w.hit[j] : out);
-      if (got > 0) {
-        ++hits;
-        if (j == 0) {
-          out += got;
-          continue;
-        }
-        enc_cpu_wait_hit(w, w.hit[j], (enc_u32)got);
-      } else {
-        if (got == 0) {  // the slot says: more ids than it holds, in the long tier
-          if (w.long_used + len > ENC_CPU_LONG_HITS) {
-            out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-          }
-          const enc_u32 jj = w.count;
-          enc_u32* at = jj ? w.long_hit + w.long_used : out;
-          got = enc_cpu_long_get(c, enc_cpu_key_hash(k, len), t.buf + s, len, at);
-          if (got > 0) {
-            ++hits;
-            if (jj == 0) {
-              out += got;
-              continue;
-            }
-            w.long_used += (enc_u32)got;
-            enc_cpu_wait_hit(w, at, (enc_u32)got);
-          }
-        }
-        if (got <= 0) {
-          w.k[w.count] = k;
-          enc_cpu_wait(w, s, len);
-        }
+      if (e <= i) e = enc_span_next(t, i);  // (never: every character starts a match)
+      EncCpuFound& f = ring[found++ & (ENC_CPU_AHEAD - 1)];
+      f.s = i;
+      f.len = (enc_u32)(e - i);
+      if (enc_cpu_cached(c, f.len)) {
+        enc_cpu_key(t.buf + i, f.len, f.k);
+        ENC_PREFETCH(enc_cpu_slot(c, f.k));
+      } else if (enc_cpu_long(c, f.len)) {
+        f.h = enc_bytes_hash(t.buf + i, f.len);
+        ENC_PREFETCH(enc_cpu_long_home(c, f.h));
       }
-    } else if (len == 1 && (id1 = enc_one_byte_id(m.w, m.byte_ids, t.buf[s])) != ENC_NO_MERGE) {
-      const enc_u32 j = w.count;  // (a one-byte piece: its id outright, no cache)
-      if (j == 0) {
-        *out++ = id1;
-        continue;
-      }
-      w.hit[j][0] = id1;
-      enc_cpu_wait_hit(w, w.hit[j], 1);
-    } else if (len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
+      i = e;
+      if (found - done < ENC_CPU_AHEAD) continue;
+    } else if (found == done) {
+      break;
+    }
+    const EncCpuFound& f = ring[done++ & (ENC_CPU_AHEAD - 1)];  // the oldest found piece
+    if (f.len >= ENC_LONG_PIECE) {  // the window first, then the long piece straight to out
       out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-      const bool tier = enc_cpu_long(c, len);
-      const enc_u64 h = tier ? enc_bytes_hash(t.buf + s, len) : 0;
-      int got = tier ? enc_cpu_long_get(c, h, t.buf + s, len, out) : -1;
-      if (tier) ++lookups;
+      const bool tier = enc_cpu_long(c, f.len);
+      int got = tier ? enc_cpu_long_get(c, f.h, t.buf + f.s, f.len, out) : -1;
       if (got < 0) {
-        got = enc_cpu_solve(m, wk, t.buf + s, len, h, tier, out);
+        got = enc_cpu_solve(m, wk, t.buf + f.s, f.len, f.h, tier, out);
         if (got < 0) return nullptr;
-        if (tier) {
-          enc_cpu_long_put(c, h, t.buf + s, len, out, (enc_u32)got);
-          ++wk.inserts;
-        }
-      } else {
-        ++hits;
+        if (tier) enc_cpu_long_put(c, f.h, t.buf + f.s, f.len, out, (enc_u32)got);
       }
       out += got;
-      continue;
     } else {
       // (room for the long tier's answer: at most one id a byte)
-      if (w.long_used + len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-      out = enc_cpu_look_up_other(m, c, wk, w, s, len, t.buf, out);
+      if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
+      out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
+      if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
+        out = enc_cpu_flush(m, c, wk, w, t.buf, out);
     }
-    if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
-      out = enc_cpu_flush(m, c, wk, w, t.buf, out);
   }
   out = enc_cpu_flush(m, c, wk, w, t.buf, out);
-  wk.lookups += lookups;
-  wk.hits += hits;
   *end_at = i;
   return out;
 }
