@@ -117,7 +117,7 @@ def many_ids_pieces(enc, k: int) -> list:
 
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", "llama3"])
 def test_hits_behind_misses_keep_their_order(name):
-    """The hit path emits a cached piece's ids at once only while no miss waits in the window;
+    """A looked-up piece's ids go straight to the output only while no miss waits in the window;
     behind a miss, hits (of the slots, of one byte, of the long tier through a slot that says
     so, of the long tier itself) wait with it. Text the cache has seen interleaved with new
     words, so every window mixes them; windows that end on their count of misses, of pieces,
