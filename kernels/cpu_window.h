@@ -5,10 +5,10 @@
 //   find       the class scan's fast matchers (cpu_scan.h; the family's matcher where they
 //              pass) find ENC_CPU_AHEAD pieces before the first is looked up, each
 //              one's cache slot prefetched as it is found
-//   look up    a piece of one byte takes its id outright (enc_one_byte_id: the one-byte block,
-//              or the byte's own id where no whole token can answer); a cached piece its slot's ids (a
-//              longer one, the long tier's: cpu_cache.h); anything else waits in the window as
-//              a miss
+//   look up    a piece of one byte takes its id outright (enc_one_byte_id: the one-byte
+//              block, or the byte's own id where no whole token can answer); a cached piece
+//              its slot's ids (a longer one, the long tier's: cpu_cache.h); anything else
+//              waits in the window as a miss
 //   solve      at ENC_CPU_MISSES misses or ENC_CPU_WINDOW pieces (or the segment's end, or a
 //              long piece): every miss's
 //              whole-token slot is prefetched (THE BYTES HASH), then its token bytes, then it is
@@ -33,8 +33,11 @@
 // cl100k prose 36.7 against 50.1), yet 25-30% more thread CPU time on o200k and cl100k prose
 // and o200k multilingual (1 MB warm, one thread, three interleaved runs: 133-148 MB/s against
 // 190-197 on o200k prose): each probe waited on its slot, which the ring had prefetched 8
-// pieces before. Counting the window's lookups in the loop's locals rather than the
-// workspace: 0.2-0.8 instructions a byte more, dropped.
+// pieces before. One piece in flight instead (found, keyed, its bucket prefetched, then the
+// piece before it looked up): 50.2 on o200k prose, 44.0 on cl100k prose, but still 5-10% more
+// thread CPU time than the ring on o200k prose and multilingual and cl100k prose. Counting the
+// window's lookups in the loop's locals rather than the workspace: 0.2-0.8 instructions a
+// byte more, dropped.
 // Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
 // does not test the length and mix the key's bucket again): callgrind's count of a warm pass
 // (bench/warm_instr.py) went 0.3 instructions a byte down on o200k prose, 1.6 up on o200k
