@@ -35,7 +35,10 @@
 // 190-197 on o200k prose): each probe waited on its slot, which the ring had prefetched 8
 // pieces before. One piece in flight instead (found, keyed, its bucket prefetched, then the
 // piece before it looked up): 50.2 on o200k prose, 44.0 on cl100k prose, but still 5-10% more
-// thread CPU time than the ring on o200k prose and multilingual and cl100k prose. Counting the
+// thread CPU time than the ring on o200k prose and multilingual and cl100k prose. The ring as
+// batches (find 8 pieces, then look the 8 up): 43.6 on cl100k prose, 51.7 on o200k prose,
+// yet 5-14% more thread CPU time than the ring on both (a batch's last pieces are looked up
+// just after their prefetch); the ring keeps every piece 8 finds behind. Counting the
 // window's lookups in the loop's locals rather than the workspace: 0.2-0.8 instructions a
 // byte more, dropped.
 // Tried and dropped: keeping each found piece's tier and bucket in EncCpuFound (so the look-up
