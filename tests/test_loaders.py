@@ -164,3 +164,41 @@ def test_hf_added_token_lstrip_rstrip(tmp_path):
     assert ids.tolist() == [i for t in texts for i in hf.encode(t, add_special_tokens=False).ids]
     # not allowed -> plain text, no stripping
     assert enc.encode(texts[0], disallowed_special=()) == enc.encode_ordinary(texts[0])
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
+def test_added_token_ids_are_the_ones_hf_gives(tmp_path, kind):
+    """HF reads a tokenizer.json's added tokens in file order and gives each the id of its
+    text where that is a vocabulary entry or an added token already, else the next id after
+    the largest so far (or the vocabulary's size): the ids the file states are not used. A
+    file HF wrote agrees; these do not, and gputok reads them as HF does."""
+    from tokenizers import Tokenizer
+
+    if kind == "bpe":
+        cfg = json.loads(testdata.vocab_path(HF_FILES["qwen2"]).read_text("utf-8"))
+        known = "OK"
+    elif kind == "wordpiece":
+        cfg = json.loads(testdata.family_path("minilm_tokenizer_json").read_text("utf-8"))
+        known = "ok"
+    else:
+        import families as F
+        from test_precompiled import t5_json
+
+        cfg = t5_json(F.unigram_source("botchan_unigram"))
+        known = "\u2581the"
+    top = max([t["id"] for t in cfg.get("added_tokens") or []] + [0])
+    extra = [("<a>", 10**6), (known, top + 1), ("<b>", 3), ("<a>", top + 9), ("<c>", top + 2)]
+    for content, i in extra:
+        cfg.setdefault("added_tokens", []).append(
+            {"id": i, "content": content, "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": False, "special": content == "<b>"})
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(cfg), "utf-8")
+    hf, enc = Tokenizer.from_file(str(path)), gputok.load(path)
+    hf.no_padding()
+    hf.no_truncation()
+    text = f"x<a>y<b> {known} z<c><a>"
+    assert enc.encode(text, allowed_special="all") == hf.encode(text,
+                                                                add_special_tokens=False).ids
+    for content, _ in extra:
+        assert enc.encode_single_token(content) == hf.token_to_id(content), content

@@ -486,3 +486,74 @@ def test_backend_text_call(backend):
     backend.profile = None
     assert backend.text_call(gputok.load(testdata.family_path("minilm_tokenizer_json")).model) \
         is None  # (WordPiece: not the pass's)
+
+
+def _qwen2_with_added(tmp_path, added: list):
+    """Qwen2's tokenizer.json with more added tokens (non-special, normalized false)."""
+    import json
+
+    cfg = json.loads(testdata.vocab_path(conftest_hf_file("qwen2")).read_text("utf-8"))
+    top = max(t["id"] for t in cfg["added_tokens"])
+    for k, content in enumerate(added):
+        cfg["added_tokens"].append({"id": top + 1 + k, "content": content, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False,
+                                    "special": False})
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(cfg), "utf-8")
+    from tokenizers import Tokenizer
+
+    return gputok.load(path), Tokenizer.from_file(str(path))
+
+
+def conftest_hf_file(key: str) -> str:
+    from conftest import HF_FILES
+
+    return HF_FILES[key]
+
+
+def test_flagged_documents_normalised_segment_by_segment(tmp_path, monkeypatch):
+    """Documents the NFC quick check flags are normalised here, each segment between active
+    tokens on its own (a mark after a token does not compose with it), and encoded by the pass
+    again; where the normalised text would make a token's text HF never saw (U+212A KELVIN
+    SIGN -> "K" next to "O": the added token "OK"), the batch pipeline takes them. Ids equal
+    HF's either way."""
+    from gputok.backends.runners import perdoc as runner
+
+    enc, hf = _qwen2_with_added(tmp_path, ["OK", "<tag>"])
+    calls = []
+    real = runner.PerDocRunner._normalized_pass
+
+    def spy(self, *a):
+        got = real(self, *a)
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(runner.PerDocRunner, "_normalized_pass", spy)
+    docs = ["e\u0301 combining and caf\xe9", "\u1100\u1161\u11a8 hangul jamo",
+            "a\u0316\u0301 marks to reorder <tag>\u0301 after a token",
+            "<|im_start|>\u0338 e\u0301<|im_end|>e\u0301", ">\u0338<tag>\u0338 x\u0301",
+            "plain ascii", "\u212b angstrom \u2126 ohm <tag>"] + \
+        [d + " e\u0301" for d in corpus_snippets()][:40]
+    be = native.create(threads=2)
+    for allowed in ("all", set()):
+        ids, off = enc.encode_batch_arrays(docs, allowed_special=allowed,
+                                           disallowed_special=(), backend=be)
+        want = [hf.encode(d, add_special_tokens=allowed == "all").ids for d in docs]
+        if allowed != "all":  # (HF cuts the specials out always: compare without them)
+            want = [hf.encode(d, add_special_tokens=False).ids for d in docs]
+            keep = [i for i, d in enumerate(docs) if "<|im_" not in d]
+            docs_k = [docs[i] for i in keep]
+            got = [ids[off[i]:off[i + 1]].tolist() for i in keep]
+            assert got == [want[i] for i in keep], docs_k
+        else:
+            got = [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))]
+            assert got == [hf.encode(d, add_special_tokens=False).ids for d in docs]
+    assert calls and all(calls)
+    # the normalised text makes "OK" (an added token HF never saw there): the pipeline's ids
+    calls.clear()
+    odd = ["O\u212a e\u0301", "xO\u212ay <tag>e\u0301"]
+    ids, off = enc.encode_batch_arrays(odd, allowed_special="all", disallowed_special=(),
+                                       backend=be)
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(2)] == \
+        [hf.encode(d, add_special_tokens=False).ids for d in odd]
+    assert calls == [False]

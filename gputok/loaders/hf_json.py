@@ -54,10 +54,46 @@ def _load_hf(path: Path, raw: bytes, name: "str | None") -> Model:
         raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: "
                          f"{e.msg}") from None
     try:
+        hf_added_ids(cfg)
         return _model(cfg, name or path.parent.name or path.stem,
                       hashlib.sha256(raw).hexdigest()[:32])
     except _Fail as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def hf_added_ids(cfg: dict) -> None:
+    """The ids HF gives a tokenizer.json's added tokens, in place of the ids the file states.
+    HF adds them in file order: a token whose text is already an added token or a vocabulary
+    entry takes that id; any other takes the next id after the largest so far, or the
+    vocabulary's size while that is larger. In a file HF wrote the two agree; a file written
+    otherwise is read as HF reads it (its stated ids are then not ids). Only for tokenizer.json
+    files: a GGUF file's tokens are its ids. Entries that are not checkable are left to the
+    loaders' checks."""
+    added, model = cfg.get("added_tokens"), cfg.get("model")
+    if not isinstance(added, list) or not isinstance(model, dict):
+        return
+    if not all(isinstance(t, dict) and isinstance(t.get("content"), str)
+               and isinstance(t.get("id"), int) for t in added):
+        return
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        ids = vocab
+    elif isinstance(vocab, list) and all(isinstance(v, list) and v for v in vocab):
+        ids = {v[0]: i for i, v in enumerate(vocab)}  # (Unigram: [token, score] by id)
+    else:
+        return
+    size, given, top, out = len(vocab), {}, None, []
+    for t in added:
+        content = t["content"]
+        i = given.get(content)
+        if i is None:
+            i = ids.get(content)
+        if not isinstance(i, int):
+            i = size if top is None or top < size else top + 1
+        given[content] = i
+        top = i if top is None else max(top, i)
+        out.append(t if t["id"] == i else {**t, "id": i})
+    cfg["added_tokens"] = out
 
 
 def _need(cond, msg: str) -> None:

@@ -73,7 +73,60 @@ class PerDocRunner:
         with self.be.count_lock:
             counters["device.per_doc_batches"] += 1
         if flagged is not None:
-            ids, off = self._with_flagged(model, docs, allowed, ids, off, flagged)
+            ids, off = self._with_flagged(model, docs, allowed, ids, off, flagged, plan)
+        return ids, off
+
+    def _normalized_pass(self, model, plan, sub: Documents, active: frozenset
+                         ) -> "tuple | None":
+        """(ids, offsets) of documents the quick check flagged: each segment (the text between
+        active tokens) normalised on its own, as HF does after cutting the tokens out (the form
+        of the model's normaliser, on the pinned tables: ``unicode.normalize_spans``, only
+        around the unsafe characters), and the documents encoded by the pass again with no
+        check. The pass finds the active tokens in the normalised text: where that would not
+        give the same tokens at the same places (a normalised segment that makes a token's
+        text, such as "K" from U+212A), or a document is not text the normaliser takes (a lone
+        surrogate), None: the caller's pipeline then handles them. Refused tokens were looked
+        for in the text as it came."""
+        from ...stages.split import find_tokens
+        from ...unicode.normalization import normalize_spans
+
+        form = plan.norm_form
+        try:
+            buf, doc_off = sub.packed()
+            starts, ends = find_tokens(buf, doc_off, active)
+            st, en = starts.tolist(), ends.tolist()
+            out, want_s, want_e, new_off, at, k = [], [], [], [0], 0, 0
+            for d in range(len(doc_off) - 1):
+                pos, end = int(doc_off[d]), int(doc_off[d + 1])
+                while k < len(st) and st[k] < end:
+                    seg = normalize_spans(buf[pos:st[k]].decode("utf-8"), form=form)
+                    seg = seg.encode("utf-8")
+                    out.append(seg)
+                    at += len(seg)
+                    out.append(buf[st[k]:en[k]])
+                    want_s.append(at)
+                    at += en[k] - st[k]
+                    want_e.append(at)
+                    pos = en[k]
+                    k += 1
+                seg = normalize_spans(buf[pos:end].decode("utf-8"), form=form).encode("utf-8")
+                out.append(seg)
+                at += len(seg)
+                new_off.append(at)
+        except UnicodeError:
+            return None
+        nbuf, noff = b"".join(out), np.array(new_off, np.int64)
+        if active:
+            got_s, got_e = find_tokens(nbuf, noff, active)
+            if got_s.tolist() != want_s or got_e.tolist() != want_e:
+                return None
+        normed = Documents([nbuf[a:b] for a, b in zip(new_off, new_off[1:])])
+        ids, off, flagged = self.pass_.encode_batch(plan.tables, model, normed, active,
+                                                    frozenset(), model.id_dtype, None)
+        if flagged is not None:  # (no check was asked for)
+            return None
+        with self.be.count_lock:
+            self.be.host_normalized["bytes"] += len(buf)
         return ids, off
 
     def encode_text(self, model, text: str, allowed: frozenset) -> "list | None":
@@ -132,8 +185,12 @@ class PerDocRunner:
             one = self.pass_.str_encoder(plan.tables)
         return weakref.ref(model), plan, one
 
-    def _with_flagged(self, model, docs, allowed, ids, off, flagged) -> tuple:
-        """The pass's output with the flagged documents' ids (the batch pipeline's) in place."""
+    def _with_flagged(self, model, docs, allowed, ids, off, flagged, plan) -> tuple:
+        """The pass's output with the flagged documents' ids in place: with no active token a
+        flagged document is one segment, normalised here (``unicode.normalize_spans``, the
+        pinned tables, only around the unsafe characters) and encoded by the pass again with
+        no check (``_normalized_pass``); else by the batch pipeline, which normalises the spans
+        around them segment by segment."""
         which = np.flatnonzero(flagged)
         strs = docs.strs()
         if strs is not None:
@@ -141,16 +198,20 @@ class PerDocRunner:
         else:
             buf, doc_off = docs.packed()
             sub = Documents([buf[int(doc_off[i]):int(doc_off[i + 1])] for i in which.tolist()])
-        got = self.be.batch_parts(model, sub, allowed, frozenset())
-        if got is None:
-            sub_ids, sub_off = self.be.host.encode(model, sub, allowed, frozenset())
+        got = self._normalized_pass(model, plan, sub, model.active_tokens(allowed))
+        if got is not None:
+            sub_ids, sub_off = got
         else:
-            from ...stages.emit import assemble
+            got = self.be.batch_parts(model, sub, allowed, frozenset())
+            if got is None:
+                sub_ids, sub_off = self.be.host.encode(model, sub, allowed, frozenset())
+            else:
+                from ...stages.emit import assemble
 
-            parts, n, keep = got
-            sub_ids, sub_off = assemble(parts, n, model.id_dtype, self.dev.host_block)
-            if keep is not None:
-                sub_off = sub_off[keep]
+                parts, n, keep = got
+                sub_ids, sub_off = assemble(parts, n, model.id_dtype, self.dev.host_block)
+                if keep is not None:
+                    sub_off = sub_off[keep]
         with self.be.count_lock:
             counters["device.per_doc_flagged"] += len(which)
         lens = np.diff(off)
