@@ -290,6 +290,6 @@ def test_words_of_the_fast_path_equal_sentence_by_sentence(kw, monkeypatch):
         if s and spm_options.UNK_CHAR not in s and len(s.encode()) <= o.max_sentence_length:
             t = meta.sub(spm_options.BOUNDARY, norm.normalize(s))
             want.update(spm_words.split_into_words(t, o) if t else [])
-    assert spm_words.count_words(lines, o, threads=1) == want
+    assert spm_words.as_counter(spm_words.count_words(lines, o, threads=1)) == want
     monkeypatch.setattr(spm_words, "BATCH", 97)
-    assert spm_words.count_words(lines, o, threads=3) == want
+    assert spm_words.as_counter(spm_words.count_words(lines, o, threads=3)) == want

@@ -21,9 +21,9 @@ reads its input; .jsonl / .parquet: each document's lines).
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from itertools import islice
 from importlib import resources
 from typing import Iterator
 
@@ -33,7 +33,7 @@ from . import native
 from .spm_model import MODEL_TYPE_BPE, model_bytes
 from .spm_options import (BOUNDARY, NORMAL, UNK_CHAR, SpmOptions, SpmTrainError, charsmap_blob,
                           meta_pieces)
-from .spm_words import count_words
+from .spm_words import BATCH, count_batches, word_chars
 
 
 @dataclass
@@ -103,17 +103,15 @@ def char_classes(chars: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cps.astype(np.uint32), script, flags
 
 
-def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]], list[str]]:
-    """Rule 3: the required characters with their counts, in rule 10's order, and every
-    character of the words."""
-    text = "".join(words)
-    cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-    weight = np.repeat(np.fromiter(words.values(), np.int64, len(words)),
-                       [len(w) for w in words])
-    per_cp = np.bincount(cps, weights=weight, minlength=0x110000)
+def required_chars(cps: np.ndarray, char_off: np.ndarray, counts: np.ndarray,
+                   o: SpmOptions) -> list[tuple[str, int]]:
+    """Rule 3: the required characters with their counts, in rule 10's order, from the words'
+    code points (``spm_words.word_chars``) and counts."""
+    weight = np.repeat(np.asarray(counts, np.int64), np.diff(char_off))
+    per_cp = np.bincount(cps, weights=weight)
     uniq = np.flatnonzero(per_cp)
-    counts = per_cp[uniq].astype(np.int64)
-    table = {chr(c): int(n) for c, n in zip(uniq.tolist(), counts.tolist()) if c != 0}
+    table = {chr(c): int(n) for c, n in zip(uniq.tolist(), per_cp[uniq].astype(np.int64).tolist())
+             if c != 0}
     listed = set(o.required_chars) - {"\x00"}
     for c in listed:
         table.setdefault(c, 0)
@@ -129,52 +127,75 @@ def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]]
         taken += n
         if c != BOUNDARY:
             out.append((c, n))
-    return sorted(out, key=lambda kv: (-kv[1], kv[0])), [chr(c) for c in uniq.tolist()]
+    return sorted(out, key=lambda kv: (-kv[1], kv[0]))
+
+
+def symbol_ids(cps: np.ndarray, chars: list[str]) -> np.ndarray:
+    """Each code point's symbol id: the k-th required character k, every other character (the
+    rare ones, U+001F, U+0000) the id after them, U+2585's (rule 3: they become U+2585; words
+    that become equal stay apart, which changes no pair's count)."""
+    alphabet = chars + [UNK_CHAR]
+    top = max(int(cps.max()) if len(cps) else 0, max(map(ord, alphabet)))
+    lut = np.full(top + 1, len(chars), np.uint32)
+    lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
+    return lut[cps]
 
 
 # ---------------------------------------------------------------- training
 
 
-_BLOCK = 8 << 20  # bytes of a .txt file decoded at once (``_txt_lines``)
+_BLOCK = 8 << 20  # bytes of a .txt file read at once (``_txt_blocks``)
 
 
-def _txt_lines(path, errors: str) -> Iterator[str]:
-    """A text file's lines (ending at "\\n" only), decoded a block of whole lines at a time
-    (per-line reads and decodes took a tenth of a 32 MB training); a block that is not UTF-8
-    is read again line by line, for the error's line number or the per-line replacement."""
+def _txt_blocks(path, errors: str) -> Iterator[bytes]:
+    """A text file as blocks of whole lines (lines end at "\\n" only; the last one is given
+    its "\\n"), each valid UTF-8 and never decoded into str for the native word counter
+    (per-line reads and decodes took a tenth of a 32 MB training, the str round trip of whole
+    blocks another tenth). A block that is not UTF-8 is read again line by line, for the
+    error's line number or the per-line replacement. A line longer than a block is gathered
+    from its parts (joined once)."""
     line_no = 0
-    rest = b""
+    parts: list = []  # the start of a line whose end is not read yet
+
+    def checked(head: bytes) -> bytes:
+        nonlocal line_no
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            out = []
+            for k, line in enumerate(head.split(b"\n")[:-1], line_no + 1):
+                try:
+                    line.decode("utf-8")
+                    out.append(line)
+                except UnicodeDecodeError as e:
+                    if errors != "replace":
+                        raise ValueError(f"{path}:{k}: invalid UTF-8 ({e.reason} at byte "
+                                         f"{e.start}); pass errors='replace'") from None
+                    out.append(line.decode("utf-8", "replace").encode("utf-8"))
+            head = b"\n".join(out) + b"\n"
+        line_no += head.count(b"\n")
+        return head
+
     with open(path, "rb") as f:
         while True:
             block = f.read(_BLOCK)
-            data = rest + block
             if not block:
-                cut = len(data)
-            else:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    rest = data
-                    continue
-            head, rest = data[:cut], data[cut:]
-            if head:
-                lines = head.split(b"\n")
-                if head.endswith(b"\n"):
-                    lines.pop()
-                try:
-                    yield from head.decode("utf-8").split("\n")[:len(lines)]
-                except UnicodeDecodeError:
-                    for k, line in enumerate(lines, line_no + 1):
-                        try:
-                            yield line.decode("utf-8")
-                        except UnicodeDecodeError as e:
-                            if errors != "replace":
-                                raise ValueError(f"{path}:{k}: invalid UTF-8 ({e.reason} at "
-                                                 f"byte {e.start}); pass errors='replace'"
-                                                 ) from None
-                            yield line.decode("utf-8", "replace")
-                line_no += len(lines)
-            if not block:
+                if parts:
+                    yield checked(b"".join(parts) + b"\n")
                 return
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                parts.append(block)
+                continue
+            head = b"".join(parts + [block[:cut]]) if parts else block[:cut]
+            parts = [block[cut:]] if cut < len(block) else []
+            yield checked(head)
+
+
+def _txt_lines(path, errors: str) -> Iterator[str]:
+    """A text file's lines (``_txt_blocks`` decoded)."""
+    for block in _txt_blocks(path, errors):
+        yield from block.decode("utf-8").split("\n")[:-1]
 
 
 def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iterator[str]:
@@ -199,6 +220,29 @@ def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iter
         yield t
 
 
+def sentence_batches(corpus, *, field: str = "text", errors: str = "strict") -> Iterator:
+    """The corpus as ``spm_words.count_batches`` takes it: a .txt file as blocks of whole lines
+    (bytes: ``_txt_blocks``), every other sentence (``sentences_of``) in lists."""
+    from .words import _check_paths, _is_pathlike
+
+    if _is_pathlike(corpus):
+        corpus = [corpus]
+    if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
+        _check_paths(corpus)
+        for p in corpus:
+            if str(p).endswith(".txt"):
+                yield from _txt_blocks(p, errors)
+            else:
+                yield from _lists(sentences_of([p], field=field, errors=errors))
+        return
+    yield from _lists(sentences_of(corpus, field=field, errors=errors))
+
+
+def _lists(sentences: Iterator[str]) -> Iterator[list]:
+    it = iter(sentences)
+    return iter(lambda: list(islice(it, BATCH)), [])
+
+
 def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = None,
                   field: str = "text", errors: str = "strict", **options) -> SpmTrained:
     """Train a SentencePiece BPE model as ``spm_train --model_type=bpe`` does: the same pieces,
@@ -218,24 +262,21 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
     if not 1 <= o.max_sentencepiece_length <= 512:
         raise SpmTrainError("max_sentencepiece_length must be in [1, 512]")
     meta = meta_pieces(o)
-    words = count_words(sentences_of(corpus, field=field, errors=errors), o, threads)
-    if not words:
+    words = count_batches(sentence_batches(corpus, field=field, errors=errors), o, threads)
+    if not len(words):
         raise SpmTrainError("no sentence left to train on")
-    chars, seen = required_chars(words, o)
+    n_words, counts = len(words), words.counts
+    cps, char_off = word_chars(words)
+    del words
+    chars = required_chars(cps, char_off, counts, o)
     if len(chars) + len(meta) > o.vocab_size:
         raise SpmTrainError(f"Vocabulary size is smaller than required_chars. {o.vocab_size} vs "
                             f"{len(chars) + len(meta)}. Increase vocab_size or decrease "
                             "character_coverage with --character_coverage option.")
-    keep = {c for c, _ in chars}
-    rare = {ord(c): UNK_CHAR for c in seen if c not in keep}
-    if rare:  # (one translate of all the words joined; only the words it changes are moved)
-        keys = list(words)
-        new = "\n".join(keys).translate(rare).split("\n")  # (no word holds a "\n")
-        for w, f in zip(keys, new):
-            if w != f:
-                words[f] += words.pop(w)
+    ids = symbol_ids(cps, [c for c, _ in chars])
+    del cps
     n_merges = o.vocab_size - len(meta) - len(chars)
-    merged = _merge(words, [c for c, _ in chars], n_merges, o, threads)
+    merged = _merge(ids, char_off, counts, [c for c, _ in chars], n_merges, o, threads)
     if len(merged) < n_merges and o.hard_vocab_limit:
         have = len(meta) + len(chars) + len(merged)
         raise SpmTrainError(f"Vocabulary size too high ({o.vocab_size}). Please set it to a value "
@@ -248,21 +289,17 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
         elif k < len(finals):
             pieces.append((finals[k], -float(np.float32(k)), NORMAL))
             k += 1
-    return SpmTrained(pieces, o, n_words=len(words), n_merges=len(merged))
+    return SpmTrained(pieces, o, n_words=n_words, n_merges=len(merged))
 
 
-def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
-           threads: "int | None") -> list[str]:
-    """Rules 5-9 in the native loop: the merged pieces in order."""
+def _merge(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray, chars: list[str],
+           n_merges: int, o: SpmOptions, threads: "int | None") -> list[str]:
+    """Rules 5-9 in the native loop over the words as symbol ids (``symbol_ids``): the merged
+    pieces in order."""
     alphabet = chars + [UNK_CHAR]
-    text = "".join(words)
-    cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-    lut = np.zeros(0x110000, np.uint32)
-    lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
-    ids = lut[cps]
-    offsets = np.zeros(len(words) + 1, np.int64)
-    np.cumsum([len(w) for w in words], out=offsets[1:])
-    counts = np.fromiter(words.values(), np.int64, len(words))
+    ids = np.ascontiguousarray(ids, np.uint32)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    counts = np.ascontiguousarray(counts, np.int64)
     encoded = [c.encode("utf-8") for c in alphabet]
     tok = np.frombuffer(b"".join(encoded), np.uint8)
     tok_off = np.zeros(len(alphabet) + 1, np.int64)
@@ -279,7 +316,6 @@ def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
                                    int(threads or native._threads()), int(native._par_min))
     if not ctx:
         raise MemoryError("gputok train: out of memory building the pair counts")
-    del ids
     piece = list(alphabet)
     out = np.empty(4 * native.BLOCK_MERGES, np.int64)
     merged: list[str] = []
