@@ -16,7 +16,12 @@
 //   heap      a lazy max-heap of (count, key) entries: a pair's count only falls after its
 //             entry is pushed, so an entry whose count is stale is pushed again with the
 //             current count when it surfaces, and the first entry that surfaces with its
-//             current count is the best pair (HF keeps the same queue).
+//             current count is the best pair (HF keeps the same queue). Only the entries of
+//             the highest counts are in the heap: the others wait in buckets by their count's
+//             bit length (`parked`, below the heap's `level`), and the next bucket down fills
+//             the heap when it runs dry. (A pair's count only falls, so a parked entry never
+//             outranks one in the heap; the heap stays small, in cache, where it held every
+//             pair and each push and pop missed the cache at its lower levels.)
 //
 // A merge step of the best pair (a, b) -> c walks the words of (a, b)'s list only, rewrites each
 // left to right without overlap (THE MERGE RULE) and applies, per match, HF's count changes
@@ -310,6 +315,8 @@ struct Trainer {
   std::vector<Pair> pairs;
   std::vector<uint32_t> pool;
   std::vector<Entry> heap;
+  std::vector<Entry> parked[65];  // by bit length of the count, below `level`
+  int level = 0;                  // the heap holds entries of bit length >= level
   // ids
   std::vector<std::string> tok;  // bytes of every id (empty: not a byte string)
   std::unordered_map<std::string, uint32_t> reserved;
@@ -429,10 +436,10 @@ struct Trainer {
         }
       }
     }
-    heap.reserve(pairs.size());
+    level = 65;  // (all parked, then the top bucket into the heap)
     for (const Pair& p : pairs)
-      if (queued(p.count)) heap.push_back(entry(p.count, p.key));
-    std::make_heap(heap.begin(), heap.end(), cmp());
+      if (queued(p.count)) push(entry(p.count, p.key));
+    refill();
     shares.resize(threads < 1 ? 1 : threads);
     if (threads > 1) crew.reset(new Crew(threads));
   }
@@ -474,9 +481,31 @@ struct Trainer {
     return c;
   }
 
+  static int bits(int64_t count) { return count <= 0 ? 0 : 64 - __builtin_clzll((uint64_t)count); }
+  // A candidate's entry: into the heap, or parked below it.
+  void push(const Entry& e) {
+    const int b = bits(e.count);
+    if (b >= level) {
+      heap.push_back(e);
+      std::push_heap(heap.begin(), heap.end(), cmp());
+    } else {
+      parked[b].push_back(e);
+    }
+  }
+  // The heap is empty: the highest parked bucket becomes the heap. False when none is left.
+  bool refill() {
+    while (level > 0 && parked[level - 1].empty()) --level;
+    if (level == 0) return false;
+    --level;
+    heap.swap(parked[level]);
+    std::vector<Entry>().swap(parked[level]);
+    std::make_heap(heap.begin(), heap.end(), cmp());
+    return true;
+  }
+
   // The best pair with a count of at least min_count (popped), or false.
   bool pop_best(int64_t min_count, Entry* out) {
-    while (!heap.empty()) {
+    while (!heap.empty() || refill()) {
       std::pop_heap(heap.begin(), heap.end(), cmp());
       Entry e = heap.back();
       heap.pop_back();
@@ -484,14 +513,12 @@ struct Trainer {
       if (cur != e.count) {  // stale: its count fell since it was pushed
         if (queued(cur)) {
           e.count = cur;
-          heap.push_back(e);
-          std::push_heap(heap.begin(), heap.end(), cmp());
+          push(e);
         }
         continue;
       }
       if (cur < min_count) {
-        heap.push_back(e);  // (kept: a later call with the same floor stops here again)
-        std::push_heap(heap.begin(), heap.end(), cmp());
+        push(e);  // (kept: a later call with the same floor stops here again)
         return false;
       }
       *out = e;
@@ -691,10 +718,7 @@ struct Trainer {
       }
       p.list_off = to;
       p.list_len = (uint32_t)(pool.size() - to);
-      if (queued(p.count)) {
-        heap.push_back(entry(p.count, p.key));
-        std::push_heap(heap.begin(), heap.end(), cmp());
-      }
+      if (queued(p.count)) push(entry(p.count, p.key));
     }
     return c;
   }
@@ -850,9 +874,14 @@ TRAIN_EXPORT void gputok_train_merge_stats(void* ctx, long long* out) {
   out[1] = (long long)(t.arena.size() - train_merge::WORD_HEAD * t.n_words);
   out[2] = (long long)t.pairs.size();
   out[3] = (long long)t.pool.size();
-  out[4] = (long long)t.heap.size();
+  size_t parked = 0, parked_cap = 0;
+  for (const auto& v : t.parked) {
+    parked += v.size();
+    parked_cap += v.capacity();
+  }
+  out[4] = (long long)(t.heap.size() + parked);
   out[5] = (long long)(t.arena.capacity() * 4 +
                        t.index.slots.capacity() * sizeof(train_merge::Index::Slot) +
                        t.pairs.capacity() * sizeof(train_merge::Pair) +
-                       t.pool.capacity() * 4 + t.heap.capacity() * sizeof(train_merge::Entry));
+                       t.pool.capacity() * 4 + (t.heap.capacity() + parked_cap) * sizeof(train_merge::Entry));
 }
