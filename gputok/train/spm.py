@@ -103,12 +103,21 @@ def char_classes(chars: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cps.astype(np.uint32), script, flags
 
 
+_CHARS_AT_ONCE = 1 << 20  # characters weighed at once (``required_chars``)
+
+
 def required_chars(cps: np.ndarray, char_off: np.ndarray, counts: np.ndarray,
                    o: SpmOptions) -> list[tuple[str, int]]:
     """Rule 3: the required characters with their counts, in rule 10's order, from the words'
     code points (``spm_words.word_chars``) and counts."""
-    weight = np.repeat(np.asarray(counts, np.int64), np.diff(char_off))
-    per_cp = np.bincount(cps, weights=weight)
+    per_cp = np.zeros(int(cps.max()) + 1 if len(cps) else 1)
+    counts = np.asarray(counts, np.int64)
+    # (in pieces of about _CHARS_AT_ONCE characters: a weight per character is 16 bytes)
+    cuts = np.unique(np.searchsorted(char_off, np.arange(0, int(char_off[-1]), _CHARS_AT_ONCE)))
+    for w0, w1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(counts)]):
+        a, b = int(char_off[w0]), int(char_off[w1])
+        weight = np.repeat(counts[w0:w1], np.diff(char_off[w0:w1 + 1]))
+        per_cp += np.bincount(cps[a:b], weights=weight, minlength=len(per_cp))
     uniq = np.flatnonzero(per_cp)
     table = {chr(c): int(n) for c, n in zip(uniq.tolist(), per_cp[uniq].astype(np.int64).tolist())
              if c != 0}
@@ -131,14 +140,14 @@ def required_chars(cps: np.ndarray, char_off: np.ndarray, counts: np.ndarray,
 
 
 def symbol_ids(cps: np.ndarray, chars: list[str]) -> np.ndarray:
-    """Each code point's symbol id: the k-th required character k, every other character (the
-    rare ones, U+001F, U+0000) the id after them, U+2585's (rule 3: they become U+2585; words
-    that become equal stay apart, which changes no pair's count)."""
+    """Each code point's symbol id, written over ``cps``: the k-th required character k, every
+    other character (the rare ones, U+001F, U+0000) the id after them, U+2585's (rule 3: they
+    become U+2585; words that become equal stay apart, which changes no pair's count)."""
     alphabet = chars + [UNK_CHAR]
     top = max(int(cps.max()) if len(cps) else 0, max(map(ord, alphabet)))
     lut = np.full(top + 1, len(chars), np.uint32)
     lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
-    return lut[cps]
+    return np.take(lut, cps, out=cps)
 
 
 # ---------------------------------------------------------------- training
@@ -273,10 +282,10 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
         raise SpmTrainError(f"Vocabulary size is smaller than required_chars. {o.vocab_size} vs "
                             f"{len(chars) + len(meta)}. Increase vocab_size or decrease "
                             "character_coverage with --character_coverage option.")
-    ids = symbol_ids(cps, [c for c, _ in chars])
-    del cps
+    arrays = [symbol_ids(cps, [c for c, _ in chars]), char_off, counts]  # (ids over cps)
+    del cps, char_off, counts  # (_merge lets them go once the loop has its copy)
     n_merges = o.vocab_size - len(meta) - len(chars)
-    merged = _merge(ids, char_off, counts, [c for c, _ in chars], n_merges, o, threads)
+    merged = _merge(arrays, [c for c, _ in chars], n_merges, o, threads)
     if len(merged) < n_merges and o.hard_vocab_limit:
         have = len(meta) + len(chars) + len(merged)
         raise SpmTrainError(f"Vocabulary size too high ({o.vocab_size}). Please set it to a value "
@@ -292,14 +301,16 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
     return SpmTrained(pieces, o, n_words=n_words, n_merges=len(merged))
 
 
-def _merge(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray, chars: list[str],
-           n_merges: int, o: SpmOptions, threads: "int | None") -> list[str]:
-    """Rules 5-9 in the native loop over the words as symbol ids (``symbol_ids``): the merged
-    pieces in order."""
+def _merge(arrays: list, chars: list[str], n_merges: int, o: SpmOptions,
+           threads: "int | None") -> list[str]:
+    """Rules 5-9 in the native loop over the words as symbol ids: ``arrays`` = [ids
+    (``symbol_ids``), their words' offsets, the words' counts], emptied once the loop has its
+    own copy. Returns the merged pieces in order."""
     alphabet = chars + [UNK_CHAR]
-    ids = np.ascontiguousarray(ids, np.uint32)
-    offsets = np.ascontiguousarray(offsets, np.int64)
-    counts = np.ascontiguousarray(counts, np.int64)
+    ids = np.ascontiguousarray(arrays[0], np.uint32)
+    offsets = np.ascontiguousarray(arrays[1], np.int64)
+    counts = np.ascontiguousarray(arrays[2], np.int64)
+    arrays.clear()
     encoded = [c.encode("utf-8") for c in alphabet]
     tok = np.frombuffer(b"".join(encoded), np.uint8)
     tok_off = np.zeros(len(alphabet) + 1, np.int64)
@@ -314,6 +325,7 @@ def _merge(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray, chars: list
                                    a(tok_off), len(alphabet), a(c_cps), a(c_script), a(c_flags),
                                    len(alphabet), int(o.max_sentencepiece_length), rule_flags,
                                    int(threads or native._threads()), int(native._par_min))
+    del ids, offsets, counts
     if not ctx:
         raise MemoryError("gputok train: out of memory building the pair counts")
     piece = list(alphabet)

@@ -21,6 +21,7 @@ from .wordset import WordCounts
 #: sentences per call into the native counter (~6 MB of prose: the joined batch and its bytes
 #: are the Python side's memory; the library's workers take ranges of it in turn)
 BATCH = 1 << 16
+_DECODE_AT_ONCE = 1 << 20  # bytes of words decoded at once (``word_chars``)
 # the normaliser's flags (kernels/common/spm_norm_rules.h) and the split settings
 # (kernels/host_train_spm_words.h)
 _DUMMY, _COLLAPSE, _ESCAPE, _SUFFIX = 1, 2, 4, 8
@@ -116,6 +117,7 @@ def count_batches(batches: Iterable, o: SpmOptions, threads: "int | None" = None
         got = counter.result()
     finally:
         counter.close()
+        native._trim()  # (the counter's tables, freed: gone before the merge loop's)
     if words:
         slow = WordCounts.from_counter(words)
         got = WordCounts(np.concatenate([got.data, slow.data]),
@@ -137,17 +139,25 @@ def as_counter(words: WordCounts) -> Counter:
 
 
 def word_chars(words: WordCounts) -> tuple[np.ndarray, np.ndarray]:
-    """The words' code points (uint32, back to back) and each word's offsets in them: one
-    decode and one UTF-32 encode (a numpy UTF-8 decoder took longer), the offsets from the
-    count of characters starting before each byte."""
+    """The words' code points (uint32, back to back; a writable array of its own) and each
+    word's offsets in them. The code points: runs of whole words decoded and encoded as
+    UTF-32 (a numpy UTF-8 decoder took longer), a run at a time (a whole corpus's words at
+    once held their str and bytes beside the result); the offsets: each word's lead bytes
+    added up."""
     data = np.asarray(words.data, np.uint8)
-    cps = np.frombuffer(data.tobytes().decode("utf-8").encode("utf-32-le"), np.uint32)
     offsets = np.asarray(words.offsets, np.int64)
-    if len(cps) == len(data):  # (all ASCII)
-        return cps, offsets
-    starts = np.zeros(len(data) + 1, np.int64)  # characters that start before each byte
-    np.cumsum(((data & 0xC0) != 0x80).view(np.uint8), out=starts[1:])
-    return cps, starts[offsets]
+    lead = ((data & 0xC0) != 0x80).view(np.uint8)
+    n_chars = np.zeros(len(offsets), np.int64)
+    if len(offsets) > 1:  # (every word holds a byte: reduceat's empty-range case never comes)
+        np.add.reduceat(lead, offsets[:-1], dtype=np.int64, out=n_chars[1:])
+    char_off = np.cumsum(n_chars)
+    del lead
+    cps = np.empty(int(char_off[-1]), np.uint32)
+    cuts = np.unique(np.searchsorted(offsets, np.arange(0, len(data), _DECODE_AT_ONCE)))
+    for w0, w1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(offsets) - 1]):
+        run = data[offsets[w0]:offsets[w1]].tobytes().decode("utf-8").encode("utf-32-le")
+        cps[char_off[w0]:char_off[w1]] = np.frombuffer(run, np.uint32)
+    return cps, char_off
 
 
 def _count_native(counter, batch: list, rules) -> None:
