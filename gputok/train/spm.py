@@ -147,7 +147,9 @@ def symbol_ids(cps: np.ndarray, chars: list[str]) -> np.ndarray:
     top = max(int(cps.max()) if len(cps) else 0, max(map(ord, alphabet)))
     lut = np.full(top + 1, len(chars), np.uint32)
     lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
-    return np.take(lut, cps, out=cps)
+    for a in range(0, len(cps), _CHARS_AT_ONCE):  # (in place, a piece at a time)
+        cps[a:a + _CHARS_AT_ONCE] = lut[cps[a:a + _CHARS_AT_ONCE]]
+    return cps
 
 
 # ---------------------------------------------------------------- training

@@ -140,23 +140,27 @@ def as_counter(words: WordCounts) -> Counter:
 
 def word_chars(words: WordCounts) -> tuple[np.ndarray, np.ndarray]:
     """The words' code points (uint32, back to back; a writable array of its own) and each
-    word's offsets in them. The code points: runs of whole words decoded and encoded as
-    UTF-32 (a numpy UTF-8 decoder took longer), a run at a time (a whole corpus's words at
-    once held their str and bytes beside the result); the offsets: each word's lead bytes
-    added up."""
+    word's offsets in them, a run of whole words (about ``_DECODE_AT_ONCE`` bytes) at a time
+    (a whole corpus's words at once held their str, bytes and running sums beside the result):
+    a run's code points by one decode and one UTF-32 encode (a numpy UTF-8 decoder took
+    longer), its words' offsets by a running count of lead bytes (``np.add.reduceat`` per word
+    took 0.4 s of 1.3M words)."""
     data = np.asarray(words.data, np.uint8)
     offsets = np.asarray(words.offsets, np.int64)
-    lead = ((data & 0xC0) != 0x80).view(np.uint8)
-    n_chars = np.zeros(len(offsets), np.int64)
-    if len(offsets) > 1:  # (every word holds a byte: reduceat's empty-range case never comes)
-        np.add.reduceat(lead, offsets[:-1], dtype=np.int64, out=n_chars[1:])
-    char_off = np.cumsum(n_chars)
-    del lead
-    cps = np.empty(int(char_off[-1]), np.uint32)
     cuts = np.unique(np.searchsorted(offsets, np.arange(0, len(data), _DECODE_AT_ONCE)))
-    for w0, w1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(offsets) - 1]):
-        run = data[offsets[w0]:offsets[w1]].tobytes().decode("utf-8").encode("utf-32-le")
-        cps[char_off[w0]:char_off[w1]] = np.frombuffer(run, np.uint32)
+    runs = list(zip(cuts.tolist(), cuts[1:].tolist() + [len(offsets) - 1]))
+    n_chars = sum(int(np.count_nonzero((data[offsets[w0]:offsets[w1]] & 0xC0) != 0x80))
+                  for w0, w1 in runs)
+    cps = np.empty(n_chars, np.uint32)
+    char_off = np.zeros(len(offsets), np.int64)
+    at = 0
+    for w0, w1 in runs:
+        run = data[offsets[w0]:offsets[w1]]
+        ends = np.cumsum(((run & 0xC0) != 0x80).view(np.uint8), dtype=np.int64)
+        char_off[w0 + 1:w1 + 1] = at + ends[offsets[w0 + 1:w1 + 1] - offsets[w0] - 1]
+        got = np.frombuffer(run.tobytes().decode("utf-8").encode("utf-32-le"), np.uint32)
+        cps[at:at + len(got)] = got
+        at += len(got)
     return cps, char_off
 
 
