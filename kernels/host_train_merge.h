@@ -43,9 +43,11 @@
 // most words. A step's cost is its words' symbols plus one index probe per change. Tried and
 // dropped: a per-pair std::vector of words (2x the memory of the pool, and slower to build).
 // The walk of a step's words is bound by memory latency (a word is a cache miss): words live
-// beside their header in one arena and are fetched ahead from the list (SentencePiece training
-// of 32 MB of prose: the loop's CPU time -40% against a record array pointing into a symbol
-// array, whose two dependent misses per word defeated fetching ahead).
+// beside their header in one arena and are fetched ahead from the list. Against a record array
+// pointing into a symbol array (two dependent misses a word, which defeated fetching ahead),
+// a global heap of every candidate and a sort of each step's gains, the loop took about half
+// the time (SentencePiece training of 32 MB of prose, 31K merges: ~1.6 -> ~0.8 s; HF's rule on
+// the same text: ~0.35 -> ~0.23 s).
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
