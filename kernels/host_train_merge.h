@@ -885,5 +885,6 @@ TRAIN_EXPORT void gputok_train_merge_stats(void* ctx, long long* out) {
   out[5] = (long long)(t.arena.capacity() * 4 +
                        t.index.slots.capacity() * sizeof(train_merge::Index::Slot) +
                        t.pairs.capacity() * sizeof(train_merge::Pair) +
-                       t.pool.capacity() * 4 + (t.heap.capacity() + parked_cap) * sizeof(train_merge::Entry));
+                       t.pool.capacity() * 4 +
+                       (t.heap.capacity() + parked_cap) * sizeof(train_merge::Entry));
 }

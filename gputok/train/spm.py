@@ -5,8 +5,10 @@
 * **Words** (rules 1-4, ``spm_words.py``): on every core in native code
   (``kernels/host_train_spm_words.h``), sentences are normalised by the encoder's normaliser
   (the charsmap named by ``normalization_rule_name``), meta pieces become U+001F, the words
-  (SplitIntoWords) are counted; the characters are counted from the words, the required ones
-  chosen by coverage, the others turned into U+2585 and the words counted again.
+  (SplitIntoWords) are counted; a .txt file reaches the counter as bytes, never as str. The
+  words stay arrays (UTF-8, then code points, then symbol ids) up to the merge loop: the
+  characters are counted from them, the required ones chosen by coverage, and every other one
+  takes U+2585's id (words that become equal stay apart: no pair's count changes).
 * **Merges** (rules 5-9): the native merge loop (``kernels/host_train_merge.h``) in its
   SentencePiece mode (``kernels/host_train_spm.h``: THE SPM PIECE RULE, THE SPM COMPARATOR,
   candidates kept at count 0, a piece made twice dropped), with work proportional to the
