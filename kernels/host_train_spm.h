@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace train_spm {
 
@@ -26,6 +27,17 @@ struct Rules {
        split_digits = false, ws_suffix = false, allow_ws_only = false;
   std::unordered_map<uint32_t, CharInfo> info;  // every character of the corpus
 
+  // The classes of a piece's characters (a character not in `info` is FORBIDDEN).
+  void classes(const std::string& s, std::vector<CharInfo>* out) const {
+    std::u32string cps;
+    decode(s, &cps);
+    out->clear();
+    for (char32_t c : cps) {
+      const auto it = info.find(c);
+      out->push_back(it == info.end() ? CharInfo{ANY, FORBIDDEN} : it->second);
+    }
+  }
+
   static void decode(const std::string& s, std::u32string* out) {
     out->clear();
     for (size_t i = 0; i < s.size();) {
@@ -38,19 +50,15 @@ struct Rules {
     }
   }
 
-  // THE SPM PIECE RULE (cpu_ref/spm_train.py, rule 9)
-  bool valid(const std::string& piece) const {
-    std::u32string cps;
-    decode(piece, &cps);
-    const size_t n = cps.size();
+  // THE SPM PIECE RULE (cpu_ref/spm_train.py, rule 9), on the classes of a piece's n
+  // characters (the merge loop keeps each symbol's: no decoding, no lookup per pair)
+  bool valid(const CharInfo* cs, size_t n) const {
     if (n == 0 || n > (size_t)max_len) return false;
     bool all_ws = true;
-    for (char32_t c : cps) all_ws = all_ws && c == 0x2581;
+    for (size_t pos = 0; pos < n; ++pos) all_ws = all_ws && (cs[pos].flags & WS);
     int32_t prev = ANY;
     for (size_t pos = 0; pos < n; ++pos) {
-      const auto it = info.find(cps[pos]);
-      if (it == info.end()) return false;
-      const CharInfo ci = it->second;
+      const CharInfo ci = cs[pos];
       if (ci.flags & FORBIDDEN) return false;
       if (ci.flags & WS) {
         if (!allow_ws_only || !all_ws) {

@@ -290,6 +290,77 @@ def test_words_of_the_fast_path_equal_sentence_by_sentence(kw, monkeypatch):
         if s and spm_options.UNK_CHAR not in s and len(s.encode()) <= o.max_sentence_length:
             t = meta.sub(spm_options.BOUNDARY, norm.normalize(s))
             want.update(spm_words.split_into_words(t, o) if t else [])
-    assert spm_words.count_words(lines, o, threads=1) == want
+    assert spm_words.as_counter(spm_words.count_words(lines, o, threads=1)) == want
     monkeypatch.setattr(spm_words, "BATCH", 97)
-    assert spm_words.count_words(lines, o, threads=3) == want
+    assert spm_words.as_counter(spm_words.count_words(lines, o, threads=3)) == want
+
+
+def _tie_lines() -> list[str]:
+    """Words of equal counts whose pieces share their first 6+ bytes (THE SPM COMPARATOR past
+    the heap entry's stored prefix), rare characters, digits and a user-defined piece."""
+    stems = ["abcdefg", "abcdefh", "abcdxyz", "ñandúes", "ñandúez", "東京大学院", "東京大学生"]
+    lines = [" ".join(s + t for s in stems) for t in ("", "q", "qq", "r")] * 3
+    lines += ["rare ☃ ⛄ ᚠ once", "x <|endoftext|> y abcdefg", "1234 12345 123456"] * 2
+    return lines
+
+
+@pytest.mark.parametrize("kw", [
+    dict(vocab_size=150, character_coverage=1.0),
+    dict(vocab_size=150, character_coverage=0.98, user_defined_symbols=["<|endoftext|>"]),
+    dict(vocab_size=400, byte_fallback=True, max_sentencepiece_length=5,
+         required_chars="Ω☃"),
+    dict(vocab_size=130, max_sentence_length=1 << 16, user_defined_symbols=["q q"])])
+def test_gputok_trainer_from_a_text_file_in_small_pieces(kw, tmp_path, monkeypatch):
+    """A .txt file goes to the native counter as bytes blocks of whole lines: lines longer
+    than a block (and than the default max_sentence_length), lines holding a user-defined
+    piece (counted the Python way, the rest of their block natively), rare characters below
+    the coverage, required characters absent from the text; the words decoded, weighed and
+    looked up a few characters at a time. Pieces equal sentencepiece's from the same lines."""
+    from gputok.train import native, spm as gspm, spm_words
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native merge loop")
+    long_line = " ".join(f"abcdefg{i % 7} ñandú{i % 5}" for i in range(700))  # ~11 KB
+    lines = _tie_lines() + [long_line, "q q abcdefg q q"] + synthetic(13, 60) + [long_line]
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    want, _ = oracle(lines, **kw)
+    assert gspm.train_spm_bpe(path, **kw).pieces == want
+    monkeypatch.setattr(gspm, "_BLOCK", 100)
+    monkeypatch.setattr(gspm, "_CHARS_AT_ONCE", 37)
+    monkeypatch.setattr(spm_words, "_DECODE_AT_ONCE", 41)
+    assert gspm.train_spm_bpe(path, **kw).pieces == want
+    assert gspm.train_spm_bpe(lines, **kw).pieces == want
+
+
+def test_words_of_text_blocks_equal_the_sentences(tmp_path, monkeypatch):
+    """count_batches over a file's bytes blocks (user-defined pieces held out per line, invalid
+    UTF-8 replaced per line) counts the words the str sentences give; word_chars' runs agree
+    with one decode."""
+    import numpy as np
+
+    from gputok.train import native, spm as gspm, spm_options, spm_words
+
+    if not native.available()[0]:
+        pytest.skip("no C++ compiler for the native word counter")
+    o = spm_options.SpmOptions(user_defined_symbols=["<|endoftext|>", "東京"])
+    lines = _tie_lines() + lines_of("multilingual", 0.05) + ["a <|endoftext|>", "東京 x"] * 3
+    data = ("\n".join(lines) + "\n").encode("utf-8") + b"bad \xff line\nlast"
+    path = tmp_path / "c.txt"
+    path.write_bytes(data)
+    want = spm_words.as_counter(spm_words.count_words(
+        list(gspm.sentences_of(path, errors="replace")), o))
+    assert want[spm_options.SPACE + "bad"] == 1 and want[spm_options.SPACE + "last"] == 1
+    for block in (1 << 20, 64, 5):
+        monkeypatch.setattr(gspm, "_BLOCK", block)
+        got = spm_words.count_batches(gspm.sentence_batches(path, errors="replace"), o)
+        assert spm_words.as_counter(got) == want, block
+    words = spm_words.count_words(lines, o)
+    cps, off = spm_words.word_chars(words)
+    text = words.data.tobytes().decode("utf-8")
+    assert cps.tolist() == [ord(c) for c in text]
+    for at_once in (1, 7, 1000):
+        monkeypatch.setattr(spm_words, "_DECODE_AT_ONCE", at_once)
+        c2, o2 = spm_words.word_chars(words)
+        assert c2.tolist() == cps.tolist() and o2.tolist() == off.tolist()
+    assert off[-1] == len(text) and np.all(np.diff(off) > 0)

@@ -5,8 +5,10 @@
 * **Words** (rules 1-4, ``spm_words.py``): on every core in native code
   (``kernels/host_train_spm_words.h``), sentences are normalised by the encoder's normaliser
   (the charsmap named by ``normalization_rule_name``), meta pieces become U+001F, the words
-  (SplitIntoWords) are counted; the characters are counted from the words, the required ones
-  chosen by coverage, the others turned into U+2585 and the words counted again.
+  (SplitIntoWords) are counted; a .txt file reaches the counter as bytes, never as str. The
+  words stay arrays (UTF-8, then code points, then symbol ids) up to the merge loop: the
+  characters are counted from them, the required ones chosen by coverage, and every other one
+  takes U+2585's id (words that become equal stay apart: no pair's count changes).
 * **Merges** (rules 5-9): the native merge loop (``kernels/host_train_merge.h``) in its
   SentencePiece mode (``kernels/host_train_spm.h``: THE SPM PIECE RULE, THE SPM COMPARATOR,
   candidates kept at count 0, a piece made twice dropped), with work proportional to the
@@ -21,9 +23,9 @@ reads its input; .jsonl / .parquet: each document's lines).
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from itertools import islice
 from importlib import resources
 from typing import Iterator
 
@@ -33,7 +35,7 @@ from . import native
 from .spm_model import MODEL_TYPE_BPE, model_bytes
 from .spm_options import (BOUNDARY, NORMAL, UNK_CHAR, SpmOptions, SpmTrainError, charsmap_blob,
                           meta_pieces)
-from .spm_words import count_words
+from .spm_words import BATCH, count_batches, word_chars
 
 
 @dataclass
@@ -103,17 +105,24 @@ def char_classes(chars: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cps.astype(np.uint32), script, flags
 
 
-def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]], list[str]]:
-    """Rule 3: the required characters with their counts, in rule 10's order, and every
-    character of the words."""
-    text = "".join(words)
-    cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-    weight = np.repeat(np.fromiter(words.values(), np.int64, len(words)),
-                       [len(w) for w in words])
-    per_cp = np.bincount(cps, weights=weight, minlength=0x110000)
+_CHARS_AT_ONCE = 1 << 20  # characters weighed at once (``required_chars``)
+
+
+def required_chars(cps: np.ndarray, char_off: np.ndarray, counts: np.ndarray,
+                   o: SpmOptions) -> list[tuple[str, int]]:
+    """Rule 3: the required characters with their counts, in rule 10's order, from the words'
+    code points (``spm_words.word_chars``) and counts."""
+    per_cp = np.zeros(int(cps.max()) + 1 if len(cps) else 1)
+    counts = np.asarray(counts, np.int64)
+    # (in pieces of about _CHARS_AT_ONCE characters: a weight per character is 16 bytes)
+    cuts = np.unique(np.searchsorted(char_off, np.arange(0, int(char_off[-1]), _CHARS_AT_ONCE)))
+    for w0, w1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(counts)]):
+        a, b = int(char_off[w0]), int(char_off[w1])
+        weight = np.repeat(counts[w0:w1], np.diff(char_off[w0:w1 + 1]))
+        per_cp += np.bincount(cps[a:b], weights=weight, minlength=len(per_cp))
     uniq = np.flatnonzero(per_cp)
-    counts = per_cp[uniq].astype(np.int64)
-    table = {chr(c): int(n) for c, n in zip(uniq.tolist(), counts.tolist()) if c != 0}
+    table = {chr(c): int(n) for c, n in zip(uniq.tolist(), per_cp[uniq].astype(np.int64).tolist())
+             if c != 0}
     listed = set(o.required_chars) - {"\x00"}
     for c in listed:
         table.setdefault(c, 0)
@@ -129,52 +138,77 @@ def required_chars(words: Counter, o: SpmOptions) -> tuple[list[tuple[str, int]]
         taken += n
         if c != BOUNDARY:
             out.append((c, n))
-    return sorted(out, key=lambda kv: (-kv[1], kv[0])), [chr(c) for c in uniq.tolist()]
+    return sorted(out, key=lambda kv: (-kv[1], kv[0]))
+
+
+def symbol_ids(cps: np.ndarray, chars: list[str]) -> np.ndarray:
+    """Each code point's symbol id, written over ``cps``: the k-th required character k, every
+    other character (the rare ones, U+001F, U+0000) the id after them, U+2585's (rule 3: they
+    become U+2585; words that become equal stay apart, which changes no pair's count)."""
+    alphabet = chars + [UNK_CHAR]
+    top = max(int(cps.max()) if len(cps) else 0, max(map(ord, alphabet)))
+    lut = np.full(top + 1, len(chars), np.uint32)
+    lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
+    for a in range(0, len(cps), _CHARS_AT_ONCE):  # (in place, a piece at a time)
+        cps[a:a + _CHARS_AT_ONCE] = lut[cps[a:a + _CHARS_AT_ONCE]]
+    return cps
 
 
 # ---------------------------------------------------------------- training
 
 
-_BLOCK = 8 << 20  # bytes of a .txt file decoded at once (``_txt_lines``)
+_BLOCK = 8 << 20  # bytes of a .txt file read at once (``_txt_blocks``)
 
 
-def _txt_lines(path, errors: str) -> Iterator[str]:
-    """A text file's lines (ending at "\\n" only), decoded a block of whole lines at a time
-    (per-line reads and decodes took a tenth of a 32 MB training); a block that is not UTF-8
-    is read again line by line, for the error's line number or the per-line replacement."""
+def _txt_blocks(path, errors: str) -> Iterator[bytes]:
+    """A text file as blocks of whole lines (lines end at "\\n" only; the last one is given
+    its "\\n"), each valid UTF-8 and never decoded into str for the native word counter
+    (per-line reads and decodes took a tenth of a 32 MB training, the str round trip of whole
+    blocks another tenth). A block that is not UTF-8 is read again line by line, for the
+    error's line number or the per-line replacement. A line longer than a block is gathered
+    from its parts (joined once)."""
     line_no = 0
-    rest = b""
+    parts: list = []  # the start of a line whose end is not read yet
+
+    def checked(head: bytes) -> bytes:
+        nonlocal line_no
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            out = []
+            for k, line in enumerate(head.split(b"\n")[:-1], line_no + 1):
+                try:
+                    line.decode("utf-8")
+                    out.append(line)
+                except UnicodeDecodeError as e:
+                    if errors != "replace":
+                        raise ValueError(f"{path}:{k}: invalid UTF-8 ({e.reason} at byte "
+                                         f"{e.start}); pass errors='replace'") from None
+                    out.append(line.decode("utf-8", "replace").encode("utf-8"))
+            head = b"\n".join(out) + b"\n"
+        line_no += head.count(b"\n")
+        return head
+
     with open(path, "rb") as f:
         while True:
             block = f.read(_BLOCK)
-            data = rest + block
             if not block:
-                cut = len(data)
-            else:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    rest = data
-                    continue
-            head, rest = data[:cut], data[cut:]
-            if head:
-                lines = head.split(b"\n")
-                if head.endswith(b"\n"):
-                    lines.pop()
-                try:
-                    yield from head.decode("utf-8").split("\n")[:len(lines)]
-                except UnicodeDecodeError:
-                    for k, line in enumerate(lines, line_no + 1):
-                        try:
-                            yield line.decode("utf-8")
-                        except UnicodeDecodeError as e:
-                            if errors != "replace":
-                                raise ValueError(f"{path}:{k}: invalid UTF-8 ({e.reason} at "
-                                                 f"byte {e.start}); pass errors='replace'"
-                                                 ) from None
-                            yield line.decode("utf-8", "replace")
-                line_no += len(lines)
-            if not block:
+                if parts:
+                    yield checked(b"".join(parts) + b"\n")
                 return
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                parts.append(block)
+                continue
+            head = b"".join(parts + [block[:cut]]) if parts else block[:cut]
+            parts = [block[cut:]] if cut < len(block) else []
+            yield checked(head)
+
+
+def _txt_lines(path, errors: str) -> Iterator[str]:
+    """A text file's lines (``_txt_blocks`` decoded)."""
+    for block in _txt_blocks(path, errors):
+        yield from block.decode("utf-8").split("\n")[:-1]
 
 
 def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iterator[str]:
@@ -199,6 +233,29 @@ def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iter
         yield t
 
 
+def sentence_batches(corpus, *, field: str = "text", errors: str = "strict") -> Iterator:
+    """The corpus as ``spm_words.count_batches`` takes it: a .txt file as blocks of whole lines
+    (bytes: ``_txt_blocks``), every other sentence (``sentences_of``) in lists."""
+    from .words import _check_paths, _is_pathlike
+
+    if _is_pathlike(corpus):
+        corpus = [corpus]
+    if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
+        _check_paths(corpus)
+        for p in corpus:
+            if str(p).endswith(".txt"):
+                yield from _txt_blocks(p, errors)
+            else:
+                yield from _lists(sentences_of([p], field=field, errors=errors))
+        return
+    yield from _lists(sentences_of(corpus, field=field, errors=errors))
+
+
+def _lists(sentences: Iterator[str]) -> Iterator[list]:
+    it = iter(sentences)
+    return iter(lambda: list(islice(it, BATCH)), [])
+
+
 def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = None,
                   field: str = "text", errors: str = "strict", **options) -> SpmTrained:
     """Train a SentencePiece BPE model as ``spm_train --model_type=bpe`` does: the same pieces,
@@ -218,24 +275,21 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
     if not 1 <= o.max_sentencepiece_length <= 512:
         raise SpmTrainError("max_sentencepiece_length must be in [1, 512]")
     meta = meta_pieces(o)
-    words = count_words(sentences_of(corpus, field=field, errors=errors), o, threads)
-    if not words:
+    words = count_batches(sentence_batches(corpus, field=field, errors=errors), o, threads)
+    if not len(words):
         raise SpmTrainError("no sentence left to train on")
-    chars, seen = required_chars(words, o)
+    n_words, counts = len(words), words.counts
+    cps, char_off = word_chars(words)
+    del words
+    chars = required_chars(cps, char_off, counts, o)
     if len(chars) + len(meta) > o.vocab_size:
         raise SpmTrainError(f"Vocabulary size is smaller than required_chars. {o.vocab_size} vs "
                             f"{len(chars) + len(meta)}. Increase vocab_size or decrease "
                             "character_coverage with --character_coverage option.")
-    keep = {c for c, _ in chars}
-    rare = {ord(c): UNK_CHAR for c in seen if c not in keep}
-    if rare:  # (one translate of all the words joined; only the words it changes are moved)
-        keys = list(words)
-        new = "\n".join(keys).translate(rare).split("\n")  # (no word holds a "\n")
-        for w, f in zip(keys, new):
-            if w != f:
-                words[f] += words.pop(w)
+    arrays = [symbol_ids(cps, [c for c, _ in chars]), char_off, counts]  # (ids over cps)
+    del cps, char_off, counts  # (_merge lets them go once the loop has its copy)
     n_merges = o.vocab_size - len(meta) - len(chars)
-    merged = _merge(words, [c for c, _ in chars], n_merges, o, threads)
+    merged = _merge(arrays, [c for c, _ in chars], n_merges, o, threads)
     if len(merged) < n_merges and o.hard_vocab_limit:
         have = len(meta) + len(chars) + len(merged)
         raise SpmTrainError(f"Vocabulary size too high ({o.vocab_size}). Please set it to a value "
@@ -248,21 +302,19 @@ def train_spm_bpe(corpus, *, vocab_size: int = 8000, threads: "int | None" = Non
         elif k < len(finals):
             pieces.append((finals[k], -float(np.float32(k)), NORMAL))
             k += 1
-    return SpmTrained(pieces, o, n_words=len(words), n_merges=len(merged))
+    return SpmTrained(pieces, o, n_words=n_words, n_merges=len(merged))
 
 
-def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
+def _merge(arrays: list, chars: list[str], n_merges: int, o: SpmOptions,
            threads: "int | None") -> list[str]:
-    """Rules 5-9 in the native loop: the merged pieces in order."""
+    """Rules 5-9 in the native loop over the words as symbol ids: ``arrays`` = [ids
+    (``symbol_ids``), their words' offsets, the words' counts], emptied once the loop has its
+    own copy. Returns the merged pieces in order."""
     alphabet = chars + [UNK_CHAR]
-    text = "".join(words)
-    cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-    lut = np.zeros(0x110000, np.uint32)
-    lut[[ord(c) for c in alphabet]] = np.arange(len(alphabet), dtype=np.uint32)
-    ids = lut[cps]
-    offsets = np.zeros(len(words) + 1, np.int64)
-    np.cumsum([len(w) for w in words], out=offsets[1:])
-    counts = np.fromiter(words.values(), np.int64, len(words))
+    ids = np.ascontiguousarray(arrays[0], np.uint32)
+    offsets = np.ascontiguousarray(arrays[1], np.int64)
+    counts = np.ascontiguousarray(arrays[2], np.int64)
+    arrays.clear()
     encoded = [c.encode("utf-8") for c in alphabet]
     tok = np.frombuffer(b"".join(encoded), np.uint8)
     tok_off = np.zeros(len(alphabet) + 1, np.int64)
@@ -277,9 +329,9 @@ def _merge(words: Counter, chars: list[str], n_merges: int, o: SpmOptions,
                                    a(tok_off), len(alphabet), a(c_cps), a(c_script), a(c_flags),
                                    len(alphabet), int(o.max_sentencepiece_length), rule_flags,
                                    int(threads or native._threads()), int(native._par_min))
+    del ids, offsets, counts
     if not ctx:
         raise MemoryError("gputok train: out of memory building the pair counts")
-    del ids
     piece = list(alphabet)
     out = np.empty(4 * native.BLOCK_MERGES, np.int64)
     merged: list[str] = []
