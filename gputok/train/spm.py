@@ -211,16 +211,27 @@ def _txt_lines(path, errors: str) -> Iterator[str]:
         yield from block.decode("utf-8").split("\n")[:-1]
 
 
-def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iterator[str]:
-    """The corpus as sentences: str items as they are; a .txt file line by line (streamed, as
-    ``spm_train`` reads it: lines end at "\\n" only); other files' documents split into lines."""
-    from .words import _check_paths, _is_pathlike, corpus_texts
+def _paths(corpus) -> "list | None":
+    """The corpus as a checked list of files when it names files (one, or a list of them),
+    else None (texts)."""
+    from .words import _check_paths, _is_pathlike
 
     if _is_pathlike(corpus):
         corpus = [corpus]
     if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
         _check_paths(corpus)
-        for p in corpus:
+        return list(corpus)
+    return None
+
+
+def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iterator[str]:
+    """The corpus as sentences: str items as they are; a .txt file line by line (streamed, as
+    ``spm_train`` reads it: lines end at "\\n" only); other files' documents split into lines."""
+    from .words import corpus_texts
+
+    paths = _paths(corpus)
+    if paths is not None:
+        for p in paths:
             if str(p).endswith(".txt"):
                 yield from _txt_lines(p, errors)
             else:
@@ -236,13 +247,9 @@ def sentences_of(corpus, *, field: str = "text", errors: str = "strict") -> Iter
 def sentence_batches(corpus, *, field: str = "text", errors: str = "strict") -> Iterator:
     """The corpus as ``spm_words.count_batches`` takes it: a .txt file as blocks of whole lines
     (bytes: ``_txt_blocks``), every other sentence (``sentences_of``) in lists."""
-    from .words import _check_paths, _is_pathlike
-
-    if _is_pathlike(corpus):
-        corpus = [corpus]
-    if isinstance(corpus, (list, tuple)) and corpus and all(map(_is_pathlike, corpus)):
-        _check_paths(corpus)
-        for p in corpus:
+    paths = _paths(corpus)
+    if paths is not None:
+        for p in paths:
             if str(p).endswith(".txt"):
                 yield from _txt_blocks(p, errors)
             else:
