@@ -920,11 +920,14 @@ inline void describe_param(std::vector<char>& out) {
 
 template <class... Ts>
 inline const char* signature_of(void (*)(Ts...)) {
-  static std::vector<char> s;
-  if (s.empty()) {
-    (describe_param<Ts>(s), ...);
-    s.push_back(0);
-  }
+  // built once, by the first caller (a static's initialiser runs once even when two threads,
+  // two emulated GPUs, ask at the same time; filling a shared vector on demand did not)
+  static const std::vector<char> s = [] {
+    std::vector<char> v;
+    (describe_param<Ts>(v), ...);
+    v.push_back(0);
+    return v;
+  }();
   return s.data();
 }
 
