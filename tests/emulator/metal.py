@@ -114,6 +114,7 @@ class MetalKernel:
                              f"{n}_ndim" in source) for n in self.input_names]
         self.attributes = [(a, t) for a, t in MLX_ATTRIBUTES if a in source]
         self._last_lib: ctypes.CDLL | None = None
+        self._built: dict = {}  # (inputs, output dtypes, template) -> its library
         check_metal_text(header, f"{name}:header")
         check_metal_text(source, self.source_label)
 
@@ -229,9 +230,14 @@ class MetalKernel:
               template: Any = None) -> ctypes.CDLL:
         """Compile the variant for these inputs, output dtypes and template arguments (cached);
         this is also the syntax check of a body. Checks the threadgroup memory it declares."""
+        key = repr(([tuple(x) for x in inputs], list(output_dtypes), template))
+        got = self._built.get(key)
+        if got is not None:  # (a trainer launches the same variants thousands of times:
+            return got       # generating their text again was most of an emulated step)
         lib = _build(self.generate(inputs, output_dtypes, template), METAL_SHIM, [], [],
                      f"metal kernel {self.name!r}")
         check_threadgroup_bytes(lib, self.name)
+        self._built[key] = lib
         return lib
 
     # -- running
