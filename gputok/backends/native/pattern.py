@@ -38,7 +38,8 @@ def _setup(lib) -> None:
 
 def cutter(pre, program, threads: int, words=None):
     """The native cut of ``program`` (a pattern's or BERT's) for the pre-tokenizer ``pre``;
-    ``words``: the segmenter's whole words (``WordPieceFamily.whole_words``), which BERT's cut
+    ``words``: the segmenter's whole words (``WordPieceFamily.whole_words``: blob, offsets,
+    ids), which BERT's cut
     resolves itself, or None."""
     from ...components.bert_steps import BertProgram
 
@@ -130,7 +131,7 @@ class BertCut(ProgramCut):
         if words is not None:
             lib = library().lib
             _setup(lib)
-            blob, off, ids = words()
+            blob, off, ids = words
             a = _address
             buf = np.frombuffer(blob, np.uint8)
             h = lib.gputok_bert_words_new(a(buf), a(off), a(ids), len(ids))

@@ -183,10 +183,17 @@ class SpmDecoder:
         except IndexError:
             _ids(ids, self.n_vocab)
             raise
-        text = (parts if len(ids) == 1 else b"".join(parts)).decode("utf-8", _PER_BYTE)
+        raw = parts if len(ids) == 1 else b"".join(parts)
+        if self.nul is not None and b"\x00" in raw and self.nul in ids:
+            return None
+        return self._text_of(raw, ids)
+
+    def _text_of(self, raw, ids: list) -> str:
+        """The text of ``marked`` pieces joined (``raw``) for ``ids`` (no NUL byte piece among
+        them): one U+FFFD per byte that starts no character, the control pieces' NULs gone,
+        the leading spaces sentencepiece drops dropped."""
+        text = raw.decode("utf-8", _PER_BYTE)
         if "\x00" in text:
-            if self.nul is not None and self.nul in ids:
-                return None
             text = text.replace("\x00", "")
         return text[len(self._stripped(ids)):] if self.strip else text
 
@@ -203,19 +210,14 @@ class SpmDecoder:
     def decode_batch(self, batch, errors: str = "replace", joiner=None) -> list:
         """``[decode(ids) for ids in batch]``; with ``joiner`` (``stages.join.PieceJoin``) the
         whole batch's pieces are looked up and joined in one native call, and each document is
-        then ``_joined_decode``'s decode of its bytes (a document holding a marked id takes
+        then ``_text_of`` its bytes (a document holding a marked id takes
         ``decode``)."""
         got = joiner(batch, self.joined) if joiner is not None and errors == "replace" else None
         if got is None:
             return [self.decode(t, errors) for t in batch]
         buf, ends, marked = got
-        strip, per_byte = self.strip, _PER_BYTE
-        out = []
-        for d, ids in enumerate(batch):
-            text = buf[ends[d]:ends[d + 1]].decode("utf-8", per_byte)
-            if "\x00" in text:
-                text = text.replace("\x00", "")
-            out.append(text[len(self._stripped(ids)):] if strip else text)
+        text_of = self._text_of
+        out = [text_of(buf[ends[d]:ends[d + 1]], ids) for d, ids in enumerate(batch)]
         for d in marked:
             out[d] = self.decode(batch[d], errors)
         return out

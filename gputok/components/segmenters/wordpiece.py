@@ -31,6 +31,8 @@ normaliser itself is then most of what is left.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...stages import counters
@@ -99,21 +101,19 @@ class WordPieceFamily(Base):
                  "unk": np.uint32(self.unk_id),
                  "max_chars": np.uint32(min(self.max_chars, 0xFFFFFFFF))})
 
+    @functools.cached_property
     def whole_words(self) -> tuple:
         """(blob, offsets, ids) of every entry a whole word may be at once: its id is the word's
         only piece (the longest match from the word's start is all of it), unless the word has
         more than ``max_chars`` characters (then it is unk). A device that cuts the words may
         resolve such a word itself (THE WHOLE-WORD LOOKUP, ``kernels/host_bert.h``)."""
-        got = self.__dict__.get("_whole")
-        if got is None:
-            toks = [(t.encode("utf-8"), i) for t, i in self.vocab.items()
-                    if 0 < len(t) <= self.max_chars]
-            lens = np.fromiter((len(b) for b, _ in toks), np.int64, len(toks))
-            off = np.zeros(len(toks) + 1, np.int64)
-            np.cumsum(lens, out=off[1:])
-            got = self._whole = (b"".join(b for b, _ in toks) or b"\0", off,
-                                 np.fromiter((i for _, i in toks), np.uint32, len(toks)))
-        return got
+        toks = [(t.encode("utf-8"), i) for t, i in self.vocab.items()
+                if 0 < len(t) <= self.max_chars]
+        lens = np.fromiter((len(b) for b, _ in toks), np.int64, len(toks))
+        off = np.zeros(len(toks) + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        return (b"".join(b for b, _ in toks) or b"\0", off,
+                np.fromiter((i for _, i in toks), np.uint32, len(toks)))
 
     # ---- the segmenter ---------------------------------------------------------------------------
 
