@@ -9,7 +9,7 @@ import numpy as np
 
 from .decode import StreamDecoder, as_int_list
 from .model import Model
-from .specials import check_disallowed, first_chars, special_args, token_regex
+from .specials import check_disallowed, may_hold, special_args
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
@@ -122,7 +122,7 @@ class Encoding:
         [6151, 100257]
         """
         if allowed_special is _NO_SPECIALS and disallowed_special == "all":  # the defaults
-            if (self._text_calls.get(_SEARCH) or _special_search(self))(text) is not None:
+            if (self._text_calls.get(_SEARCH) or _special_search(self))(text):
                 check_disallowed(text, self.model.special_set)
             allowed = _NO_SPECIALS
         else:
@@ -484,13 +484,12 @@ def _text_call(enc: Encoding, backend) -> "Callable[[str], list]":
 
 
 def _special_search(enc: Encoding):
-    """``encode``'s default check (every special refused) as one search for a character a
-    special starts with (``specials.first_chars``); a hit runs the full check."""
+    """``encode``'s default check (every special refused) as a test of whether the text holds
+    a character a special starts with (``specials.may_hold``); a hit runs the full check."""
     specials = enc.model.special_set
-    pat = (first_chars(specials) or token_regex(specials)) if specials else None
-    got = enc._text_calls[_SEARCH] = pat.search if pat is not None else _nothing
+    got = enc._text_calls[_SEARCH] = may_hold(specials) if specials else _nothing
     return got
 
 
-def _nothing(text: str) -> None:
-    return None
+def _nothing(text: str) -> bool:
+    return False

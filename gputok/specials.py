@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import AbstractSet, Collection
+from typing import AbstractSet, Callable, Collection
 
 #: Unicode White_Space (stable since Unicode 6.3): what HF's lstrip/rstrip remove
 WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
@@ -141,12 +141,35 @@ def first_chars(tokens: frozenset) -> "re.Pattern[str] | None":
                       + "]")
 
 
+@functools.lru_cache(maxsize=64)
+def may_hold(tokens: frozenset) -> "Callable[[str], bool]":
+    """A test of whether a text may hold one of ``tokens``: whether it holds a character one
+    starts with, by ``in`` for each of up to four such characters (memchr: ~15 us a MB, where
+    ``first_chars``' class search took ~540, and a two-character ``in`` ~870), else by
+    ``first_chars``. False means no token is there; True, that the full search must look."""
+    firsts = sorted({t[0] for t in tokens}) \
+        if tokens and all(isinstance(t, str) and t for t in tokens) else None
+    if firsts is None:
+        return lambda text: True
+    if len(firsts) > 4:
+        first = first_chars(tokens).search
+        return lambda text: first(text) is not None
+    firsts = tuple(firsts)
+
+    def test(text: str) -> bool:
+        for c in firsts:
+            if c in text:
+                return True
+        return False
+    return test
+
+
 def check_disallowed(text: str, disallowed: frozenset, doc: "int | None" = None) -> None:
     """Raise ``disallowed_error`` for the first disallowed token in ``text``."""
     if not disallowed:
         return
-    first = first_chars(disallowed)
-    if first is not None and first.search(text) is None:
+    if not may_hold(disallowed if isinstance(disallowed, frozenset)
+                    else frozenset(disallowed))(text):
         return
     pat = token_regex(disallowed)
     if pat is not None:

@@ -56,6 +56,51 @@ def test_special_token_contract(cl100k):
             assert cl100k.encode(s, **kw) == expect
 
 
+def test_disallowed_check_finds_every_token_in_every_string_kind():
+    """``check_disallowed`` (and ``encode``'s default check) against a plain search: token
+    sets with one, four and five first characters (``may_hold``'s ``in`` tests, then its class
+    search), one-character tokens, a token that is a prefix of another; texts of each str
+    kind (ASCII, Latin-1, two- and four-byte), the token at the start, the end, split by one
+    character, and a first character with no token after it."""
+    import random
+
+    from gputok.specials import DisallowedSpecialError, check_disallowed, may_hold
+    sets = [frozenset({"<|endoftext|>", "<|fim|>"}), frozenset({"<a>", "<ab>", "b"}),
+            frozenset({"[CLS]", "<s>", "{x}", "|y|"}),
+            frozenset({"[CLS]", "<s>", "{x}", "|y|", "\u00e9t\u00e9"}),
+            frozenset({"\U0001F600!", "\u4e2d\u6587"})]
+    rng = random.Random(5)
+    fills = ["plain text ", "caf\u00e9 ", "\u4e2d\u6587 ", "\U0001F600 ", "<", "[", "|", "{"]
+    for tokens in sets:
+        firsts = {t[0] for t in tokens}
+        for _ in range(300):
+            parts = [rng.choice(fills) for _ in range(rng.randrange(0, 6))]
+            if rng.random() < 0.5:
+                tok = rng.choice(sorted(tokens))
+                parts.insert(rng.randrange(len(parts) + 1),
+                             tok if rng.random() < 0.7 else tok[:-1] + " " + tok[-1:])
+            text = "".join(parts)
+            held = [t for t in tokens if t in text]
+            assert may_hold(tokens)(text) == any(c in text for c in firsts)
+            if not held:
+                check_disallowed(text, tokens)
+                continue
+            start = min(text.find(t) for t in held)  # leftmost, then longest
+            want = max((t for t in held if text.startswith(t, start)), key=len)
+            with pytest.raises(DisallowedSpecialError) as e:
+                check_disallowed(text, tokens, 3)
+            assert (e.value.token, e.value.doc) == (want, 3)
+    cl100k = gputok.get_encoding("cl100k_base")
+    for text in ["<", "x<|endoftext", "\u00e9<|endoftext|>", "\u4e2d<|endofprompt|>",
+                 "\U0001F600 <|fim_suffix|>", "<|endoftext|" + "|>"]:
+        held = any(t in text for t in cl100k.special_tokens_set)
+        if held:
+            with pytest.raises(ValueError):
+                cl100k.encode(text)
+        else:
+            assert cl100k.encode(text) == cl100k.encode_ordinary(text)
+
+
 def test_surrogates_like_tiktoken(cl100k):
     tk = tiktoken_oracle("cl100k_base")
     for s in ["\ud800", "a\udfffb", "\ud83d\ude00", "\ud83d", "x\ud83d\ude00\ud800y"]:
