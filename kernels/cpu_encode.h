@@ -148,6 +148,52 @@ ENC_HOST_EXPORT long long gputok_cpu_pieces(const enc_u8* buf, long long n,
   return enc_cpu_pieces(enc_cpu_text<EncCpuClText>(m, text, n), fast, ends);
 }
 
+// THE TRAINING WORDS (kernels/host_train_words.h, another unit): documents [d0, d1) of a batch,
+// buf[off[d] .. off[d + 1]) (valid UTF-8), each one segment, cut into pieces as the per-document
+// pass cuts them (enc_cpu_piece), on the calling thread, from the pre-tokenizer's tables as the
+// word counter holds them (no model). Where each piece ends, relative to off[d0], into ends
+// (room for off[d1] - off[d0]); returns their count, or -1 without memory.
+template <class T>
+__forceinline__ long long enc_cpu_word_ends(T t, const enc_u8* buf, const long long* off,
+                                            long long d0, long long d1, unsigned* ends) {
+  EncCpuWork& wk = enc_cpu_work();
+  long long count = 0;
+  for (long long d = d0; d < d1; ++d) {
+    const enc_i64 n = off[d + 1] - off[d];
+    if (n <= 0) continue;
+    enc_u8* text = wk.text.room((enc_u64)n);
+    if (text == nullptr) return -1;
+    memcpy(text, buf + off[d], (size_t)n);
+    wk.text.pad((enc_u64)n);
+    t.buf = text;
+    t.n = n;
+    const unsigned at = (unsigned)(off[d] - off[d0]);
+    EncCpuScan sc;
+    enc_cpu_scan_reset(sc);
+    for (enc_i64 i = 0; i < n;) {
+      enc_i64 e = enc_cpu_piece(sc, t, i);
+      if (e <= i) e = enc_span_next(t, i);  // (as the segment loop)
+      ends[count++] = at + (unsigned)e;
+      i = e;
+    }
+  }
+  return count;
+}
+
+ENC_HOST_EXPORT long long gputok_cpu_word_ends(const enc_u8* buf, const long long* off,
+                                               long long d0, long long d1,
+                                               const enc_u8* cls_table, const enc_u8* letters,
+                                               unsigned n_letters, int o200k, int gpt2,
+                                               int digit_group, int end_whole,
+                                               const enc_u8* nibbles, unsigned* ends) {
+  auto text = [&](auto t) {  // (enc_cpu_text's fields, from the counter's tables)
+    t.cls_table = cls_table, t.letters = letters, t.n_letters = n_letters;
+    t.gpt2 = gpt2, t.digit_group = digit_group, t.end_whole = end_whole, t.nibbles = nibbles;
+    return enc_cpu_word_ends(t, buf, off, d0, d1, ends);
+  };
+  return o200k ? text(EncCpuO2Text{}) : text(EncCpuClText{});
+}
+
 // ---------------------------------------------------------------- one str to one list
 
 // (the str layout, the packer and the list builder: host_pack.h and host_lists.h, another unit)

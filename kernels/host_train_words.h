@@ -3,10 +3,11 @@
 // native CPU device's library (gputok/backends/native_build.py), not a kernel.
 //
 // A batch of documents (UTF-8, back to back, with their offsets) is cut into ranges of whole
-// documents of about TRAIN_RANGE_BYTES (256 KB); worker threads take ranges in turn. For each range a
-// worker runs the pre-tokenizer the encoder runs (gputok_native_chunk_pretok: the same kernels,
-// the same pinned Unicode class tables; one segment per document, so no word crosses a
-// document) and counts every piece (a *word*, HF's Split isolated: the pattern's matches and
+// documents of about TRAIN_RANGE_BYTES (256 KB); worker threads take ranges in turn. For each
+// range a worker cuts the pieces as the per-document encoder does (gputok_cpu_word_ends,
+// kernels/cpu_encode.h: the class scan and the family's matcher, the same rules, the tables of
+// the pinned Unicode version HF's trainer splits by; one segment per document, so no word
+// crosses a document) and counts every piece (a *word*, HF's Split isolated: the pattern's matches and
 // the gaps between them; the supported patterns leave no gaps) in its own table, whose keys
 // point into the batch. At the end of the batch each worker moves its table into the shared
 // one, shard by shard (64 shards by hash, a lock each: workers rarely wait on each other, and
@@ -18,9 +19,12 @@
 // counts are low by what was dropped). Merges equal HF's only when nothing was dropped; the
 // caller reads `pruned` and says so. With no pruning the counts are exact.
 //
-// Performance notes: the pre-tokenizer is ~60% of a core's time on prose and the table ~30%
-// (one probe per piece, most of them hits on a few thousand common words that stay in cache).
-// Ranges of 1 MB keep a worker's workspace (6 bytes per byte) at ~6 MB. Tried and dropped:
+// Performance notes: with the chunk pipeline's pre-tokenizer (gputok_native_chunk_pretok:
+// marks, classes and entries written for a whole range, then read) the pre-tokenizer was ~60%
+// of a core's time on prose and the table ~30% (one probe per piece, most of them hits on a few
+// thousand common words that stay in cache); the per-document pass's finder writes only each
+// piece's end (4 bytes a piece, not 6 bytes a byte) and finds most pieces from its class masks.
+// Tried and dropped:
 // one shared table under a single lock (the second core waited ~25% of the time on it).
 #include <algorithm>
 #include <atomic>
@@ -31,11 +35,12 @@
 #include <thread>
 #include <vector>
 
-extern "C" long long gputok_native_chunk_pretok(
-    const unsigned char* buf, long long n, const unsigned* mpos, const unsigned char* mbits,
-    long long n_marks, const unsigned char* cls_table, const unsigned char* letters,
-    unsigned n_letters, int o200k, int gpt2, int digit_group, int end_whole, unsigned char* mark,
-    unsigned char* cls, unsigned* ent);
+extern "C" long long gputok_cpu_word_ends(const unsigned char* buf, const long long* off,
+                                          long long d0, long long d1,
+                                          const unsigned char* cls_table,
+                                          const unsigned char* letters, unsigned n_letters,
+                                          int o200k, int gpt2, int digit_group, int end_whole,
+                                          const unsigned char* nibbles, unsigned* ends);
 
 #ifndef TRAIN_EXPORT
 #define TRAIN_EXPORT extern "C" __attribute__((visibility("default")))
@@ -82,10 +87,12 @@ inline uint64_t word_hash(const uint8_t* p, size_t n) {
   return word_hash(p, n, head_word(p, n, p + n));
 }
 
-// A worker's table for one batch: 16-byte slots whose words are offsets into the batch (no
-// copies); a word of up to 8 bytes compares as one masked load.
+// A worker's table for one batch: 24-byte slots whose words are offsets into the batch (no
+// copies); a word of up to 8 bytes compares in its slot (Slot::head).
 struct Local {
   struct Slot {
+    uint64_t head;   // the word's first 8 bytes (head_word): a word of up to 8 bytes compares
+                     // here, with no read of the batch at its first place (a cache miss)
     uint32_t tag;    // the hash's high 32 bits
     uint32_t off;    // the word: base[off .. off + len)
     uint32_t len;
@@ -97,7 +104,7 @@ struct Local {
   const uint8_t* end = nullptr;
 
   void reset(size_t cap) {
-    slots.assign(cap, Slot{0, 0, 0, 0});
+    slots.assign(cap, Slot{0, 0, 0, 0, 0});
     used = 0;
   }
   uint64_t hash_of(const Slot& e) const { return word_hash(base + e.off, e.len); }
@@ -110,23 +117,21 @@ struct Local {
     for (size_t s = h & mask;; s = (s + 1) & mask) {
       Slot& e = slots[s];
       if (e.count == 0) {
-        e = Slot{tag, (uint32_t)(p - base), len, 1};
+        e = Slot{head, tag, (uint32_t)(p - base), len, 1};
         if (++used * 4 > slots.size() * 3) grow();
         return;
       }
-      if (e.tag == tag && e.len == len) {
-        const uint8_t* q = base + e.off;
-        if (len <= 8 ? head_word(q, len, end) == head : std::memcmp(q, p, len) == 0) {
-          ++e.count;
-          return;
-        }
+      if (e.head == head && e.len == len &&
+          (len <= 8 || (e.tag == tag && std::memcmp(base + e.off, p, len) == 0))) {
+        ++e.count;
+        return;
       }
     }
   }
   void grow() {
     std::vector<Slot> old;
     old.swap(slots);
-    slots.assign(old.size() * 2, Slot{0, 0, 0, 0});
+    slots.assign(old.size() * 2, Slot{0, 0, 0, 0, 0});
     const size_t mask = slots.size() - 1;
     for (const Slot& e : old) {
       if (!e.count) continue;
@@ -224,6 +229,7 @@ struct Counter {
   const uint8_t* letters;
   uint32_t n_letters;
   int o200k, gpt2, digit_group, end_whole;
+  uint8_t nibbles[256];  // THE ASCII NIBBLES of cls_table (kernels/cpu_text.h)
   int threads;
   int64_t budget;  // bytes of the shared table before THE PRUNE RULE (0: none)
   int64_t floor = 0;
@@ -243,9 +249,7 @@ struct Counter {
 };
 
 struct Workspace {
-  std::vector<uint8_t> mark, cls;
-  std::vector<uint32_t> ent, mpos;
-  std::vector<uint8_t> mbits;
+  std::vector<uint32_t> ends;
   Local local;
 };
 
@@ -254,35 +258,20 @@ inline int64_t count_range(const Counter& c, Workspace& ws, const uint8_t* buf,
                            const int64_t* off, int64_t d0, int64_t d1) {
   const int64_t base = off[d0], n = off[d1] - base;
   if (n <= 0) return 0;
-  ws.mpos.clear();
-  ws.mbits.clear();
-  for (int64_t d = d0; d < d1; ++d) {
-    if (off[d + 1] == off[d]) continue;
-    const uint32_t s = (uint32_t)(off[d] - base), e = (uint32_t)(off[d + 1] - base);
-    if (!ws.mpos.empty() && ws.mpos.back() == s) {
-      ws.mbits.back() |= SEG_START;
-    } else {
-      ws.mpos.push_back(s);
-      ws.mbits.push_back(SEG_START);
-    }
-    ws.mpos.push_back(e);
-    ws.mbits.push_back(SEG_END);
-  }
-  const size_t m = (size_t)n + 2;
-  if (ws.mark.size() < m) {
-    ws.mark.resize(m);
-    ws.cls.resize(m);
-    ws.ent.resize(m);
-  }
-  const long long k = gputok_native_chunk_pretok(
-      buf + base, n, ws.mpos.data(), ws.mbits.data(), (long long)ws.mpos.size(), c.cls_table,
-      c.letters, c.n_letters, c.o200k, c.gpt2, c.digit_group, c.end_whole, ws.mark.data(),
-      ws.cls.data(), ws.ent.data());
-  // ent[0 .. k) are the entries' starts, the last one the sentinel (n)
-  const uint32_t* ent = ws.ent.data();
+  if (ws.ends.size() < (size_t)n) ws.ends.resize((size_t)n);
+  const long long k = gputok_cpu_word_ends(buf, (const long long*)off, d0, d1, c.cls_table,
+                                           c.letters, c.n_letters, c.o200k, c.gpt2,
+                                           c.digit_group, c.end_whole, c.nibbles,
+                                           ws.ends.data());
+  if (k < 0) throw std::bad_alloc();
+  // the pieces tile the range (the documents back to back, none crossing a document's end)
   const uint8_t* p = buf + base;
-  for (long long e = 0; e + 1 < k; ++e) ws.local.add(p + ent[e], ent[e + 1] - ent[e]);
-  return k > 0 ? k - 1 : 0;
+  uint32_t at = 0;
+  for (long long e = 0; e < k; ++e) {
+    ws.local.add(p + at, ws.ends[e] - at);
+    at = ws.ends[e];
+  }
+  return k;
 }
 
 inline void flush(Counter& c, Local& local, int first_shard) {
@@ -369,6 +358,8 @@ TRAIN_EXPORT void* gputok_train_words_new(const unsigned char* cls_table,
   c->gpt2 = gpt2;
   c->digit_group = digit_group;
   c->end_whole = end_whole;
+  std::memset(c->nibbles, 0, sizeof c->nibbles);
+  for (int b = 0; b < 128; ++b) c->nibbles[16 * cls_table[b] + (b & 15)] |= (uint8_t)(1u << (b >> 4));
   c->threads = threads < 1 ? 1 : threads;
   c->budget = budget;
   return c;
@@ -402,12 +393,8 @@ TRAIN_EXPORT int gputok_train_words_add(void* ctx, const unsigned char* buf,
       for (int64_t r; (r = next.fetch_add(1)) < n_ranges;)
         mine += count_range(c, ws, buf, (const int64_t*)off, cuts[r], cuts[r + 1]);
       pieces += mine;
-      ws.mark.clear();
-      ws.mark.shrink_to_fit();
-      ws.cls.clear();
-      ws.cls.shrink_to_fit();
-      ws.ent.clear();
-      ws.ent.shrink_to_fit();
+      ws.ends.clear();
+      ws.ends.shrink_to_fit();
       flush(c, ws.local, t * (N_SHARDS / 8));
     } catch (const std::exception&) {
       failed = 1;

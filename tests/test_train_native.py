@@ -71,6 +71,20 @@ def test_word_counts_equal_the_python_counter(kind, pattern):
     assert as_counter(native_words(docs, pattern)) == python_words(docs, pattern)
 
 
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k"])
+def test_word_counts_on_tricky_text_equal_the_python_counter(pattern):
+    """The counter cuts words with the per-document encoder's finder (the class scan's masks
+    over 64-byte words and regions, the family's matcher elsewhere): every class the masks tell
+    apart, contractions, digit groups, whitespace runs before text and at a document's end,
+    runs across the scan's words and regions, documents of 0 to 9,000 characters."""
+    from devicekit import EDGE, tricky_texts
+    from test_native_perdoc import scan_texts
+    docs = EDGE + tricky_texts(400, seed=11) + scan_texts(300, seed=12)
+    assert as_counter(native_words(docs, pattern)) == python_words(docs, pattern)
+    assert as_counter(native_words(docs, pattern, threads=1, batch_docs=37)) == \
+        python_words(docs, pattern)
+
+
 def test_words_never_cross_documents():
     got = as_counter(native_words(["ab", "cd", "", "ef gh", " x", "x "], "gpt2"))
     assert got == Counter({"ab": 1, "cd": 1, "ef": 1, " gh": 1, " x": 1, "x": 1, " ": 1})

@@ -107,7 +107,7 @@ class WordCounter:
         self.lib = library()
         self._keep = params  # the tables must outlive the counter
         if params is None:  # (``add_spm`` only: no pre-tokenizer)
-            z = np.zeros(1, np.uint8)
+            z = np.zeros(256, np.uint8)  # (an empty class table: ASCII read for its nibbles)
             params = self._keep = (z, z, 0, 0, 0, 0, 0)
         cls, letters, n_letters, o200k, gpt2, group, end_whole = params
         self.ctx = self.lib.gputok_train_words_new(_addr(cls), _addr(letters), n_letters, o200k,
