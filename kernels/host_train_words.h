@@ -49,6 +49,7 @@ extern "C" long long gputok_cpu_word_ends(const unsigned char* buf, const long l
 namespace train_words {
 
 constexpr long long TRAIN_RANGE_BYTES = 256 << 10;
+constexpr int COUNT_AHEAD = 8;  // words hashed ahead of the one counted (a power of two)
 constexpr int SHARD_BITS = 6;
 constexpr int N_SHARDS = 1 << SHARD_BITS;
 constexpr unsigned char SEG_START = 1, SEG_END = 2;  // ENC_SEG_START / ENC_SEG_END
@@ -108,10 +109,15 @@ struct Local {
     used = 0;
   }
   uint64_t hash_of(const Slot& e) const { return word_hash(base + e.off, e.len); }
+  // The slot a word's hash starts at, on its way into the cache (a window of words ahead).
+  void prefetch(uint64_t h) const { __builtin_prefetch(slots.data() + (h & (slots.size() - 1))); }
   void add(const uint8_t* p, uint32_t len) {
     if (slots.empty()) reset(1 << 14);
     const uint64_t head = head_word(p, len, end);
-    const uint64_t h = word_hash(p, len, head);
+    add(p, len, head, word_hash(p, len, head));
+  }
+  // (slots not empty; head and h the word's head_word and word_hash)
+  void add(const uint8_t* p, uint32_t len, uint64_t head, uint64_t h) {
     const uint32_t tag = (uint32_t)(h >> 32);
     const size_t mask = slots.size() - 1;
     for (size_t s = h & mask;; s = (s + 1) & mask) {
@@ -264,12 +270,24 @@ inline int64_t count_range(const Counter& c, Workspace& ws, const uint8_t* buf,
                                            c.digit_group, c.end_whole, c.nibbles,
                                            ws.ends.data());
   if (k < 0) throw std::bad_alloc();
-  // the pieces tile the range (the documents back to back, none crossing a document's end)
+  // the pieces tile the range (the documents back to back, none crossing a document's end);
+  // each is hashed and its slot prefetched COUNT_AHEAD pieces before it is counted
+  Local& t = ws.local;
+  if (t.slots.empty()) t.reset(1 << 14);
   const uint8_t* p = buf + base;
-  uint32_t at = 0;
-  for (long long e = 0; e < k; ++e) {
-    ws.local.add(p + at, ws.ends[e] - at);
-    at = ws.ends[e];
+  uint64_t head[COUNT_AHEAD], hash[COUNT_AHEAD];
+  for (long long e = 0; e < k + COUNT_AHEAD; ++e) {
+    const int r = (int)(e & (COUNT_AHEAD - 1));
+    if (e >= COUNT_AHEAD) {
+      const uint32_t a = e - COUNT_AHEAD ? ws.ends[e - COUNT_AHEAD - 1] : 0;
+      t.add(p + a, ws.ends[e - COUNT_AHEAD] - a, head[r], hash[r]);
+    }
+    if (e < k) {
+      const uint32_t a = e ? ws.ends[e - 1] : 0, len = ws.ends[e] - a;
+      head[r] = head_word(p + a, len, t.end);
+      hash[r] = word_hash(p + a, len, head[r]);
+      t.prefetch(hash[r]);
+    }
   }
   return k;
 }
