@@ -11,6 +11,7 @@ the normaliser's quick check sending documents back.
 from __future__ import annotations
 
 import base64
+import gc
 import random
 
 import numpy as np
@@ -413,6 +414,13 @@ def test_encode_str_one_call():
             assert type(got) is list and got == tk.encode_ordinary(t), t
     assert p.encode_str(tables, "x \ud83d y") is None
     assert p.encode_str(tables, "a" * (p.STR_LOCKED_MAX + 1)) is None
+    # the call is a built-in of one argument that owns what it reads: it outlives the pass
+    fn = p.str_encoder(tables)[0]
+    with pytest.raises(TypeError, match="expected a str"):
+        fn(b"hello")
+    del p
+    gc.collect()
+    assert fn("hello world") == tk.encode_ordinary("hello world")
 
 
 # ---------------------------------------------------------------- through the backend

@@ -210,10 +210,10 @@ class PerDocPass:
         ``ctypes.PyDLL`` (its calls hold the interpreter's lock), ``layout`` a usable
         ``pack.StrLayout`` (the library then has the str locator of the public C API that the
         call reads a str with), ``lists`` a usable ``stages.lists.IdLists``."""
-        fn = py_lib.gputok_cpu_encode_str
-        fn.argtypes = [ctypes.py_object, ctypes.c_void_p]
-        fn.restype = ctypes.py_object
-        self._encode_str = (fn, lists._api_at, lists.ITEMS_AT)
+        make = py_lib.gputok_str_function  # (host_pack.h: ONE STR AS A BUILT-IN)
+        make.argtypes = [ctypes.py_object, ctypes.c_void_p]
+        make.restype = ctypes.py_object
+        self._encode_str = (make, lists._api_at, lists.ITEMS_AT)
         self._str_ctx: dict = {}  # id(tables) -> (weak reference, words, their address)
 
     #: the longest text (characters) ``encode_str`` encodes holding the interpreter's lock
@@ -228,15 +228,12 @@ class PerDocPass:
         got = self.str_encoder(tables)
         if got is None or len(text) > self.STR_LOCKED_MAX:
             return None
-        try:
-            return got[0](text, got[1])
-        except ValueError:  # (a NULL result with no exception set: no memory for the ids)
-            raise MemoryError(f"no memory to encode a text of {len(text)} characters") from None
+        return got[0](text)
 
     def str_encoder(self, tables) -> "tuple | None":
-        """(fn, ctx, ...) where ``fn(text, ctx)`` is ``encode_str``'s one call for this model's
-        tables (a caller that keeps it saves the lookups: ~1 us of a 100-character text's few),
-        or None without ``use_python``. The tuple keeps what ctx points at alive."""
+        """(fn, ...) where ``fn(text)`` is ``encode_str``'s one call for this model's tables, a
+        built-in function (a caller that keeps it saves the lookups: ~1 us of a 100-character
+        text's few), or None without ``use_python``. The tuple keeps the model alive."""
         if self._encode_str is None:
             return None
         got = self._str_ctx.get(id(tables))
@@ -246,9 +243,10 @@ class PerDocPass:
 
     def _ctx_for(self, tables) -> tuple:
         m = self.model(tables)
-        fn, api_at, items_at = self._encode_str
+        make, api_at, items_at = self._encode_str
         words = (ctypes.c_uint64 * 5)(m.address, m.cache or 0, api_at, items_at, id(None))
-        return weakref.ref(tables), fn, ctypes.addressof(words), words, m
+        # (the built-in owns the words and the model they point at: it outlives any caller)
+        return weakref.ref(tables), make((words, m), ctypes.addressof(words)), m
 
     def encode_batch(self, tables, model, docs: pack.Documents, active: frozenset,
                      refused: frozenset, out_dtype, nfc_bits=None) -> tuple:

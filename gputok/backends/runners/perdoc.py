@@ -136,8 +136,7 @@ class PerDocRunner:
             if got is None or got[0]() is not model:
                 got = self._plain[id(model)] = self._plain_entry(model)
             if got[2] is not None and len(text) <= self.pass_.STR_LOCKED_MAX:
-                fn, ctx = got[2][:2]
-                ids = fn(text, ctx)  # (short: one call, the lock held)
+                ids = got[2][0](text)  # (short: one call, the lock held)
                 if ids is not None:
                     return ids
             plan = got[1]
@@ -163,12 +162,12 @@ class PerDocRunner:
         one = self._plain_entry(model)[2] if self.be.profile is None else None
         if one is None:
             return None
-        fn, ctx = one[:2]
+        fn = one[0]
         be, limit, none = self.be, self.pass_.STR_LOCKED_MAX, frozenset()
 
         def call(text: str) -> list:
             if len(text) <= limit and be.profile is None:
-                ids = fn(text, ctx)
+                ids = fn(text)
                 if ids is not None:
                     return ids
             return be.encode_text(model, text, none)
