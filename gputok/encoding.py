@@ -297,7 +297,9 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
-        return self.model.detok.decode_bytes(tokens)
+        join = self._text_calls.get(_JOIN)
+        got = (join if join is not None else _one_join(self))(tokens)
+        return got if got is not None else self.model.detok.decode_bytes(tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         """Decode to text. Lossy by default: bytes that are not valid UTF-8 become U+FFFD
@@ -306,7 +308,10 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        return self.model.detok.decode(tokens, errors)
+        join = self._text_calls.get(_JOIN)
+        got = (join if join is not None else _one_join(self))(tokens)
+        return got.decode("utf-8", errors) if got is not None \
+            else self.model.detok.decode(tokens, errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token (specials included); unknown ids raise ``KeyError``.
@@ -456,6 +461,7 @@ class Encoding:
 # ---- one text: what ``Encoding.encode`` keeps per encoding --------------------------------------
 
 _SEARCH = object()  # (``_TextCalls``' key of the special search)
+_JOIN = object()  # (and of the one-list join)
 
 
 class _TextCalls(dict):
@@ -493,3 +499,22 @@ def _special_search(enc: Encoding):
 
 def _nothing(text: str) -> bool:
     return False
+
+
+def _one_join(enc: Encoding):
+    """``decode``'s join of one id list (``_JOIN``): the backend's built-in over the decoder's
+    table (``PieceJoin.one``) where the decoder is a plain byte join, returning None for a list
+    it does not take; else a function that takes none (the decoder's own path)."""
+    from .components.decoders import ByteDecoder
+
+    detok, got = enc.model.detok, None
+    if type(detok) is ByteDecoder:
+        joiner = getattr(get_backend("auto").tools, "joiner", None)
+        table = detok.joined if joiner is not None else None
+        got = joiner.one(table) if table is not None else None
+    got = enc._text_calls[_JOIN] = got or _takes_none
+    return got
+
+
+def _takes_none(tokens) -> None:
+    return None

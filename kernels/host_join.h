@@ -3,6 +3,7 @@
 // interpreter's lock held (ctypes.PyDLL): it reads the batch's lists and makes one bytes object.
 //
 //   gputok_pieces_join   a list of id lists -> every document's piece bytes, one after another
+//   gputok_join_function one id list -> its bytes, as a built-in function (decode's)
 //
 // The id lists are read through the interpreter's public C API (PyList_GET_ITEM,
 // PyLong_AsLongAndOverflow, ...: the unit is compiled against the running interpreter's
@@ -14,6 +15,7 @@
 // copy pass, which then needs no second conversion.
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #ifdef GPUTOK_HOST_PYTHON
@@ -85,6 +87,74 @@ ENC_HOST_EXPORT PyObject* gputok_pieces_join(PyObject* batch, const unsigned cha
     }
   }
   return out;
+}
+
+// ONE LIST AS A BUILT-IN: one id list (or tuple) joined by a built-in function of one argument
+// (decode's call: a ctypes call cost ~1 us, a Python lookup per id ~40 ns). self is a capsule
+// of the table's pointers; the capsule holds a reference to their owner (the JoinTable).
+// The function returns the bytes, or None where the list is not taken (not a list or tuple of
+// exact ints in range, or a marked id: the caller's path names what is wrong).
+namespace enc_join {
+struct Table {
+  const unsigned char* blob;
+  const long long* off;
+  long long n_vocab;
+  const unsigned char* mark;
+};
+constexpr const char* TABLE = "gputok.join_table";
+
+inline PyObject* one_call(PyObject* self, PyObject* tokens) {
+  const auto* t = static_cast<const Table*>(PyCapsule_GetPointer(self, TABLE));
+  if (t == nullptr) return nullptr;
+  PyObject** items;
+  Py_ssize_t m;
+  if (!items_of(tokens, &items, &m)) Py_RETURN_NONE;
+  long long total = 0;
+  for (Py_ssize_t j = 0; j < m; ++j) {  // checked and sized first: nothing is made for a miss
+    PyObject* o = items[j];
+    if (!PyLong_CheckExact(o)) Py_RETURN_NONE;
+    int overflow = 0;
+    const long long id = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || id < 0 || id >= t->n_vocab || (t->mark && t->mark[id])) Py_RETURN_NONE;
+    total += t->off[id + 1] - t->off[id];
+  }
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, (Py_ssize_t)total);
+  if (out == nullptr) return nullptr;
+  unsigned char* w = reinterpret_cast<unsigned char*>(PyBytes_AS_STRING(out));
+  for (Py_ssize_t j = 0; j < m; ++j) {  // (the list cannot change: the lock is held)
+    const long long id = PyLong_AsLongLong(items[j]);
+    const long long a = t->off[id], len = t->off[id + 1] - a;
+    std::memcpy(w, t->blob + a, (size_t)len);
+    w += len;
+  }
+  return out;
+}
+
+inline void one_free(PyObject* capsule) {
+  delete static_cast<Table*>(PyCapsule_GetPointer(capsule, TABLE));
+  Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
+}
+
+inline PyMethodDef one_def = {"join_ids", one_call, METH_O,
+                              "One id list's bytes joined (None where it is not taken)."};
+}  // namespace enc_join
+
+// The built-in joining one id list by the table (as gputok_pieces_join's), which owner keeps.
+ENC_HOST_EXPORT PyObject* gputok_join_function(PyObject* owner, const unsigned char* blob,
+                                               const long long* off, long long n_vocab,
+                                               const unsigned char* mark) {
+  auto* t = new (std::nothrow) enc_join::Table{blob, off, n_vocab, mark};
+  if (t == nullptr) return PyErr_NoMemory();
+  PyObject* cap = PyCapsule_New(t, enc_join::TABLE, enc_join::one_free);
+  if (cap == nullptr) {
+    delete t;
+    return nullptr;
+  }
+  Py_INCREF(owner);
+  PyCapsule_SetContext(cap, owner);
+  PyObject* fn = PyCFunction_New(&enc_join::one_def, cap);
+  Py_DECREF(cap);
+  return fn;
 }
 
 #endif  // GPUTOK_HOST_PYTHON

@@ -150,3 +150,43 @@ def test_numpy_backend_decodes_without_the_join(cl100k):
     batch = [[15339, 1917], [9468, 248, 222], []]
     assert enc.decode_batch(batch, backend="numpy") == tk.decode_batch(batch)
     assert get_backend("numpy").tools.joiner is None
+
+
+def test_decode_of_one_list_takes_the_built_in(cl100k, joiner):
+    """``decode`` / ``decode_bytes`` of one list or tuple join it in the built-in
+    (``PieceJoin.one``, ONE LIST AS A BUILT-IN); what it does not take (a numpy array, bools,
+    an id in a gap or out of range) goes the decoder's way and fails as it did."""
+    import types
+
+    from gputok.encoding import _JOIN
+    enc, tk = cl100k
+    rng = random.Random(9)
+    docs = tk.encode_batch(["caf\u00e9 \u4e2d\u6587 \U0001F600 hello", "x" * 3000, ""],
+                           allowed_special="all") + [[100257, 100276], [9468, 248], [248, 222]]
+    docs += [[rng.randrange(100256) for _ in range(rng.randrange(60))] for _ in range(200)]
+    for ids in docs:
+        for form in (ids, tuple(ids)):
+            assert enc.decode_bytes(form) == tk.decode_bytes(ids)
+            for errors in ("replace", "ignore", "surrogateescape"):
+                assert enc.decode(form, errors=errors) == tk.decode(ids, errors=errors)
+    one = enc._text_calls[_JOIN]
+    assert isinstance(one, types.BuiltinFunctionType)
+    assert one([15339, 1917]) == b"hello world"
+    assert one(np.array([15339])) is None and one([True]) is None and one([100256]) is None
+    assert enc.decode(np.array([15339, 1917])) == "hello world"
+    assert enc.decode([True]) == tk.decode([1])
+    for bad in (100256, 2**40, -1):
+        with pytest.raises(KeyError, match=f"invalid token for decoding: {bad}"):
+            enc.decode([15339, bad])
+        with pytest.raises(KeyError, match=f"invalid token for decoding: {bad}"):
+            enc.decode_bytes((bad,))
+    with pytest.raises(UnicodeDecodeError):
+        enc.decode([15339, 9468, 248], errors="strict")
+    with pytest.raises(KeyError, match="invalid token for decoding: a"):
+        enc.decode(["a"])
+    # the model pickles after the built-in was made (a corpus job's workers), and decodes there
+    import pickle
+    table = enc.model.detok.joined
+    assert table.one is one
+    again = pickle.loads(pickle.dumps(enc))
+    assert again.model.detok.joined.one is None and again.decode([15339, 1917]) == "hello world"

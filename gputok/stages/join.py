@@ -23,7 +23,7 @@ class JoinTable:
     """Every id's bytes laid out flat for ``PieceJoin``; ``mark`` (uint8 per id, or None): bits
     OR-ed into the flag of each document that holds the id."""
 
-    __slots__ = ("blob", "off", "mark", "n")
+    __slots__ = ("blob", "off", "mark", "n", "one")
 
     def __init__(self, parts: Sequence[bytes], mark: "np.ndarray | None" = None):
         self.n = len(parts)
@@ -34,6 +34,14 @@ class JoinTable:
         self.mark = None if mark is None else np.ascontiguousarray(mark, np.uint8)
         if self.mark is not None and len(self.mark) != self.n:
             raise ValueError(f"mark has {len(self.mark)} entries for {self.n} ids")
+        self.one = None  # (PieceJoin.one's built-in, once made: a process's, never pickled)
+
+    def __getstate__(self):
+        return self.blob, self.off, self.mark, self.n
+
+    def __setstate__(self, state):
+        self.blob, self.off, self.mark, self.n = state
+        self.one = None
 
 
 class PieceJoin:
@@ -41,9 +49,19 @@ class PieceJoin:
     checked once on a probe batch (``usable``: False on any disagreement, and then nothing uses
     it)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, make_one=None):
         self._fn = fn
+        self._make_one = make_one
         self.usable = self._check()
+
+    def one(self, table: JoinTable):
+        """The built-in that joins one id list by ``table`` (``gputok_join_function``: bytes,
+        or None for a list it does not take), made once per table; None without it."""
+        if table.one is None and self._make_one is not None:
+            mark = table.mark
+            table.one = self._make_one(table, table.blob, table.off.ctypes.data, table.n,
+                                       None if mark is None else mark.ctypes.data)
+        return table.one
 
     def __call__(self, batch, table: JoinTable) -> "tuple[bytes, list, list] | None":
         """(the joined bytes, each document's end offset with a leading 0, the indexes of the
@@ -67,10 +85,17 @@ class PieceJoin:
             batch = [[0, 3, 2, 3], [], (4, 0), [1, 1]]
             got = self(batch, table)
             want = b"".join(b"".join(parts[i] for i in d) for d in batch)
-            return (got is not None and got[0] == want and got[1] == [0, 10, 10, 12, 12]
-                    and got[2] == [2] and self(batch + [[5]], table) is None
-                    and self([[-1]], table) is None and self([[True]], table) is None
-                    and self([[2**70]], table) is None and self([np.array([0])], table) is None)
+            ok = (got is not None and got[0] == want and got[1] == [0, 10, 10, 12, 12]
+                  and got[2] == [2] and self(batch + [[5]], table) is None
+                  and self([[-1]], table) is None and self([[True]], table) is None
+                  and self([[2**70]], table) is None and self([np.array([0])], table) is None)
+            one = self.one(table)
+            if ok and one is not None and not (
+                    one([0, 3, 2, 3]) == b"a\xa9xyz\xc3\xa9xyz" and one(()) == b""
+                    and one([4]) is None and one([5]) is None and one([True]) is None
+                    and one(np.array([0])) is None):
+                self._make_one = table.one = None  # (decode keeps its Python join)
+            return ok
         except Exception:  # (anything off: not usable)
             return False
 
@@ -80,11 +105,16 @@ def bind(lib_path: str) -> "PieceJoin | None":
     not check out)."""
     import ctypes
 
-    fn = getattr(ctypes.PyDLL(lib_path), "gputok_pieces_join", None)
+    lib = ctypes.PyDLL(lib_path)
+    fn = getattr(lib, "gputok_pieces_join", None)
     if fn is None:
         return None
     vp, ll = ctypes.c_void_p, ctypes.c_longlong
     fn.argtypes = [ctypes.py_object, ctypes.c_char_p, vp, ll, vp, vp, vp]
     fn.restype = ctypes.py_object
-    joiner = PieceJoin(fn)
+    make_one = getattr(lib, "gputok_join_function", None)
+    if make_one is not None:
+        make_one.argtypes = [ctypes.py_object, ctypes.c_char_p, vp, ll, vp]
+        make_one.restype = ctypes.py_object
+    joiner = PieceJoin(fn, make_one)
     return joiner if joiner.usable else None
