@@ -223,26 +223,29 @@ def check_byte_blocks_are_read(make_backend, enc, pieces, monkeypatch) -> None:
 
     monkeypatch.setattr(dt, "_cache_path", lambda model: None)
     table = enc.model.merge_table
-    wholes = (False, True) if table.whole else (False,)
+    # the device's whole-token lookup: the vocabulary's, or a merges model's proven tokens
+    # (whose lookup gives the rule's ids: expected_merge merges them)
+    whole = table.whole if table.whole is not None else dt.proven_whole(enc.model, table)
+    wholes = (False, True) if whole else (False,)
     want = {w: [i for e in expected_merge(table, pieces, w) for i in e] for w in wholes}
     be = make_backend()
     sc = be.model_plan(enc.model).tables.scalars
     assert sc["t_bits"] & dt.PAIR_BYTES
-    assert bool(sc["w_bits"] & dt.WHOLE_BYTES) == bool(table.whole)
+    assert bool(sc["w_bits"] & dt.WHOLE_BYTES) == bool(whole)
     for w in wholes:
         assert run_merge(be, enc, pieces, w)[0].tolist() == want[w], w
     pairs, ones = dt.byte_pair_block, dt.whole_byte_block
     monkeypatch.setattr(dt, "byte_pair_block", lambda t: np.full(32768, ~np.uint64(0)))
     assert run_merge(make_backend(), enc, pieces, False)[0].tolist() != want[False]
     monkeypatch.setattr(dt, "byte_pair_block", pairs)
-    if table.whole:
-        bang = table.whole[b"!"]
+    if whole:
+        bang = whole[b"!"]
         monkeypatch.setattr(dt, "whole_byte_block", lambda whole: np.full(256, bang, np.uint32))
         assert run_merge(make_backend(), enc, pieces, True)[0].tolist() != want[True]
         monkeypatch.setattr(dt, "whole_byte_block", ones)
     # no blocks (flags clear): the probes as before the blocks, the long pieces' runs from ids
     blocks = dt.with_byte_blocks
-    monkeypatch.setattr(dt, "with_byte_blocks", lambda out, table: out)
+    monkeypatch.setattr(dt, "with_byte_blocks", lambda out, table, whole=None: out)
     bare = make_backend()
     sc = bare.model_plan(enc.model).tables.scalars
     assert not sc["t_bits"] & dt.PAIR_BYTES and not sc.get("w_bits", 0) & dt.WHOLE_BYTES

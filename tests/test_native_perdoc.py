@@ -84,14 +84,21 @@ def hf_text(name: str, t: str) -> "str | None":
     return None if "<|" in t else t
 
 
+@pytest.mark.parametrize("proven", [True, False], ids=["proven-whole", "no-whole"])
 @pytest.mark.parametrize("name", ["llama3", "qwen2"])
-def test_text_matches_hf(name):
-    """tokenizer.json models (no whole-token table: a one-byte piece is its byte's id outright,
-    kernels/common/encode_merge_rules.h's enc_one_byte_id) against HF tokenizers, with a big
-    cache, one evicting all the time and none, the second time from the cache."""
+def test_text_matches_hf(name, proven):
+    """tokenizer.json models against HF tokenizers, with a big cache, one evicting all the time
+    and none, the second time from the cache: with their proven whole-token table
+    (device_tables.proven_whole: a miss that is such a token takes one probe) and with the
+    table's bits cleared (no whole-token lookup: a one-byte piece is its byte's id outright,
+    kernels/common/encode_merge_rules.h's enc_one_byte_id; every other miss merges)."""
+    from gputok.backends.device_stages import Tables
+
     enc, hf = hf_encoding(name), hf_oracle(name)
     tables = plan_of(enc).tables
-    assert int(tables.scalars["w_bits"]) == 0  # (what this test is for)
+    assert int(tables.scalars["w_bits"]) != 0  # (a byte-level merges model has one)
+    if not proven:
+        tables = Tables(tables.arrays, dict(tables.scalars, w_bits=np.uint32(0), w_max_len=0))
     texts = EDGE + tricky_texts(200, seed=len(name)) + list(corpus_snippets())
     texts += ["".join(map(chr, range(1, 128))), " , . ; : ! ? " * 40 + "x,y.z;1:2"]
     texts = [x for x in (hf_text(name, t) for t in texts) if x is not None]
