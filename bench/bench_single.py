@@ -1,5 +1,6 @@
 """One text at a time on one thread: ``encode_ordinary`` of texts from 100 bytes to 1 MB, gputok
-against the fastest exact peers' one-text calls (``bench/peers.py``) and tiktoken.
+against the fastest exact peers' one-text calls (``bench/peers.py``) and tiktoken; then
+``decode`` of those texts' ids (a list each), against the same libraries' ``decode``.
 
 Each cell (encoding x kind of text x size) has its own texts, cut from the pinned corpora at
 character boundaries: ``--texts`` of them below 1 MB (fewer as they grow), new texts every
@@ -10,12 +11,12 @@ process is pinned to one CPU (``os.sched_setaffinity``), gputok's native device 
 (``GPUTOK_NUM_THREADS=1``, set before gputok is imported) and so have the peers' thread pools
 (``RAYON_NUM_THREADS=1``), whatever a library would do with a long text.
 
-Exactness first: every runner's ids on every text of every round are compared with tiktoken's
-before anything is timed; a peer that differs is reported and left out (gputok differing stops
-the run).
+Exactness first: every runner's ids on every text of every round (decode: its text from every
+id list) are compared with tiktoken's before anything is timed; a peer that differs is reported
+and left out (gputok differing stops the run).
 
     python bench/bench_single.py                      # cl100k and o200k, 100 B .. 1 MB
-    python bench/bench_single.py --sizes 100 10000 --kinds prose --rounds 2
+    python bench/bench_single.py --sizes 100 10000 --kinds prose --rounds 2 --what decode
     python bench/bench_single.py --record bench/results/single.md
 """
 
@@ -59,23 +60,36 @@ def count_for(size: int, texts: int) -> int:
     return max(2, min(texts, 2_000_000 // size))
 
 
-def run(args) -> dict:
+def runners_for(enc, encoding: str, names, what: str) -> dict:
+    """{name: one-text call}: ``encode_ordinary``, or (``what == "decode"``) the ``decode`` of
+    the same library object (every peer's one-text call is a bound method of it)."""
+    runners = {"gputok": enc.encode_ordinary if what == "encode" else enc.decode}
+    for name in names:
+        try:
+            one = peers.build(name, encoding, threads=1).one
+        except peers.Unavailable as e:
+            print(f"  {name}: skipped for {encoding}: {e}")
+            continue
+        dec = one.__self__.decode
+        if name == "gigatoken":  # (its own API's decode gives bytes: made text as tiktoken's)
+            dec = lambda ids, raw=dec: raw(ids).decode("utf-8", "replace")  # noqa: E731
+        runners[name] = one if what == "encode" else dec
+    return runners
+
+
+def run(args, what: str = "encode") -> dict:
     import gputok
 
     results = {"machine": _common.machine(), "date": time.strftime("%Y-%m-%d"),
-               "command": " ".join(sys.argv), "cells": []}
+               "command": " ".join(sys.argv), "what": what, "cells": []}
     for encoding in args.encodings:
         enc = gputok.get_encoding(encoding)
         tk = _common.tiktoken_for(encoding)
-        runners = {"gputok": enc.encode_ordinary}
-        for name in args.peers:
-            try:
-                runners[name] = peers.build(name, encoding, threads=1).one
-            except peers.Unavailable as e:
-                print(f"  {name}: skipped for {encoding}: {e}")
+        runners = runners_for(enc, encoding, args.peers, what)
         left_out: dict = {}
-        print(f"\n== {encoding}: microseconds per text, median round (cold: new text; warm: the "
-              "same again); ratio = the peer's time / gputok's")
+        unit = "text" if what == "encode" else "id list (decode)"
+        print(f"\n== {encoding} {what}: microseconds per {unit}, median round (cold: new "
+              "input; warm: the same again); ratio = the peer's time / gputok's")
         head = f"  {'kind':<13}{'bytes':>9}{'texts':>6}"
         shown = [n for n in runners]
         for n in shown:
@@ -86,16 +100,20 @@ def run(args) -> dict:
                 count = count_for(size, args.texts)
                 rounds = texts_for(kind, size, count, args.rounds)
                 want = [[tk.encode_ordinary(t) for t in ts] for ts in rounds]
+                if what == "decode":  # (the inputs: the id lists; the answers: the texts)
+                    rounds, want = want, [[tk.decode(i) for i in ids] for ids in want]
+                same = (lambda got, w: list(map(int, got)) == w) if what == "encode" else \
+                    (lambda got, w: got == w)
                 for name, one in list(runners.items()):
                     try:
-                        bad = sum(list(map(int, one(t))) != w for ts, ws in zip(rounds, want)
+                        bad = sum(not same(one(t), w) for ts, ws in zip(rounds, want)
                                   for t, w in zip(ts, ws))
                     except Exception as e:  # a runner that fails is as good as inexact
                         bad = f"failed: {type(e).__name__}: {str(e)[:120]}"
                     if bad:
                         if name == "gputok":
-                            raise SystemExit(f"gputok differs from tiktoken on {kind} x {size}: "
-                                             f"{bad}")
+                            raise SystemExit(f"gputok's {what} differs from tiktoken's on "
+                                             f"{kind} x {size}: {bad}")
                         left_out[name] = (f"NOT EXACT on {kind} x {size} ({bad} of "
                                           f"{count * args.rounds} texts differ), not timed")
                         del runners[name]
@@ -145,6 +163,8 @@ def main() -> None:
     p.add_argument("--peers", nargs="+", default=["toktok-rs", "gigatoken",
                                                   "gigatoken tiktoken mode", "quicktok-v1",
                                                   "tiktoken"])
+    p.add_argument("--what", nargs="+", default=["encode", "decode"],
+                   choices=["encode", "decode"])
     p.add_argument("--record", help="write the benchmark's record here (bench/README.md)")
     args = p.parse_args()
     _common.compile_bytecode()
@@ -152,7 +172,7 @@ def main() -> None:
     with _common.recording(args.record, "bench_single.py", "one text at a time on one thread, "
                            "100 B to 1 MB, against the fastest exact peers' one-text calls",
                            ["tiktoken", "gigatoken", "toktok-rs", "quicktok-v1"]) as rec:
-        rec["data"] = run(args)
+        rec["data"] = {what: run(args, what) for what in args.what}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""bench/bench_single.py runs from a clean clone: ids checked against tiktoken's on every text
-before anything is timed, a peer that differs left out, one row per cell with a ratio per peer."""
+"""bench/bench_single.py runs from a clean clone: ids (decode: texts) checked against tiktoken's
+on every text before anything is timed, a peer that differs left out, one row per cell with a
+ratio per peer, an encode table and a decode table."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ def test_bench_single_prints_every_cell_with_its_ratios(tmp_path):
     assert got.returncode == 0, got.stderr[-3000:]
     rows = [ln.split() for ln in got.stdout.splitlines()
             if ln.strip().startswith(("prose", "multilingual"))]
-    assert [(r[0], r[1]) for r in rows] == [("prose", "100"), ("prose", "3000"),
-                                            ("multilingual", "100"), ("multilingual", "3000")]
-    assert "tiktoken's time / gputok's: cold" in got.stdout
+    # the encode table, then the decode table (every id list's text checked first)
+    assert [(r[0], r[1]) for r in rows] == 2 * [("prose", "100"), ("prose", "3000"),
+                                                ("multilingual", "100"), ("multilingual", "3000")]
+    assert "cl100k_base encode:" in got.stdout and "cl100k_base decode:" in got.stdout
+    assert got.stdout.count("tiktoken's time / gputok's: cold") == 2
     text = record.read_text()
     assert text.startswith("# bench_single.py:") and '"cells":[' in text
-    assert text.count('"encoding":"cl100k_base"') == 4
+    assert text.count('"encoding":"cl100k_base"') == 8
+    assert '"what":"encode"' in text and '"what":"decode"' in text
