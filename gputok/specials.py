@@ -15,6 +15,7 @@ as Rust's ``char::is_whitespace``; not ``str.isspace``, which adds U+001C..U+001
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from typing import AbstractSet, Callable, Collection
 
@@ -144,9 +145,10 @@ def first_chars(tokens: frozenset) -> "re.Pattern[str] | None":
 @functools.lru_cache(maxsize=64)
 def may_hold(tokens: frozenset) -> "Callable[[str], bool]":
     """A test of whether a text may hold one of ``tokens``: whether it holds a character one
-    starts with, by ``in`` for each of up to four such characters (memchr: ~15 us a MB, where
-    ``first_chars``' class search took ~540, and a two-character ``in`` ~870), else by
-    ``first_chars``. False means no token is there; True, that the full search must look."""
+    starts with, by ``in`` (``count`` for one) for each of up to four such characters (memchr:
+    ~15 us a MB, where ``first_chars``' class search took ~540, and a two-character ``in``
+    ~870), else by ``first_chars``. False (0) means no token is there; true, that the full
+    search must look."""
     firsts = sorted({t[0] for t in tokens}) \
         if tokens and all(isinstance(t, str) and t for t in tokens) else None
     if firsts is None:
@@ -154,6 +156,8 @@ def may_hold(tokens: frozenset) -> "Callable[[str], bool]":
     if len(firsts) > 4:
         first = first_chars(tokens).search
         return lambda text: first(text) is not None
+    if len(firsts) == 1:  # (tiktoken's '<': a C-level call, no Python frame for a short text)
+        return operator.methodcaller("count", firsts[0])
     firsts = tuple(firsts)
 
     def test(text: str) -> bool:
