@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <string>
+#include <vector>
 
 namespace gputok_bert {
 
@@ -62,29 +65,156 @@ static inline void put_utf8(std::string& s, uint32_t c) {
 }
 
 // THE WHOLE-WORD LOOKUP (the native device's shortcut of THE WORDPIECE MATCH): a word that is
-// itself a vocabulary entry (and short enough: the table holds only entries of at most
-// max_input_chars_per_word characters) is that one id - the longest match from its start is the
-// whole word, and nothing is left. Open addressing over the entries' bytes (FNV-1a), built once
-// per model (gputok_bert_words_new); the cut gives such a word as a resolved entry (its id as
-// the spec, as a special token's), so the kernel's trie walk is only for the others.
+// itself a vocabulary entry is that one id - the longest match from its start is the whole
+// word, and nothing is left. Open addressing over the entries' bytes (FNV-1a), built once per
+// model (gputok_bert_words_new) from every entry; the cut gives such a word as a resolved entry
+// (its id as the spec, as a special token's). The same index then answers THE WORDPIECE MATCH
+// of the other words in the cut (Words::match), so the kernel's trie walk has nothing left.
+struct Memo;
+
 struct Words {
   std::vector<uint8_t> blob;
   std::vector<long long> off;
   std::vector<uint32_t> ids, slot;  // slot: entry index + 1 (0: empty)
   uint32_t mask = 0;
+  std::string prefix;          // the continuation prefix ("##")
+  uint32_t unk = 0;            // the unknown-word id
+  uint64_t max_chars = 0;      // a word of more characters is one unk id
+  size_t max_first = 0;        // the longest entry (bytes): the longest first piece
+  size_t max_cont = 0;         // the longest entry after the prefix: the longest later piece
+  uint64_t prefix_state = 0;   // FNV-1a's state after the prefix's bytes
+  std::vector<Memo*> memos;    // the words' memos, one per cutting thread at a time (MEMOS)
 
-  static uint64_t hash(const uint8_t* p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
+  ~Words();
+
+  static uint64_t feed(uint64_t h, const uint8_t* p, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+  static uint64_t hash(const uint8_t* p, size_t n) {
+    const uint64_t h = feed(1469598103934665603ull, p, n);
     return h ^ (h >> 29);
   }
-  uint32_t find(const uint8_t* p, size_t n) const {
-    for (uint32_t s = (uint32_t)hash(p, n) & mask;; s = (s + 1) & mask) {
+  // The entry whose bytes are head + p[0, n) (head: the prefix or nothing; h: the finished
+  // hash of those bytes), or gputok_rx::NORMAL.
+  uint32_t find_h(uint64_t h, const std::string* head, const uint8_t* p, size_t n) const {
+    const size_t hn = head ? head->size() : 0;
+    for (uint32_t s = (uint32_t)h & mask;; s = (s + 1) & mask) {
       const uint32_t e = slot[s];
       if (e == 0) return gputok_rx::NORMAL;
       const long long a = off[e - 1], len = off[e] - a;
-      if ((size_t)len == n && std::memcmp(blob.data() + a, p, n) == 0) return ids[e - 1];
+      if ((size_t)len == hn + n && (hn == 0 || std::memcmp(blob.data() + a, head->data(), hn) == 0)
+          && std::memcmp(blob.data() + a + hn, p, n) == 0)
+        return ids[e - 1];
     }
+  }
+  uint32_t find(const uint8_t* p, size_t n) const { return find_h(hash(p, n), nullptr, p, n); }
+
+  // THE WORDPIECE MATCH (common/wordpiece_rules.h states it for the kernels; HF's loop): from
+  // the word's start, the longest candidate first, each piece the longest prefix of what is
+  // left that is an entry (later pieces: the prefix + it); one failure makes the whole word one
+  // unk id. Pieces go to `got` as (bytes, id) pairs. A candidate ends on a character boundary
+  // (entries are whole UTF-8 strings). The whole word is known not to be an entry.
+  void match(const uint8_t* w, size_t n, std::vector<uint32_t>& got) const {
+    got.clear();
+    size_t pos = 0;
+    while (pos < n) {
+      const size_t cap = pos == 0 ? std::min(n - 1, max_first) : std::min(n - pos, max_cont);
+      uint32_t id = gputok_rx::NORMAL;
+      size_t len = cap;
+      for (; len > 0; --len) {
+        if (pos + len < n && (w[pos + len] & 0xC0) == 0x80) continue;  // mid-character
+        if (pos == 0) {
+          id = find_h(hash(w, len), nullptr, w, len);
+        } else {
+          const uint64_t h = feed(prefix_state, w + pos, len);
+          id = find_h(h ^ (h >> 29), &prefix, w + pos, len);
+        }
+        if (id != gputok_rx::NORMAL) break;
+      }
+      if (id == gputok_rx::NORMAL) {  // one failure spoils the whole word
+        got.clear();
+        got.push_back((uint32_t)n);
+        got.push_back(unk);
+        return;
+      }
+      got.push_back((uint32_t)len);
+      got.push_back(id);
+      pos += len;
+    }
+  }
+};
+
+// A memo of matched words (word bytes -> their (bytes, id) pieces) that persists across chunks
+// and batches: a word that is no entry is matched once, then found by one probe. One memo per
+// cutting thread (leased: Memo::lease), so no lock is held while cutting; a memo that fills
+// (MEMO_WORDS words or MEMO_BYTES bytes) starts over.
+//
+// Performance notes: the kernel's trie walk over the words the whole-word lookup leaves (7% of
+// the words of English prose, half of those of multilingual text) probed a 4 MB hash table for
+// every byte, most probes a cache miss: 18% of a batch's cycles, more than the cut. Matched
+// here, memoised, they cost a probe each after their first time.
+enum { MEMO_WORDS = 1 << 15, MEMO_BYTES = 1 << 20, MEMOS = 8 };
+
+struct Memo {
+  std::mutex busy;
+  std::vector<uint8_t> keys;    // the words' bytes, one after another
+  std::vector<uint32_t> rec;    // per word: key offset, key bytes, pieces, (bytes, id) pairs
+  std::vector<uint32_t> slot;   // record index + 1 (0: empty)
+  uint32_t words = 0;
+
+  void reset() {
+    keys.clear();
+    rec.clear();
+    slot.assign(2 * MEMO_WORDS, 0u);  // load <= 1/2
+    words = 0;
+  }
+  // The pieces of word w (hash h): a pointer to (pieces, (bytes, id) pairs), or null.
+  const uint32_t* get(uint64_t h, const uint8_t* w, size_t n) const {
+    const uint32_t m = (uint32_t)slot.size() - 1;
+    for (uint32_t s = (uint32_t)(h >> 7) & m;; s = (s + 1) & m) {
+      const uint32_t r = slot[s];
+      if (r == 0) return nullptr;
+      const uint32_t* q = rec.data() + (r - 1);
+      if (q[1] == n && std::memcmp(keys.data() + q[0], w, n) == 0) return q + 2;
+    }
+  }
+  void put(uint64_t h, const uint8_t* w, size_t n, const std::vector<uint32_t>& got) {
+    if (words + 1 > MEMO_WORDS || keys.size() + n > MEMO_BYTES) reset();
+    const uint32_t m = (uint32_t)slot.size() - 1;
+    uint32_t s = (uint32_t)(h >> 7) & m;
+    while (slot[s] != 0) s = (s + 1) & m;
+    slot[s] = (uint32_t)rec.size() + 1;
+    rec.push_back((uint32_t)keys.size());
+    rec.push_back((uint32_t)n);
+    rec.push_back((uint32_t)(got.size() / 2));
+    rec.insert(rec.end(), got.begin(), got.end());
+    keys.insert(keys.end(), w, w + n);
+    ++words;
+  }
+};
+
+inline Words::~Words() {
+  for (Memo* m : memos) delete m;
+}
+
+// A free memo of `w`'s (locked until the lease ends), or none when every one is in use.
+struct MemoLease {
+  Memo* memo = nullptr;
+  explicit MemoLease(const Words* w) {
+    if (w == nullptr) return;
+    for (Memo* m : w->memos)
+      if (m->busy.try_lock()) {
+        memo = m;
+        if (m->slot.empty()) m->reset();
+        return;
+      }
+  }
+  MemoLease(MemoLease&& o) noexcept : memo(o.memo) { o.memo = nullptr; }
+  MemoLease(const MemoLease&) = delete;
+  MemoLease& operator=(const MemoLease&) = delete;
+  ~MemoLease() {
+    if (memo) memo->busy.unlock();
   }
 };
 
@@ -96,13 +226,14 @@ enum { K_SKIP, K_WS, K_PUNCT, K_WORD, K_GENERAL };
 struct Cutter {
   const Tables& t;
   const Words* words;
-  std::vector<uint32_t> a, b;
+  MemoLease lease;               // this thread's memo of matched words (none: match every time)
+  std::vector<uint32_t> a, b, ns, got;
   uint8_t kind[128], out_byte[128];
 
   // The steps are per character but for the canonical order of a run of marks (no ASCII
   // character has a class), so an ASCII character that every step maps to one ASCII character
   // is cut by a table, and the runs between them go the general way on their own.
-  Cutter(const Tables& tables, const Words* w) : t(tables), words(w) {
+  Cutter(const Tables& tables, const Words* w) : t(tables), words(w), lease(w) {
     const uint8_t* f = t.flags;
     for (uint32_t c = 0; c < 128; ++c) {
       uint32_t cp = c;
@@ -204,10 +335,54 @@ struct Cutter {
     if (words == nullptr) return;
     const size_t last = out.start.size();
     const uint8_t* bytes = (const uint8_t*)out.bytes.data();
-    for (size_t k = first; k < last; ++k) {  // THE WHOLE-WORD LOOKUP
+    Memo* memo = lease.memo;
+    size_t k = first;
+    for (; k < last; ++k) {  // THE WHOLE-WORD LOOKUP, in place while every word is one entry
       const size_t a0 = out.start[k], a1 = k + 1 < last ? out.start[k + 1] : out.bytes.size();
-      out.spec[k] = words->find(bytes + a0, a1 - a0);
+      const uint32_t id = one_id(bytes + a0, a1 - a0);
+      if (id == gputok_rx::NORMAL) break;
+      out.spec[k] = id;
     }
+    if (k == last) return;
+    // a word of several pieces: the entries from k on are written again, one per piece
+    ns.assign(out.start.begin() + (long)k, out.start.end());
+    out.start.resize(k);
+    out.spec.resize(k);
+    for (size_t j = 0; j < ns.size(); ++j) {
+      const size_t a0 = ns[j], a1 = j + 1 < ns.size() ? ns[j + 1] : out.bytes.size();
+      const uint8_t* p = bytes + a0;
+      const size_t len = a1 - a0;
+      const uint32_t id = j == 0 ? gputok_rx::NORMAL : one_id(p, len);
+      if (id != gputok_rx::NORMAL) {
+        out.start.push_back((uint32_t)a0);
+        out.spec.push_back(id);
+        continue;
+      }
+      const uint64_t h = Words::hash(p, len);
+      const uint32_t* q = memo ? memo->get(h, p, len) : nullptr;
+      if (q == nullptr) {
+        words->match(p, len, got);
+        if (memo) memo->put(h, p, len, got);
+        q = nullptr;
+      }
+      const uint32_t pieces = q ? q[0] : (uint32_t)(got.size() / 2);
+      const uint32_t* pair = q ? q + 1 : got.data();
+      uint32_t at = (uint32_t)a0;
+      for (uint32_t i = 0; i < pieces; ++i) {
+        out.start.push_back(at);
+        out.spec.push_back(pair[2 * i + 1]);
+        at += pair[2 * i];
+      }
+    }
+  }
+
+  // A word's id where it is one entry: unk past the character cap, the word's own id where it
+  // is an entry, else NORMAL (it has several pieces, or is unk for want of a match).
+  uint32_t one_id(const uint8_t* p, size_t n) const {
+    uint64_t chars = 0;
+    for (size_t i = 0; i < n; ++i) chars += (p[i] & 0xC0) != 0x80;
+    if (chars > words->max_chars) return words->unk;
+    return words->find(p, n);
   }
 
   void words_of(const uint8_t* w, long long n, gputok_rx::Out& out) {
@@ -255,15 +430,29 @@ struct Cutter {
 
 }  // namespace gputok_bert
 
-// A model's whole-word index: n entries, entry k's bytes blob[off[k] .. off[k + 1]), its id ids[k].
+// A model's word index: n entries (every vocabulary entry), entry k's bytes
+// blob[off[k] .. off[k + 1]), its id ids[k]; the continuation prefix (plen bytes), the unk id
+// and the character cap of a word.
 extern "C" __attribute__((visibility("default"))) void* gputok_bert_words_new(
-    const uint8_t* blob, const long long* off, const uint32_t* ids, long long n) {
+    const uint8_t* blob, const long long* off, const uint32_t* ids, long long n,
+    const uint8_t* prefix, long long plen, uint32_t unk, unsigned long long max_chars) {
   gputok_bert::Words* w = new (std::nothrow) gputok_bert::Words();
   if (w == nullptr) return nullptr;
   try {
     w->blob.assign(blob, blob + off[n]);
     w->off.assign(off, off + n + 1);
     w->ids.assign(ids, ids + n);
+    w->prefix.assign((const char*)prefix, (size_t)plen);
+    w->unk = unk;
+    w->max_chars = max_chars;
+    w->prefix_state = gputok_bert::Words::feed(1469598103934665603ull, prefix, (size_t)plen);
+    for (long long k = 0; k < n; ++k) {
+      const size_t len = (size_t)(off[k + 1] - off[k]);
+      w->max_first = std::max(w->max_first, len);
+      if (len > (size_t)plen && std::memcmp(blob + off[k], prefix, (size_t)plen) == 0)
+        w->max_cont = std::max(w->max_cont, len - (size_t)plen);
+    }
+    for (int k = 0; k < gputok_bert::MEMOS; ++k) w->memos.push_back(new gputok_bert::Memo());
     uint32_t size = 16;
     while (size < 2 * (uint64_t)n + 16) size <<= 1;  // load <= 1/2
     w->slot.assign(size, 0u);

@@ -2,8 +2,9 @@
 
 * WordPiece: ``kernels/encode_wordpiece.cu`` compiled by the host's C++ compiler
   (``gputok/backends/native/build.py``), run by the driver against HF ``tokenizers``.
-  BertNormalizer + BertPreTokenizer run in the device's own pass (``kernels/host_bert.h``) and
-  the longest match in the kernel: no counted host stage, no ``encode_merge_*`` launch.
+  BertNormalizer + BertPreTokenizer run in the device's own pass (``kernels/host_bert.h``),
+  which also gives each word as its pieces (the whole-word lookup, then the longest match,
+  memoised), so the kernel only emits: no counted host stage, no ``encode_merge_*`` launch.
 * SentencePiece: no kernel; the model runs on the host, a counted fallback (and WordPiece on
   a device adapter that says it has no encode_wordpiece form; Metal has one,
   ``tests/test_metal_coverage.py``).
@@ -214,3 +215,60 @@ def test_whole_words_are_resolved_in_the_cut_and_respect_the_word_cap(corpora, t
     assert seg.vocab.get("international") not in resolved
     assert enc.encode("international", backend=be) == hf.encode(
         "international", add_special_tokens=False).ids == [seg.unk_id]
+
+
+def _small_wordpiece(tmp_path, prefix: str, max_chars: int):
+    """A small WordPiece vocabulary (most words several pieces, some unk) as HF and gputok."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    toks = ["[UNK]", "[PAD]"] + list("abcdeéñ中") + [prefix + c for c in "abcdeé"] + [
+        "ab", "abc", "bad", "cab", "dé", prefix + "ab", prefix + "bad", prefix + "cc",
+        prefix + "éa", "ñab", prefix + "ñ" + "a" * 10]  # (with "##": longer than the cap)
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(toks))}
+    hf = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=prefix,
+                                    max_input_chars_per_word=max_chars))
+    hf.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    (tmp_path / "wp.json").write_text(hf.to_str(), "utf-8")
+    return gputok.load(tmp_path / "wp.json"), hf
+
+
+@pytest.mark.parametrize("prefix", ["##", "", "a"], ids=["hashes", "empty", "a-letter"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_cut_matches_every_word_and_memoises_it_like_hf(prefix, threads, tmp_path):
+    """THE WORDPIECE MATCH in BERT's cut (``kernels/host_bert.h``): every word comes out of the
+    cut resolved, one entry per piece (none left for the kernel), and the ids equal HF's on
+    words of several pieces, unk words (no match; past the character cap), multi-byte pieces
+    and the longest first and later pieces; over 40,000 distinct words, so the memos of matched
+    words fill and start over, and again on a second batch that finds them memoised."""
+    import random
+
+    from gputok.backends.native import pattern
+
+    enc, hf = _small_wordpiece(tmp_path, prefix, 12)
+    rng = random.Random(7)
+    letters = "abcdeéñ中xa"
+    words = {"".join(rng.choice(letters) for _ in range(rng.randint(1, 14)))
+             for _ in range(60_000)}
+    words = sorted(words) + ["bñ" + "a" * 10, "bña" + "a" * 10, "abcabc", "x"]
+    rng.shuffle(words)
+    docs = [" ".join(words[i:i + 150]) + "," for i in range(0, len(words), 150)]
+    assert len(words) > 40_000
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    assert any(len(w) > 1 for w in want) and any(hf.token_to_id("[UNK]") in w for w in want)
+    be = native.create(threads=threads)
+    for _ in range(2):
+        ids, off = enc.encode_batch_arrays(docs, allowed_special="all", backend=be)
+        assert [ids[off[i]:off[i + 1]].tolist() for i in range(len(docs))] == want
+    assert not be.fallbacks, dict(be.fallbacks)
+    # the cut alone: no entry is left unresolved
+    pre = enc.model.front[1]
+    data = "\n".join(docs[:40]).encode()
+    args = (data, np.array([0, len(data)], np.int64), np.zeros(0, np.int64),
+            np.zeros(0, np.int64), np.zeros(0, np.uint32))
+    _, pstart, spec, _ = pattern.cutter(pre, pre.program(), threads,
+                                        enc.model.segmenter.whole_words).cut_chunk(*args)
+    assert len(spec) > 1 and (spec[:-1] != np.uint32(0xFFFFFFFF)).all()
+    assert spec[:-1].tolist() == [i for e in hf.encode_batch(["\n".join(docs[:40])],
+                                                             add_special_tokens=False)
+                                  for i in e.ids]

@@ -29,7 +29,8 @@ def _setup(lib) -> None:
     lib.gputok_bert_cut.argtypes = [vp] * 5 + [ll] + [vp] * 4 + [ll, i] + [vp, vp, ll] + \
         [vp] * 3 + [ll, i, vp]
     lib.gputok_bert_cut.restype = vp
-    lib.gputok_bert_words_new.argtypes = [vp, vp, vp, ll]
+    lib.gputok_bert_words_new.argtypes = [vp, vp, vp, ll, ctypes.c_char_p, ll, ctypes.c_uint32,
+                                          ctypes.c_ulonglong]
     lib.gputok_bert_words_new.restype = vp
     lib.gputok_bert_words_free.argtypes = [vp]
     lib.gputok_bert_words_free.restype = None
@@ -38,9 +39,8 @@ def _setup(lib) -> None:
 
 def cutter(pre, program, threads: int, words=None):
     """The native cut of ``program`` (a pattern's or BERT's) for the pre-tokenizer ``pre``;
-    ``words``: the segmenter's whole words (``WordPieceFamily.whole_words``: blob, offsets,
-    ids), which BERT's cut
-    resolves itself, or None."""
+    ``words``: the segmenter's words (``WordPieceFamily.whole_words``: every entry and the
+    match's constants), with which BERT's cut resolves every word itself, or None."""
     from ...components.bert_steps import BertProgram
 
     if isinstance(program, BertProgram):
@@ -124,19 +124,21 @@ class _BertTables:
 
 
 class BertCut(ProgramCut):
-    """BERT's normaliser and pre-tokenizer (``BertProgram``) in C: ``kernels/host_bert.h``; a
-    word that is a whole vocabulary entry comes out resolved (its id as its spec) where the
-    segmenter's ``whole_words`` are given."""
+    """BERT's normaliser and pre-tokenizer (``BertProgram``) in C: ``kernels/host_bert.h``;
+    where the segmenter's ``whole_words`` are given, every word comes out resolved: one entry
+    per WordPiece piece, its id as its spec (the words the cut matched are memoised across
+    chunks, a memo per cutting thread)."""
 
     def __init__(self, pre, program, threads: int, words=None):
         super().__init__(pre, program, threads)
         self._words = None
         if words is not None:
             lib = self._lib
-            blob, off, ids = words
+            blob, off, ids, prefix, unk, max_chars = words
             a = _address
             buf = np.frombuffer(blob, np.uint8)
-            h = lib.gputok_bert_words_new(a(buf), a(off), a(ids), len(ids))
+            h = lib.gputok_bert_words_new(a(buf), a(off), a(ids), len(ids), prefix, len(prefix),
+                                          unk, min(max(int(max_chars), 0), 2 ** 64 - 1))
             if not h:
                 raise MemoryError("gputok native: out of memory indexing the vocabulary")
             self._words = h

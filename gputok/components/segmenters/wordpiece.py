@@ -103,17 +103,17 @@ class WordPieceFamily(Base):
 
     @functools.cached_property
     def whole_words(self) -> tuple:
-        """(blob, offsets, ids) of every entry a whole word may be at once: its id is the word's
-        only piece (the longest match from the word's start is all of it), unless the word has
-        more than ``max_chars`` characters (then it is unk). A device that cuts the words may
-        resolve such a word itself (THE WHOLE-WORD LOOKUP, ``kernels/host_bert.h``)."""
-        toks = [(t.encode("utf-8"), i) for t, i in self.vocab.items()
-                if 0 < len(t) <= self.max_chars]
+        """(blob, offsets, ids, prefix, unk id, max_chars): every entry's UTF-8 bytes and id,
+        with what the match needs besides, for a device that cuts the words and resolves them
+        itself (``kernels/host_bert.h``: THE WHOLE-WORD LOOKUP, then THE WORDPIECE MATCH of the
+        other words), so no word is left for the kernel's trie walk."""
+        toks = [(t.encode("utf-8"), i) for t, i in self.vocab.items() if t]
         lens = np.fromiter((len(b) for b, _ in toks), np.int64, len(toks))
         off = np.zeros(len(toks) + 1, np.int64)
         np.cumsum(lens, out=off[1:])
         return (b"".join(b for b, _ in toks) or b"\0", off,
-                np.fromiter((i for _, i in toks), np.uint32, len(toks)))
+                np.fromiter((i for _, i in toks), np.uint32, len(toks)),
+                self.prefix.encode("utf-8"), self.unk_id, self.max_chars)
 
     # ---- the segmenter ---------------------------------------------------------------------------
 
