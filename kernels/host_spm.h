@@ -26,6 +26,8 @@
 // between calls up to ENC_SPM_KEEP bytes (a short text's call then allocates nothing; a big
 // chunk's is freed after it, as a chunk worker's would otherwise stay resident).
 
+#include <vector>
+
 enum {
   ENC_SPM_TAB_SYM,
   ENC_SPM_TAB_C_SLOTS,
@@ -46,6 +48,7 @@ enum {
   ENC_SPM_TAB_REWRITE,  // 1: a text is rewritten by THE SPM NORMALISER first
   ENC_SPM_TAB_UD,       // THE USER-DEFINED MATCH's trie (common/spm_norm_rules.h)
   ENC_SPM_TAB_N_UD,     // its length (0: no user-defined pieces)
+  ENC_SPM_TAB_MODEL,    // the model's serial number in this process (never reused: the memos')
   ENC_SPM_TAB_WORDS
 };
 
@@ -70,6 +73,68 @@ struct EncSpmWork {  // a thread's workspace
       mem = nullptr;
       words = 0;
     }
+  }
+};
+
+// A thread's memo of merged spans (a span's bytes and dummy bit -> its ids) for one model at a
+// time (ENC_SPM_TAB_MODEL; another model's chunk starts it over): a span of ordinary text is
+// merged once, then copied. It fills up to ENC_SPM_MEMO_SPANS spans or ENC_SPM_MEMO_BYTES
+// bytes and starts over; spans past ENC_SPM_MEMO_LONGEST bytes are merged every time.
+//
+// Performance notes: the merge probes the pair table (most probes a cache miss) for every
+// symbol of every span, 57% of a prose batch's cycles with no memo; words repeat (the 1 MB
+// corpora have 10-25% distinct spans), so most spans become one probe and a copy.
+#define ENC_SPM_MEMO_SPANS (1u << 15)
+#define ENC_SPM_MEMO_BYTES (1u << 20)
+#define ENC_SPM_MEMO_LONGEST 64u
+
+struct EncSpmMemo {
+  enc_u64 model = 0;            // 0: empty
+  std::vector<enc_u8> keys;     // the spans' bytes, one after another
+  std::vector<enc_u32> rec;     // per span: key offset, key bytes | dummy << 31, ids, the ids
+  std::vector<enc_u32> slot;    // record index + 1 (0: empty)
+  enc_u32 spans = 0;
+
+  void reset(enc_u64 owner) {
+    model = owner;
+    keys.clear();
+    rec.clear();
+    slot.assign(2 * ENC_SPM_MEMO_SPANS, 0u);  // load <= 1/2
+    spans = 0;
+  }
+  static enc_u64 hash(const enc_u8* p, enc_u32 n, enc_u32 dummy) {
+    enc_u64 h = 1469598103934665603ull ^ dummy;
+    for (enc_u32 i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+  }
+  // the record of span p[0, n) with its dummy bit: (ids, the ids...), or null
+  const enc_u32* get(enc_u64 h, const enc_u8* p, enc_u32 key) const {
+    const enc_u32 m = (enc_u32)slot.size() - 1;
+    const enc_u32 n = key & 0x7FFFFFFFu;
+    for (enc_u32 s = (enc_u32)h & m;; s = (s + 1) & m) {
+      const enc_u32 r = slot[s];
+      if (r == 0) return nullptr;
+      const enc_u32* q = rec.data() + (r - 1);
+      if (q[1] != key) continue;
+      const enc_u8* k = keys.data() + q[0];
+      enc_u32 i = 0;
+      while (i < n && k[i] == p[i]) ++i;
+      if (i == n) return q + 2;
+    }
+  }
+  void put(enc_u64 h, const enc_u8* p, enc_u32 key, const enc_u32* ids, enc_u32 count) {
+    const enc_u32 n = key & 0x7FFFFFFFu;
+    if (spans + 1 > ENC_SPM_MEMO_SPANS || keys.size() + n > ENC_SPM_MEMO_BYTES) reset(model);
+    const enc_u32 m = (enc_u32)slot.size() - 1;
+    enc_u32 s = (enc_u32)h & m;
+    while (slot[s] != 0) s = (s + 1) & m;
+    slot[s] = (enc_u32)rec.size() + 1;
+    rec.push_back((enc_u32)keys.size());
+    rec.push_back(key);
+    rec.push_back(count);
+    rec.insert(rec.end(), ids, ids + count);
+    keys.insert(keys.end(), p, p + n);
+    ++spans;
   }
 };
 
@@ -167,11 +232,26 @@ extern "C" __attribute__((visibility("default"))) long long gputok_native_spm_ch
   ws.size = w32l != nullptr ? w32l + 2 * room : nullptr;
   ws.heap = w64l;
   ws.tree = w64l != nullptr ? w64l + room : nullptr;
+  thread_local EncSpmMemo memo;
+  if (memo.model != tab[ENC_SPM_TAB_MODEL]) memo.reset(tab[ENC_SPM_TAB_MODEL]);
   for (enc_u32 e = 0; e < cap; ++e) {
     const enc_u32 s = pstart[e], sp = spec[e], o = s + e;
     const enc_u32 end = sp == ENC_NORMAL ? pstart[e + 1] : s;
     const bool dummy = sp != ENC_GAP && (mark[s] & ENC_SPM_DUMMY) != 0;
-    count[e] = enc_spm_entry(m, buf, s, end, sp, dummy, scratch + o, ws, o);
+    if (sp != ENC_NORMAL || end - s > ENC_SPM_MEMO_LONGEST) {
+      count[e] = enc_spm_entry(m, buf, s, end, sp, dummy, scratch + o, ws, o);
+      continue;
+    }
+    const enc_u32 key = (end - s) | (dummy ? 0x80000000u : 0u);
+    const enc_u64 h = EncSpmMemo::hash(buf + s, end - s, dummy ? 1u : 0u);
+    const enc_u32* q = memo.get(h, buf + s, key);
+    if (q != nullptr) {
+      for (enc_u32 i = 0; i < q[0]; ++i) scratch[o + i] = q[1 + i];
+      count[e] = q[0];
+    } else {
+      count[e] = enc_spm_entry(m, buf, s, end, sp, dummy, scratch + o, ws, o);
+      memo.put(h, buf + s, key, scratch + o, count[e]);
+    }
   }
   free(w32l);
   free(w64l);

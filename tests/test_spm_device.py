@@ -396,6 +396,26 @@ def test_native_device_equals_sentencepiece(name, tmp_path_factory):
     assert be.dev.launches["encode_spm_merge"] >= 2
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_memo_of_merged_spans_is_per_model_and_per_dummy(threads, tmp_path_factory):
+    """The chunk workers' memos of merged spans (``kernels/host_spm.h``): two models take
+    turns on the same threads over the same words (a span memoised for one is merged again
+    for the other: ENC_SPM_TAB_MODEL), words that start a document (the dummy "▁") and the same
+    words inside one, over and over (memo hits); every pass equals sentencepiece."""
+    be = native_backend(threads)
+    if be is None:
+        pytest.skip("no C++ compiler: the native device is unavailable")
+    rng = random.Random(3)
+    words = ["the", "cat", "é", "世界", "theatre", "cathedral", "ab", "▁x", "😀", "tee"]
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))
+            for _ in range(400)] + [w for w in words] + ["  " + w for w in words]
+    models = [(spm_enc(n, tmp_path_factory), F.spm_oracle(F.model_source(n)))
+              for n in ("mistral_v1", "mistral_v3", "botchan_bpe")]
+    for _ in range(2):
+        for enc, sp in models:
+            run_path(be, enc, docs, [sp.encode(d) for d in docs])
+
+
 def test_native_single_texts_take_one_call(tmp_path_factory):
     """``encode`` of one text on the native device: one call, special tokens as the contract
     says, the counters show it; a short text stays on the host path (no call)."""

@@ -13,6 +13,7 @@ form (``spm_device.SpmStages``) runs the same rules on the same device.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 
 import numpy as np
@@ -62,10 +63,14 @@ class _Out(threading.local):
 _out = _Out()
 
 
+_serials = itertools.count(1)
+
+
 def spm_tab(t: SpmTables, up: dict) -> int:
     """The address of the tables' addresses and scalars as host_spm.h reads them
     (ENC_SPM_TAB_*); the array is kept with the uploaded arrays (``up``), which it points
-    into."""
+    into. Its last word is a serial number no other tables of this process get (an address
+    may be reused by later tables): the chunk workers' memos of merged spans are per model."""
     at = up.get("tab_at")
     if at is None:
         a, s = up["arrays"], up["scalars"]
@@ -74,8 +79,8 @@ def spm_tab(t: SpmTables, up: dict) -> int:
                        + [int(s[k]) for k in ("c_bits", "t_bits", "flags", "unk", "space_id")]
                        + [int(t.fuse), a["cm_units"].ctypes.data, a["cm_strings"].ctypes.data]
                        + [int(s[k]) for k in ("n_units", "n_strings", "nflags")]
-                       + [int(t.normalizer == "rewrite"), a["ud"].ctypes.data, int(s["n_ud"])],
-                       np.uint64)
+                       + [int(t.normalizer == "rewrite"), a["ud"].ctypes.data, int(s["n_ud"])]
+                       + [next(_serials)], np.uint64)
         up["tab"], at = tab, tab.ctypes.data
         up["tab_at"] = at
     return at
