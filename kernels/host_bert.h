@@ -171,7 +171,7 @@ struct Words {
 
 // A memo of matched words (word bytes -> their (bytes, id) pieces) that persists across chunks
 // and batches: a word that is no entry is matched once, then found by one probe. One memo per
-// cutting thread (leased: Memo::lease), so no lock is held while cutting; a memo that fills
+// cutting thread (leased: MemoLease), so no lock is held while cutting; a memo that fills
 // (MEMO_WORDS words or MEMO_BYTES bytes) starts over.
 //
 // Performance notes: the kernel's trie walk over the words the whole-word lookup leaves (7% of

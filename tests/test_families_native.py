@@ -178,8 +178,8 @@ def test_wordpiece_on_a_device_without_its_kernel_is_a_counted_host_fallback(tmp
 
 def test_whole_words_are_resolved_in_the_cut_and_respect_the_word_cap(corpora, tmp_path):
     """THE WHOLE-WORD LOOKUP (kernels/host_bert.h): a word that is a vocabulary entry comes out
-    of BERT's cut as its id; a longer entry than ``max_input_chars_per_word`` is not in the
-    index, so such a word stays unk (HF's rule), and ids equal HF's either way."""
+    of BERT's cut as its id; a word of more characters than ``max_input_chars_per_word`` is
+    unk even where it is an entry (HF's rule), and ids equal HF's either way."""
     from tokenizers import Tokenizer
 
     from gputok.backends.native import pattern

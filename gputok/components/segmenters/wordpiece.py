@@ -26,7 +26,10 @@ words are cut on the host and only the longest match runs in the kernel: cutting
 ``split`` call per segment with a ``str`` and a ``bytes`` object per word was ~60% of a native
 run (cProfile, 2 MB of prose); ``BertSteps.words_bytes_batch`` cuts a whole chunk into one UTF-8
 buffer + word offsets (``hostplan.entries_from_words``): 2.6x less host time, and the BERT
-normaliser itself is then most of what is left.
+normaliser itself is then most of what is left. On the native device BERT's cut
+(``kernels/host_bert.h``) resolves every word itself from ``whole_words`` (the whole-word lookup,
+then the longest match, memoised across chunks): the kernel's trie walk probed a 4 MB hash table
+for every byte of every word it got, most probes a cache miss.
 """
 
 from __future__ import annotations
