@@ -50,6 +50,7 @@ using namespace metal;
 #define ST_N 25            // positions
 #define ST_CAP 26          // table slots
 #define ST_N_IDS 27        // ids with room in tokinfo
+#define ST_NEED 28         // a stop for room (REHASH, POOL, GAINS): the step's 2 x list length
 #define ST_SIZE 32
 
 #define TRAIN_STOP_TARGET 1    // the vocabulary is full

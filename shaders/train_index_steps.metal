@@ -124,7 +124,7 @@ while (true) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   if (tid == 0u) {
-    s_phase = 0;
+    s_phase = 0;  // (1 below: no stop)
     const long bc = s_count[0];
     const ulong bk = s_key[0];
     const uint bs = s_slot[0];
@@ -153,6 +153,10 @@ while (true) {
     } else if (2 * len > gcap) {
       s_state[ST_STOP] = TRAIN_STOP_GAINS;
     } else {
+      s_phase = 1;
+    }
+    s_state[ST_NEED] = 2 * len;
+    if (s_phase == 1) {
       const int a = (int)(bk >> 32);
       const int b = (int)(bk & 0xFFFFFFFFul);
       s_state[ST_A] = a;

@@ -189,12 +189,14 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
                    kernels: KernelFactory, on_merge: "Callable[[int], None] | None" = None,
                    block_steps: int = BLOCK_STEPS, candidates: int = CANDIDATES,
                    initial_capacity: "int | None" = None, threadgroup: int = TRAIN_BLOCK,
-                   stats: "dict | None" = None, **_ignored) -> list[tuple[int, int, int]]:
+                   gain_room: "int | None" = None, pool_room: "int | None" = None,
+                   stats: "dict | None" = None) -> list[tuple[int, int, int]]:
     """Run the indexed merge loop with ``kernels``' ``train_index_steps``; returns the merges.
 
     ``ids``/``offsets``/``wcounts``: the words (``train.cpu.word_arrays``); ``vocab`` grows with
-    the merged tokens. ``block_steps``, ``candidates`` and ``initial_capacity`` size the loop
-    (the tests make them small, so every stop happens). ``stats``, when given, counts the
+    the merged tokens. ``block_steps``, ``candidates``, ``initial_capacity`` (table slots),
+    ``gain_room`` (a step's gains) and ``pool_room`` (list entries) size the loop (the tests make
+    them small, so every stop happens; each grows when a step needs more). ``stats``, when given, counts the
     launches (``"blocks"``) and the stops by name, and lists per merge the work of its step
     (``"work"``: occurrence-list entries + matches + gains, candidates scanned, ids compared)
     and per launch the elements its copy moved (``"copied"``).
@@ -217,10 +219,11 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     wc = np.concatenate([wc, np.zeros(max(PAD - len(wc), 0), np.int64)])
     cap = _pow2_at_least(initial_capacity or 2 * min(max(n_sym, 1), len(vocab) ** 2))
     table, cap, occ, used, total = index_from_positions(tok, nxt, word_of, wc, cap)
-    pool = np.zeros(max(2 * total + 2 * n_sym, 16), np.uint32)
+    pool = np.zeros(max(total + (pool_room if pool_room is not None else total + 2 * n_sym), 16),
+                    np.uint32)
     pool[:total] = occ
     t = table.reshape(TABLE_WORDS, cap)
-    gcap = max(2 * int(t[4].max(initial=0)), 16)
+    gcap = gain_room or max(2 * int(t[4].max(initial=0)), 16)
     cand_room = max(int(candidates), PAD)
     cand_slots, bc, bk = choose_candidates(table, cap, cand_room)
     cand = np.zeros(cand_room, np.uint32)
@@ -282,18 +285,20 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
             return merges
         new_candidates = why == STOP["REBUILD"]
         if why == STOP["REHASH"]:
-            new_cap = _pow2_at_least(int((int(st[ST["USED"]]) + 2 * gcap) / _MAX_LOAD) + 1)
+            room = max(2 * gcap, int(st[ST["NEED"]]))
+            new_cap = _pow2_at_least(int((int(st[ST["USED"]]) + room) / _MAX_LOAD) + 1)
             host, live = rehash(read_back([table])[0], cap, new_cap)
             table, cap = mx.array(host), new_cap
             st[ST["CAP"]], st[ST["USED"]] = cap, live
             st[ST["USED_LIMIT"]] = int(_MAX_LOAD * cap)
             new_candidates = True
         elif why == STOP["POOL"]:
-            host_t, host_p, total = repack_pool(*read_back([table, pool]), cap, gcap)
+            need = max(gcap, int(st[ST["NEED"]]))
+            host_t, host_p, total = repack_pool(*read_back([table, pool]), cap, need)
             table, pool = mx.array(host_t), mx.array(host_p)
             st[ST["POOL_USED"]], st[ST["POOL_CAP"]] = total, len(host_p)
         elif why == STOP["GAINS"]:
-            gcap *= 2
+            gcap = max(2 * gcap, int(st[ST["NEED"]]))
             st[ST["GAINS_CAP"]] = gcap
         elif why == STOP["RESERVED"]:  # rule 7: compare the bytes the hash matched
             a, b = int(st[ST["A"]]), int(st[ST["B"]])
