@@ -185,27 +185,12 @@ def repack_pool(table: np.ndarray, pool: np.ndarray, cap: int, need: int):
 
 # ---------------------------------------------------------------- the loop
 
-def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
-                   kernels: KernelFactory, on_merge: "Callable[[int], None] | None" = None,
-                   block_steps: int = BLOCK_STEPS, candidates: int = CANDIDATES,
-                   initial_capacity: "int | None" = None, threadgroup: int = TRAIN_BLOCK,
-                   gain_room: "int | None" = None, pool_room: "int | None" = None,
-                   stats: "dict | None" = None) -> list[tuple[int, int, int]]:
-    """Run the indexed merge loop with ``kernels``' ``train_index_steps``; returns the merges.
-
-    ``ids``/``offsets``/``wcounts``: the words (``train.cpu.word_arrays``); ``vocab`` grows with
-    the merged tokens. ``block_steps``, ``candidates``, ``initial_capacity`` (table slots),
-    ``gain_room`` (a step's gains) and ``pool_room`` (list entries) size the loop (the tests make
-    them small, so every stop happens; each grows when a step needs more). ``stats``, when given, counts the
-    launches (``"blocks"``) and the stops by name, and lists per merge the work of its step
-    (``"work"``: occurrence-list entries + matches + gains, candidates scanned, ids compared)
-    and per launch the elements its copy moved (``"copied"``).
-    """
-    import mlx.core as mx
-
-    from .train import _existing_id
-
-    stats = {} if stats is None else stats
+def setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
+          block_steps: int = BLOCK_STEPS, candidates: int = CANDIDATES,
+          initial_capacity: "int | None" = None, gain_room: "int | None" = None,
+          pool_room: "int | None" = None) -> tuple[dict, np.ndarray]:
+    """The host arrays of a training run, ready for its first launch (the first count, lists and
+    candidates; the ids' THE TOKEN HASH; the specials' spellings), and its state record."""
     n_sym = int(offsets[-1])
     if n_sym >= 2**31 - 1:
         raise ValueError(f"{n_sym} symbols of unique words: the device trainer's int32 "
@@ -246,9 +231,57 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
                         GAINS_CAP=gcap, FORCED_KEY=-1, N_RES=len(reserved), RES_ROOM=res_room,
                         REC_CAP=int(block_steps), N=n, CAP=cap, N_IDS=n_ids).items():
         st[ST[name]] = v
-    links = mx.array(np.concatenate([tok, prv, nxt]))
-    word_of, wc = mx.array(word_of), mx.array(wc)
-    table, pool, cand, info, res = (mx.array(x) for x in (table, pool, cand, info, res))
+    host = dict(links=np.concatenate([tok, prv, nxt]), word_of=word_of, wcount=wc, table=table,
+                pool=pool, cand=cand, tokinfo=info, res=res, reserved=reserved, n_sym=n_sym)
+    return host, st
+
+
+def launch(kernel, dev: dict, st: np.ndarray, *, threadgroup: int = TRAIN_BLOCK) -> dict:
+    """One launch of ``train_index_steps`` over ``dev``'s arrays (MLX, or anything MLX takes)
+    with the state record ``st``: the outputs by name, lazy (``out_state``, ``rec``, and the new
+    ``links``, ``table``, ``pool``, ``cand``, ``tokinfo``)."""
+    import mlx.core as mx
+
+    n, cap, gcap = int(st[ST["N"]]), int(st[ST["CAP"]]), int(st[ST["GAINS_CAP"]])
+    names = ("links", "table", "pool", "cand", "tokinfo")
+    out = kernel(dev["links"], dev["word_of"], dev["wcount"], dev["table"], dev["pool"],
+                 dev["cand"], dev["tokinfo"], dev["res"], mx.array(st),
+                 output_shapes=[(3 * n,), (TABLE_WORDS * cap,), (dev["pool"].size,),
+                                (dev["cand"].size,), (dev["tokinfo"].size,), (ST["SIZE"],),
+                                (REC * int(st[ST["REC_CAP"]]),), (n,), (cap + 4 * gcap,)],
+                 grid=threadgroup, threadgroup=threadgroup)
+    return dict(zip(names, out[:5]), out_state=out[5], rec=out[6])
+
+
+def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
+                   kernels: KernelFactory, on_merge: "Callable[[int], None] | None" = None,
+                   block_steps: int = BLOCK_STEPS, candidates: int = CANDIDATES,
+                   initial_capacity: "int | None" = None, threadgroup: int = TRAIN_BLOCK,
+                   gain_room: "int | None" = None, pool_room: "int | None" = None,
+                   stats: "dict | None" = None) -> list[tuple[int, int, int]]:
+    """Run the indexed merge loop with ``kernels``' ``train_index_steps``; returns the merges.
+
+    ``ids``/``offsets``/``wcounts``: the words (``train.cpu.word_arrays``); ``vocab`` grows with
+    the merged tokens. ``block_steps``, ``candidates``, ``initial_capacity`` (table slots),
+    ``gain_room`` (a step's gains) and ``pool_room`` (list entries) size the loop (the tests
+    make them small, so every stop happens; each grows when a step needs more). ``stats``, when
+    given, counts the launches (``"blocks"``) and the stops by name, and lists per merge the
+    work of its step (``"work"``: occurrence-list entries + matches + gains, candidates
+    scanned, ids compared) and per launch the elements its copy moved (``"copied"``).
+    """
+    import mlx.core as mx
+
+    from .train import _existing_id
+
+    stats = {} if stats is None else stats
+    host, st = setup(ids, offsets, wcounts, vocab, vocab_size=vocab_size,
+                     min_frequency=min_frequency, block_steps=block_steps, candidates=candidates,
+                     initial_capacity=initial_capacity, gain_room=gain_room,
+                     pool_room=pool_room)
+    reserved, n_sym = host.pop("reserved"), host.pop("n_sym")
+    dev = {k: mx.array(v) for k, v in host.items()}
+    n, cap, gcap = int(st[ST["N"]]), int(st[ST["CAP"]]), int(st[ST["GAINS_CAP"]])
+    cand_room = int(st[ST["CAND_CAP"]])
     kernel = kernels("train_index_steps")
     merges: list[tuple[int, int, int]] = []
 
@@ -256,14 +289,11 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
         stats[what] = stats.get(what, 0) + 1
 
     while True:
-        copied = 3 * n + n + TABLE_WORDS * cap + pool.size + cand.size + info.size + cap
-        links, table, pool, cand, info, state, rec, _, _ = kernel(
-            links, word_of, wc, table, pool, cand, info, res, mx.array(st),
-            output_shapes=[(3 * n,), (TABLE_WORDS * cap,), (pool.size,), (cand.size,),
-                           (info.size,), (ST["SIZE"],), (REC * int(block_steps),), (n,),
-                           (cap + 4 * gcap,)],
-            grid=threadgroup, threadgroup=threadgroup)
-        st_got, rec_got = read_back([state, rec])
+        copied = (3 * n + n + TABLE_WORDS * cap + dev["pool"].size + dev["cand"].size
+                  + dev["tokinfo"].size + cap)
+        out = launch(kernel, dev, st, threadgroup=threadgroup)
+        dev.update((k, out[k]) for k in ("links", "table", "pool", "cand", "tokinfo"))
+        st_got, rec_got = read_back([out["out_state"], out["rec"]])
         st = st_got.astype(np.int64).copy()
         seen("blocks")
         stats.setdefault("copied", []).append(int(copied))
@@ -287,15 +317,15 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
         if why == STOP["REHASH"]:
             room = max(2 * gcap, int(st[ST["NEED"]]))
             new_cap = _pow2_at_least(int((int(st[ST["USED"]]) + room) / _MAX_LOAD) + 1)
-            host, live = rehash(read_back([table])[0], cap, new_cap)
-            table, cap = mx.array(host), new_cap
+            host_t, live = rehash(read_back([dev["table"]])[0], cap, new_cap)
+            dev["table"], cap = mx.array(host_t), new_cap
             st[ST["CAP"]], st[ST["USED"]] = cap, live
             st[ST["USED_LIMIT"]] = int(_MAX_LOAD * cap)
             new_candidates = True
         elif why == STOP["POOL"]:
             need = max(gcap, int(st[ST["NEED"]]))
-            host_t, host_p, total = repack_pool(*read_back([table, pool]), cap, need)
-            table, pool = mx.array(host_t), mx.array(host_p)
+            host_t, host_p, total = repack_pool(*read_back([dev["table"], dev["pool"]]), cap, need)
+            dev["table"], dev["pool"] = mx.array(host_t), mx.array(host_p)
             st[ST["POOL_USED"]], st[ST["POOL_CAP"]] = total, len(host_p)
         elif why == STOP["GAINS"]:
             gcap = max(2 * gcap, int(st[ST["NEED"]]))
@@ -305,22 +335,21 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
             st[ST["FORCED_KEY"]] = (a << 32) | b
             st[ST["FORCED_ID"]] = _existing_id(vocab, reserved, a, b)
         elif why == STOP["RELIST"]:  # a pair gained that had a list: list every pair again
-            host_links = read_back([links])[0]
+            host_links = read_back([dev["links"]])[0]
             host_t, cap, occ, used, total = index_from_positions(
-                host_links[:n], host_links[2 * n:], np.array(word_of, copy=False),
-                np.array(wc, copy=False), cap)
+                host_links[:n], host_links[2 * n:], host["word_of"], host["wcount"], cap)
             host_p = np.zeros(max(2 * total + 2 * n_sym, 16), np.uint32)
             host_p[:total] = occ
-            table, pool = mx.array(host_t), mx.array(host_p)
+            dev["table"], dev["pool"] = mx.array(host_t), mx.array(host_p)
             st[ST["USED"]], st[ST["POOL_USED"]], st[ST["POOL_CAP"]] = used, total, len(host_p)
             st[ST["CAP"]], st[ST["USED_LIMIT"]] = cap, int(_MAX_LOAD * cap)
             st[ST["ANOMALY"]] = 0
             new_candidates = True
         if new_candidates:
-            slots, bc, bk = choose_candidates(read_back([table])[0], cap, cand_room)
+            slots, bc, bk = choose_candidates(read_back([dev["table"]])[0], cap, cand_room)
             host_c = np.zeros(cand_room, np.uint32)
             host_c[:len(slots)] = slots
-            cand = mx.array(host_c)
+            dev["cand"] = mx.array(host_c)
             st[ST["CAND_N"]], st[ST["CAND_FULL"]] = len(slots), 0
             st[ST["BOUND_COUNT"]], st[ST["BOUND_KEY"]] = bc, bk
         st[ST["STOP"]] = 0
