@@ -51,6 +51,7 @@ using namespace metal;
 #define ST_CAP 26          // table slots
 #define ST_N_IDS 27        // ids with room in tokinfo
 #define ST_NEED 28         // a stop for room (REHASH, POOL, GAINS): the step's 2 x list length
+#define ST_SPELL_CAP 29    // slots of the set of the ids' spellings (a power of two)
 #define ST_SIZE 32
 
 #define TRAIN_STOP_TARGET 1    // the vocabulary is full
@@ -78,8 +79,7 @@ using namespace metal;
 #define TRAIN_IX_USED 5
 #define TRAIN_IX_CAND_FULL 6
 #define TRAIN_IX_ANOMALY 7
-#define TRAIN_IX_HIT 8
-#define TRAIN_IX_COUNTERS 9
+#define TRAIN_IX_COUNTERS 8
 
 // The pair's int64 count at slot s.
 METAL_FUNC long train_ix_count(const device uint* c_lo, const device uint* c_hi, uint s) {
@@ -109,4 +109,11 @@ METAL_FUNC uint train_ix_add(device uint* key_hi, device uint* key_lo, device ui
 
 METAL_FUNC bool train_ix_not_worse(long c, ulong k, long vc, ulong vk) {
   return train_better(c, k, vc, vk) || (c == vc && k == vk);  // THE COMPARATOR
+}
+
+// THE SPELLING PRINT: a nonzero 64-bit print of a token's (byte length, THE TOKEN HASH), the key
+// of the set of the ids' spellings that rule 7 looks each merged token up in (a print two
+// spellings share costs a stop that the host settles by comparing bytes, never a wrong id)
+METAL_FUNC ulong train_ix_print(ulong len, ulong h) {
+  return train_hash(h ^ (len * 0x9E3779B97F4A7C15ul)) | 1ul;
 }

@@ -9,8 +9,8 @@
 //
 // MLX gives a kernel fresh output buffers, so the launch first copies its state, input to
 // output (links = tok | prv | nxt, n each; the table; the pool; the candidates; tokinfo = the
-// ids' byte lengths | hashes) and zeroes is_start and gain_n; every step then updates the
-// outputs in place, as CUDA updates its arrays. The copy is the launch's one pass over the
+// ids' byte lengths | hashes | the set of their spellings) and zeroes is_start and gain_n;
+// every step then updates the outputs in place, as CUDA updates its arrays. The copy is the launch's one pass over the
 // whole state, shared by its steps. One threadgroup, because only its threads can wait for
 // each other: threadgroup_barrier(mem_device) orders their device-memory writes between the
 // phases, where Metal has no barrier across threadgroups.
@@ -19,8 +19,9 @@
 //   select  the best candidate (THE COMPARATOR); the stops in CUDA's order (vocabulary full,
 //           REC_CAP steps made, candidates that cannot vouch for the best pair, min_count,
 //           room in the table, the pool and the gain buffers); THE TOKEN HASH of the merged
-//           token against every id's and every special's spelling (HF's rule 7: a hit stops
-//           the block, the host compares the bytes and answers with FORCED_KEY / FORCED_ID);
+//           token looked up among the ids' spellings (a set of their prints, THE SPELLING
+//           PRINT) and the specials' (HF's rule 7: a hit stops the block, the host compares
+//           the bytes and answers with FORCED_KEY / FORCED_ID);
 //           the record (a, b, c, count); the pair's count to 0
 //   mark    over the pair's list: is_start where a merge starts (THE MATCH RULE), in matches
 //   deltas  over the matches: THE DELTA RULE into the table; each pair gained filed with the
@@ -29,8 +30,8 @@
 //   lists   over the pairs gained: room in the pool for each one's list, a place among the
 //           candidates when it is not worse than the boundary; is_start back to 0
 //   place   over the gains: each into its pair's list; gain_n back to 0
-// A step's work: the list, its matches and gains, the candidates (at most CAND_CAP) and the
-// ids (rule 7); recorded per step in rec (TRAIN_IX_REC fields) so a test can count it.
+// A step's work: the list, its matches and gains, the candidates (at most CAND_CAP) and rule 7's
+// probes and specials; recorded per step in rec (TRAIN_IX_REC fields) so a test can count it.
 //
 // scratch: gain_n[cap] | gain_slot | gain_pos | gslots | matches (GAINS_CAP each).
 // Launch one threadgroup of BLOCK threads.
@@ -42,12 +43,14 @@ threadgroup atomic_uint s_ctr[TRAIN_IX_COUNTERS];
 threadgroup long s_list[2];     // this step's list: offset, length
 threadgroup long s_best[2];     // this step's pair: count, slot
 threadgroup ulong s_token[2];   // the merged token's byte length and THE TOKEN HASH
-threadgroup int s_phase;        // 0: stopped; 1: a merge to check against the ids; 2: a merge
+threadgroup int s_phase;        // 0: stopped; 1: a merge to check (rule 7); 2: a merge
 const uint tid = thread_index_in_threadgroup;
 const long n = state[ST_N];
 const long cap = state[ST_CAP];
 const long gcap = state[ST_GAINS_CAP];
 const long n_ids = state[ST_N_IDS];
+const long spell_cap = state[ST_SPELL_CAP];
+const ulong spell_mask = (ulong)(spell_cap - 1);
 const long room = state[ST_RES_ROOM];
 const uint mask = (uint)(cap - 1);
 
@@ -57,7 +60,7 @@ for (long i = tid; i < n; i += BLOCK) is_start[i] = 0;
 for (long i = tid; i < TRAIN_IX_TABLE_WORDS * cap; i += BLOCK) out_table[i] = table[i];
 for (long i = tid; i < state[ST_POOL_CAP]; i += BLOCK) out_pool[i] = pool[i];
 for (long i = tid; i < state[ST_CAND_CAP]; i += BLOCK) out_cand[i] = cand[i];
-for (long i = tid; i < 2 * n_ids; i += BLOCK) out_tokinfo[i] = tokinfo[i];
+for (long i = tid; i < 2 * n_ids + spell_cap; i += BLOCK) out_tokinfo[i] = tokinfo[i];
 for (long i = tid; i < cap; i += BLOCK) scratch[i] = 0u;
 for (long i = tid; i < TRAIN_IX_REC * state[ST_REC_CAP]; i += BLOCK) rec[i] = 0;
 if (tid == 0u) {
@@ -90,6 +93,7 @@ device uint* gslots = scratch + cap + 2 * gcap;
 device uint* matches = scratch + cap + 3 * gcap;
 device ulong* tok_len = out_tokinfo;
 device ulong* tok_hash = out_tokinfo + n_ids;
+device ulong* spell = out_tokinfo + 2 * n_ids;  // the ids' spellings (prints), SPELL_CAP slots
 const long bound_c = state[ST_BOUND_COUNT];
 const ulong bound_k = (ulong)state[ST_BOUND_KEY];
 
@@ -169,33 +173,29 @@ while (true) {
       // THE TOKEN HASH of the merged token
       s_token[0] = tok_len[a] + tok_len[b];
       s_token[1] = train_token_join(tok_hash[a], tok_hash[b], tok_len[b]);
-      s_phase = 1;
       if ((ulong)s_state[ST_FORCED_KEY] == bk) {
         s_state[ST_C] = s_state[ST_FORCED_ID];
         s_state[ST_FORCED_KEY] = -1;  // (no pair key: ids are below 2**31)
         s_phase = 2;
       }
     }
-    atomic_store_explicit(&s_ctr[TRAIN_IX_HIT], 0u, memory_order_relaxed);
-  }
-  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-  // rule 7: every id, and every special's spelling, against the merged token (an unused id has
-  // length 0, a merged token at least 2 bytes)
-  if (s_phase == 1) {
-    const ulong n_bytes = s_token[0], h = s_token[1];
-    bool hit = false;
-    for (long i = tid; i < n_ids; i += BLOCK)
-      hit = hit || (tok_len[i] == n_bytes && tok_hash[i] == h);
-    for (long r = tid; r < s_state[ST_N_RES]; r += BLOCK)
-      hit = hit || (res[r] == n_bytes && res[room + r] == h);
-    if (hit) atomic_store_explicit(&s_ctr[TRAIN_IX_HIT], 1u, memory_order_relaxed);
-  }
-  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-  if (tid == 0u && s_phase != 0) {
-    const long steps = s_state[ST_STEPS];
-    if (s_phase == 1 && atomic_load_explicit(&s_ctr[TRAIN_IX_HIT], memory_order_relaxed)) {
-      s_state[ST_STOP] = TRAIN_STOP_RESERVED;
-    } else {
+    // rule 7: the merged token's spelling among the ids' (their set of prints) and the
+    // specials'; a hit stops the block for the host to compare the bytes
+    long probes = 0;
+    if (s_phase == 1) {
+      const ulong want = train_ix_print(s_token[0], s_token[1]);
+      bool hit = false;
+      for (ulong s = want & spell_mask; spell[s] != 0ul; s = (s + 1ul) & spell_mask, ++probes)
+        hit = hit || spell[s] == want;
+      for (long r = 0; r < s_state[ST_N_RES]; ++r)
+        hit = hit || (res[r] == s_token[0] && res[room + r] == s_token[1]);
+      if (hit) {
+        s_state[ST_STOP] = TRAIN_STOP_RESERVED;
+        s_phase = 0;
+      }
+    }
+    if (s_phase != 0) {
+      const long steps = s_state[ST_STEPS];
       if (s_state[ST_C] < 0) {
         s_state[ST_C] = s_state[ST_NEXT_ID]++;
         s_state[ST_VOCAB_LEN] += 1;
@@ -203,12 +203,16 @@ while (true) {
       const long c = s_state[ST_C];
       tok_len[c] = s_token[0];
       tok_hash[c] = s_token[1];
+      const ulong print = train_ix_print(s_token[0], s_token[1]);
+      ulong s = print & spell_mask;
+      while (spell[s] != 0ul && spell[s] != print) s = (s + 1ul) & spell_mask;
+      spell[s] = print;
       rec[TRAIN_IX_REC * steps] = s_state[ST_A];
       rec[TRAIN_IX_REC * steps + 1] = s_state[ST_B];
       rec[TRAIN_IX_REC * steps + 2] = c;
       rec[TRAIN_IX_REC * steps + 3] = s_best[0];
       rec[TRAIN_IX_REC * steps + 5] = scanned;
-      rec[TRAIN_IX_REC * steps + 6] = s_phase == 1 ? n_ids + s_state[ST_N_RES] : 0;
+      rec[TRAIN_IX_REC * steps + 6] = probes + (s_phase == 1 ? s_state[ST_N_RES] : 0);
       c_lo[s_best[1]] = 0u;  // retired: after this step no occurrence is left
       c_hi[s_best[1]] = 0u;
       atomic_store_explicit(&s_ctr[TRAIN_IX_MATCHES], 0u, memory_order_relaxed);

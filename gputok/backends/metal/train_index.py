@@ -35,7 +35,7 @@ _MAX_LOAD = 0.75
 BLOCK_STEPS = 256  # merge steps a launch may make (the copy of the state is shared by them)
 CANDIDATES = 1 << 14  # room for candidates (each step scans those listed, one threadgroup)
 TABLE_WORDS = 6  # key_hi, key_lo, c_lo, c_hi, list_len, list_off: blocks of `cap` uint32 each
-REC = 7  # a step's record: a, b, c, count, occurrence work, candidates scanned, ids compared
+REC = 7  # a step's record: a, b, c, count, occurrence work, candidates scanned, rule 7's probes
 
 
 def _layout() -> tuple[dict, dict]:
@@ -63,6 +63,15 @@ def read_back(arrays_: list) -> list[np.ndarray]:
 
     mx.eval(*arrays_)
     return [np.array(x, copy=False) for x in arrays_]
+
+
+def spelling_print(lengths, hashes) -> np.ndarray:
+    """THE SPELLING PRINT (``train_ix_print``, shaders/train_index_common.metal) of tokens'
+    (byte length, THE TOKEN HASH): the keys of the set rule 7 looks merged tokens up in."""
+    with np.errstate(over="ignore"):
+        mixed = np.asarray(hashes, np.uint64) ^ (np.asarray(lengths, np.uint64)
+                                                  * np.uint64(0x9E3779B97F4A7C15))
+    return pair_hash(mixed) | np.uint64(1)
 
 
 # ---------------------------------------------------------------- the table on the host
@@ -214,10 +223,18 @@ def setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
     cand = np.zeros(cand_room, np.uint32)
     cand[:len(cand_slots)] = cand_slots
     n_ids = max(int(vocab_size), len(vocab) + 1, PAD)
-    info = np.zeros(2 * n_ids, np.uint64)
-    for i in vocab.learned:
+    spell_cap = _pow2_at_least(2 * n_ids)
+    info = np.zeros(2 * n_ids + spell_cap, np.uint64)
+    learned = sorted(vocab.learned)
+    for i in learned:
         raw = vocab.token_bytes(i)
         info[i], info[n_ids + i] = len(raw), arrays.token_hash(raw)
+    spell = info[2 * n_ids:]
+    for p in spelling_print(info[learned], info[n_ids + np.array(learned, np.int64)]).tolist():
+        s = p & (spell_cap - 1)
+        while spell[s] not in (0, p):
+            s = (s + 1) & (spell_cap - 1)
+        spell[s] = p
     reserved = vocab.reserved_spellings()
     res_room = max(len(reserved), PAD // 2)
     res = np.zeros(2 * res_room, np.uint64)
@@ -229,7 +246,8 @@ def setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
                         CAND_CAP=cand_room, BOUND_COUNT=bc, BOUND_KEY=bk, USED=used,
                         USED_LIMIT=int(_MAX_LOAD * cap), POOL_USED=total, POOL_CAP=len(pool),
                         GAINS_CAP=gcap, FORCED_KEY=-1, N_RES=len(reserved), RES_ROOM=res_room,
-                        REC_CAP=int(block_steps), N=n, CAP=cap, N_IDS=n_ids).items():
+                        REC_CAP=int(block_steps), N=n, CAP=cap, N_IDS=n_ids,
+                        SPELL_CAP=spell_cap).items():
         st[ST[name]] = v
     host = dict(links=np.concatenate([tok, prv, nxt]), word_of=word_of, wcount=wc, table=table,
                 pool=pool, cand=cand, tokinfo=info, res=res, reserved=reserved, n_sym=n_sym)
@@ -267,7 +285,7 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     make them small, so every stop happens; each grows when a step needs more). ``stats``, when
     given, counts the launches (``"blocks"``) and the stops by name, and lists per merge the
     work of its step (``"work"``: occurrence-list entries + matches + gains, candidates
-    scanned, ids compared) and per launch the elements its copy moved (``"copied"``).
+    scanned, rule 7's probes and specials compared) and per launch the elements its copy moved (``"copied"``).
     """
     import mlx.core as mx
 
