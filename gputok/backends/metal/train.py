@@ -77,8 +77,9 @@ _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
 _MIN_SHRINK = 1 << 16
 BLOCK_STEPS = 256  # merge steps queued between two reads of the state
+# the scan loop's seven shaders, and the indexed loop's one (train_index.py)
 SHADERS = ("train_count_pairs", "train_rehash", "train_fold_best", "train_step_select",
-           "train_find_matches", "train_merge_deltas", "train_apply_merge")  # the scan loop's
+           "train_find_matches", "train_merge_deltas", "train_apply_merge", "train_index_steps")
 
 
 def _state_layout() -> tuple[dict, dict]:
