@@ -291,3 +291,35 @@ def test_one_launch_equals_its_reference(order, seed):
     assert got_lists == w_lists
     check_probe_chains(t[0], t[1])
     assert int(got_st[ix.ST["USED"]]) == int(used.sum())
+
+
+def test_a_gained_pair_with_a_list_stops_for_a_relist():
+    """A merge whose id already exists (rule 7's answer) can form pairs that have lists; the
+    step then stops the block (RELIST, the merge recorded) and the host's lists from the
+    positions match the counts the device kept."""
+    from gputok.backends import train_arrays as arrays
+
+    wc = Counter({"abab": 3, "bab": 2, "aab": 1})
+    v = Vocab([])
+    ids, off, counts = cpu.word_arrays(wc, v)
+    host, st = ix.setup(ids, off, counts, v, vocab_size=1000, min_frequency=1, block_steps=8)
+    a, b = v.ids["a"], v.ids["b"]
+    # the first merge is (a, b) (count 3 * 2 + 1); say its id is b's: (b, b) and (a, b) form
+    # again, and (b, a) already has a list
+    st[ix.ST["FORCED_KEY"]], st[ix.ST["FORCED_ID"]] = (a << 32) | b, b
+    kernel = _factory("forward", 0)("train_index_steps")
+    out = ix.launch(kernel, {k: mx.array(x) for k, x in host.items()
+                             if k not in ("reserved", "n_sym")}, st)
+    got_st = np.array(out["out_state"])
+    assert got_st[ix.ST["STOP"]] == ix.STOP["RELIST"] and got_st[ix.ST["STEPS"]] == 1
+    assert np.array(out["rec"]).reshape(-1, ix.REC)[0, :3].tolist() == [a, b, b]
+    n, cap = int(st[ix.ST["N"]]), int(st[ix.ST["CAP"]])
+    links = np.array(out["links"])
+    table, cap2, _, _, _ = ix.index_from_positions(links[:n], links[2 * n:], host["word_of"],
+                                                  host["wcount"], cap)
+    keys, cnt, used = ix.table_view(table, cap2)
+    relisted = dict(zip(keys[used & (cnt > 0)].tolist(), cnt[used & (cnt > 0)].tolist()))
+    dkeys, dcnt, dused = ix.table_view(np.array(out["table"]), cap)
+    kept = dict(zip(dkeys[dused & (dcnt > 0)].tolist(), dcnt[dused & (dcnt > 0)].tolist()))
+    assert relisted == kept == arrays.pair_counts(links[:n], links[2 * n:], host["word_of"],
+                                                  host["wcount"])

@@ -12,11 +12,21 @@ transfers): each is one pass over the table or the positions, and happens O(log 
 the candidates run out, not per merge. A gained pair that already has a list (its merged token's
 id existed: rule 7) stops the block too, and the host lists every pair's occurrences again.
 
-Performance notes (not timed: no Apple hardware). One threadgroup does the steps because Metal
-has no barrier across threadgroups; it also does the launch's copy, at one GPU core's bandwidth.
-A wide copy launch first would not help: the steps' launch would still get fresh outputs. The
-five-launch loop (``train.py``) passes over every position and slot in every step; this one
-does so once per block.
+Performance notes (not timed: no Apple hardware).
+
+* Bytes a step moves, by construction: the merged pair's list entries, matches and gains (a few
+  words each), the candidates (at most ``CANDIDATES``, 4 B + a count each) and a few probes of
+  the ids' spellings (rule 7); plus its share of the launch's copy: about 29 B per position
+  (links 12, is_start 1, the pool ~16) + 28 B per table slot + 16-24 B per id, once per
+  ``BLOCK_STEPS`` steps (~0.1 B per position a step at 256). The scan loop (``train.py``)
+  moves ~26 B per position + ~64 B per slot in every step.
+* One threadgroup does the steps because Metal has no barrier across threadgroups; it also does
+  the copy, at one GPU core's bandwidth. A wide copy launch first would not help (the steps'
+  launch would still get fresh outputs), nor would threadgroups that copy while the first one
+  steps (nothing orders their writes before its reads). If the copy dominates on a Mac, raise
+  ``BLOCK_STEPS``: the records grow by 56 B a step, nothing else.
+* Rule 7 looks the merged token up in a set of the ids' spellings (THE SPELLING PRINT) rather
+  than comparing every id as the scan loop does: that was a pass over the vocabulary a step.
 """
 
 from __future__ import annotations
