@@ -203,8 +203,8 @@ def test_step_work_follows_the_merged_pairs_occurrences_not_the_corpus():
         steps = len(got)
         print(f"\n[step work] k={k} unrelated={unrelated}: occurrence work per step "
               f"{[w[0] for w in stats['work']]}, candidates scanned <= "
-              f"{max(w[1] for w in stats['work'])}, rule 7 probes <= {max(w[2] for w in stats['work'])}, "
-              f"copy per launch "
+              f"{max(w[1] for w in stats['work'])}, rule 7 probes <= "
+              f"{max(w[2] for w in stats['work'])}, copy per launch "
               f"{stats['copied'][0]} elements ({sum(stats['copied']) / steps:.0f} a step "
               f"over {stats['blocks']} launches)")
     occ = {key: [w[0] for w in s["work"]] for key, s in runs.items()}

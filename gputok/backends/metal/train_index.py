@@ -264,10 +264,11 @@ def setup(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
     return host, st
 
 
-def launch(kernel, dev: dict, st: np.ndarray, *, threadgroup: int = TRAIN_BLOCK) -> dict:
-    """One launch of ``train_index_steps`` over ``dev``'s arrays (MLX, or anything MLX takes)
-    with the state record ``st``: the outputs by name, lazy (``out_state``, ``rec``, and the new
-    ``links``, ``table``, ``pool``, ``cand``, ``tokinfo``)."""
+def launch(kernel, dev: dict, st: np.ndarray) -> dict:
+    """One launch of ``train_index_steps`` (one threadgroup of the shader's BLOCK threads) over
+    ``dev``'s arrays (MLX, or anything MLX takes) with the state record ``st``: the outputs by
+    name, lazy (``out_state``, ``rec``, and the new ``links``, ``table``, ``pool``, ``cand``,
+    ``tokinfo``)."""
     import mlx.core as mx
 
     n, cap, gcap = int(st[ST["N"]]), int(st[ST["CAP"]]), int(st[ST["GAINS_CAP"]])
@@ -277,15 +278,15 @@ def launch(kernel, dev: dict, st: np.ndarray, *, threadgroup: int = TRAIN_BLOCK)
                  output_shapes=[(3 * n,), (TABLE_WORDS * cap,), (dev["pool"].size,),
                                 (dev["cand"].size,), (dev["tokinfo"].size,), (ST["SIZE"],),
                                 (REC * int(st[ST["REC_CAP"]]),), (n,), (cap + 4 * gcap,)],
-                 grid=threadgroup, threadgroup=threadgroup)
+                 grid=TRAIN_BLOCK, threadgroup=TRAIN_BLOCK)
     return dict(zip(names, out[:5]), out_state=out[5], rec=out[6])
 
 
 def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency: int,
                    kernels: KernelFactory, on_merge: "Callable[[int], None] | None" = None,
                    block_steps: int = BLOCK_STEPS, candidates: int = CANDIDATES,
-                   initial_capacity: "int | None" = None, threadgroup: int = TRAIN_BLOCK,
-                   gain_room: "int | None" = None, pool_room: "int | None" = None,
+                   initial_capacity: "int | None" = None, gain_room: "int | None" = None,
+                   pool_room: "int | None" = None,
                    stats: "dict | None" = None) -> list[tuple[int, int, int]]:
     """Run the indexed merge loop with ``kernels``' ``train_index_steps``; returns the merges.
 
@@ -295,7 +296,8 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     make them small, so every stop happens; each grows when a step needs more). ``stats``, when
     given, counts the launches (``"blocks"``) and the stops by name, and lists per merge the
     work of its step (``"work"``: occurrence-list entries + matches + gains, candidates
-    scanned, rule 7's probes and specials compared) and per launch the elements its copy moved (``"copied"``).
+    scanned, rule 7's probes and specials compared) and per launch the elements its copy
+    moved (``"copied"``).
     """
     import mlx.core as mx
 
@@ -319,7 +321,7 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     while True:
         copied = (3 * n + n + TABLE_WORDS * cap + dev["pool"].size + dev["cand"].size
                   + dev["tokinfo"].size + cap)
-        out = launch(kernel, dev, st, threadgroup=threadgroup)
+        out = launch(kernel, dev, st)
         dev.update((k, out[k]) for k in ("links", "table", "pool", "cand", "tokinfo"))
         st_got, rec_got = read_back([out["out_state"], out["rec"]])
         st = st_got.astype(np.int64).copy()
