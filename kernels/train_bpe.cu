@@ -351,23 +351,13 @@ extern "C" __global__ void train_step_deltas(const int* __restrict__ tok,
   }
 }
 
-// THE MERGE REWRITE: position i becomes c, its right half j dies, links skip j. Thread i writes
-// only tok[i], tok[j], nxt[i] and prv[q], which no other match touches, and reads only nxt[j],
-// which no thread writes (j never starts a match).
+// THE MERGE REWRITE (common/train_rules.h) at every match.
 extern "C" __global__ void train_step_apply(int* tok, int* prv, int* nxt,
                                             const unsigned* __restrict__ matches,
                                             train_i64* state) {
   if (state[ST_STOP]) return;
   const int c = (int)state[ST_C];
-  TRAIN_GRID_STRIDE(m, state[ST_MATCHES]) {
-    const int i = (int)matches[m];
-    const int j = nxt[i];
-    const int q = nxt[j];
-    tok[i] = c;
-    tok[j] = TRAIN_DEAD;
-    nxt[i] = q;
-    if (q >= 0) prv[q] = i;
-  }
+  TRAIN_GRID_STRIDE(m, state[ST_MATCHES]) train_merge_rewrite(tok, prv, nxt, matches[m], c);
 }
 
 // Over the gained pairs: room in the pool for each one's list (its count of gains), and a place

@@ -26,13 +26,12 @@
 //   right id). Whoever wins d_hi goes on to d_lo, so d_lo is set before the kernel ends. A thread
 //   whose left id equals d_hi also competes for d_lo: if it wins, the slot is its key (the left
 //   halves are equal), and the thread that won d_hi moves on. A slot is never claimed half.
-// * A 64-bit delta is added as two 32-bit atomic adds: the low half, whose carry the adding thread
-//   sees (the sum wrapped below the old value), then high half + carry. Additions commute, and
-//   each carry is exact, so the 64-bit sum is exact (mod 2^64, i.e. as int64).
+// * A 64-bit delta is added as two 32-bit atomic adds (train_add64, train_atomics.metal).
 #include <metal_stdlib>
 using namespace metal;
 
 #include "common/train_rules.h"
+#include "train_atomics.metal"
 
 // The state record of the merge loop (int64 each), carried from step to step on the device:
 // train_step_select writes it, every other step shader reads this step's pair from it
@@ -76,18 +75,6 @@ METAL_FUNC train_u64 train_slot_key(uint hi, uint lo) {
   return ((train_u64)(hi - 1u) << 32) | (train_u64)(lo - 1u);
 }
 
-// Claim `*word` for `want` if it is free (0); returns the word's value after the attempt (want
-// when this thread claimed it, or another thread claimed it for the same value). Metal has only
-// the weak compare-and-swap, which may fail spuriously: retry while the word still reads free.
-METAL_FUNC uint train_claim(device atomic_uint* word, uint want) {
-  uint seen = 0u;
-  while (!atomic_compare_exchange_weak_explicit(word, &seen, want, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-    if (seen != 0u) return seen;
-  }
-  return want;
-}
-
 // count[key] += delta: in the delta table at the key's slot (found in the main table, or claimed
 // among the main table's free slots).
 METAL_FUNC void train_table_add(const device uint* key_hi, const device uint* key_lo,
@@ -107,11 +94,7 @@ METAL_FUNC void train_table_add(const device uint* key_hi, const device uint* ke
     if (train_claim(&d_hi[s], hi) == hi && train_claim(&d_lo[s], lo) == lo) break;
     s = (s + 1u) & mask;
   }
-  const ulong u = (ulong)delta;
-  const uint add_lo = (uint)u;
-  const uint old = atomic_fetch_add_explicit(&c_lo[s], add_lo, memory_order_relaxed);
-  const uint add_hi = (uint)(u >> 32) + ((old + add_lo < old) ? 1u : 0u);
-  if (add_hi != 0u) atomic_fetch_add_explicit(&c_hi[s], add_hi, memory_order_relaxed);
+  train_add64(&c_lo[s], &c_hi[s], delta);
 }
 
 // The best (count, key) of a threadgroup's candidates in s_count/s_key[0] (THE COMPARATOR), and

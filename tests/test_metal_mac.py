@@ -65,6 +65,50 @@ def test_device_loop_with_every_stop_on_the_gpu(kind):
     assert stats.get("REHASH", 0) >= 1 and stats.get("compact", 0) >= 1, stats
 
 
+@pytest.mark.parametrize("kind", ["prose", "code"])
+def test_indexed_loop_on_the_gpu(kind):
+    """The indexed loop (shaders/train_index_steps.metal: a block of steps in ONE threadgroup,
+    phases ordered by threadgroup_barrier(mem_device), 32-bit device atomics through casts of
+    plain outputs, threadgroup atomics) compiled by Apple's compiler and run on the GPU: the
+    CPU trainer's merges with every stop forced (grown table, candidates chosen again, pool and
+    gain buffers grown, rule 7), then with the default sizes; prints the time a merge of the
+    indexed loop and of the scan loop on a larger corpus (the reason it exists: say so in the
+    results if it is not faster)."""
+    import time
+
+    from cpu_ref.patterns import resolve_pattern
+    from gputok.backends.metal import train_index
+    from gputok.train import cpu, words
+    from gputok.train.vocab import Vocab
+
+    specials = [EOT, "th", "the", "in"]
+    for mb, sizes in ((1, dict(block_steps=16, candidates=64, initial_capacity=1024,
+                               gain_room=16, pool_room=64)), (4, {})):
+        docs = testdata.corpus(kind, max_mb=mb)
+        wc = words.count_words(((d, 1) for d in docs), resolve_pattern("cl100k"))
+        want = cpu.train_words(wc, Vocab(specials), vocab_size=3000, min_frequency=2)
+        v = Vocab(specials)
+        ids, off, counts = cpu.word_arrays(wc, v)
+        stats: dict = {}
+        t = time.perf_counter()
+        got = train_index.train_on_metal(ids, off, counts, v, vocab_size=3000, min_frequency=2,
+                                         kernels=metal.kernel_factory(), stats=stats, **sizes)
+        t_index = time.perf_counter() - t
+        assert got == want
+        if sizes:
+            for stop in ("BLOCK", "REHASH", "REBUILD", "POOL", "GAINS", "RESERVED"):
+                assert stats.get(stop, 0) >= 1, (stop, stats)
+            continue
+        v = Vocab(specials)
+        t = time.perf_counter()
+        scan = metal.train_on_metal(ids, off, counts, v, vocab_size=3000, min_frequency=2,
+                                    kernels=metal.kernel_factory())
+        t_scan = time.perf_counter() - t
+        assert scan == want
+        print(f"\n[{kind} {mb} MB] indexed loop {1e3 * t_index / len(got):.3f} ms a merge "
+              f"({stats['blocks']} launches), scan loop {1e3 * t_scan / len(got):.3f} ms")
+
+
 _VALIDATED_RUN = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])

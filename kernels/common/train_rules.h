@@ -2,7 +2,7 @@
 // (kernels/train_bpe.cu, kernels/train_hash.cuh) and the Metal shaders (shaders/train_*.metal,
 // through shaders/train_common.metal); gputok/backends/train_arrays.py states them in numpy.
 // Search for the marker of a rule (THE COMPARATOR, THE MATCH RULE, THE DELTA RULE, THE PAIR
-// HASH, THE TOKEN HASH) to find every place that implements it.
+// HASH, THE TOKEN HASH, THE MERGE REWRITE) to find every place that implements it.
 //
 // Device state (all positions of all unique words, concatenated):
 //   tok[i]      symbol id at position i, or TRAIN_DEAD once merged into its left neighbour
@@ -140,4 +140,18 @@ GPUTOK_FN train_deltas train_match_deltas(const GPUTOK_DEV int* tok, const GPUTO
     }
   }
   return d;
+}
+
+// THE MERGE REWRITE in place, for the match starting at i: i becomes c, its right half
+// j = nxt[i] dies, links skip j. The thread of match i writes only tok[i], tok[j], nxt[i] and
+// prv[q], which no other match touches, and reads only nxt[j], which no thread writes (j never
+// starts a match). (shaders/train_apply_merge.metal gathers the same rewrite into fresh arrays.)
+GPUTOK_FN void train_merge_rewrite(GPUTOK_DEV int* tok, GPUTOK_DEV int* prv, GPUTOK_DEV int* nxt,
+                                   train_i64 i, int c) {
+  const int j = nxt[i];
+  const int q = nxt[j];
+  tok[i] = c;
+  tok[j] = TRAIN_DEAD;
+  nxt[i] = q;
+  if (q >= 0) prv[q] = (int)i;
 }

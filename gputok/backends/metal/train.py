@@ -5,7 +5,14 @@ this backend is asked for; without it, or without a Metal device, ``available()`
 not pick Metal yet: the shaders are proven by emulation and by MLX's own generated source, not
 yet on Apple hardware (``tests/test_metal_mac.py`` is what a Mac must pass first).
 
-The merge loop stays on the device from one merge to the next, as CUDA's does
+``train_bpe(backend="metal")`` runs the *indexed* loop (``train_index.py``: a block of steps in
+one launch of one threadgroup, each step touching only the merged pair's occurrences). The
+*scan* loop below (``train_on_metal``), whose steps each pass over every position and slot, is
+kept beside it until a Mac has run both (``tests/test_metal_mac.py`` compares them); it is the
+fallback should one threadgroup's barriers not order device memory on real hardware as the
+emulator does.
+
+The scan loop stays on the device from one merge to the next, as CUDA's does
 (``kernels/train_bpe.cu``; the same rules, ``kernels/common/train_rules.h``): the host queues a
 block of ``BLOCK_STEPS`` steps as MLX's lazy graph and waits once per block, reading back the
 state record of every step (the merges made) and why the block stopped. A step is five launches:
@@ -70,8 +77,9 @@ _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
 _MIN_SHRINK = 1 << 16
 BLOCK_STEPS = 256  # merge steps queued between two reads of the state
+# the scan loop's seven shaders, and the indexed loop's one (train_index.py)
 SHADERS = ("train_count_pairs", "train_rehash", "train_fold_best", "train_step_select",
-           "train_find_matches", "train_merge_deltas", "train_apply_merge")
+           "train_find_matches", "train_merge_deltas", "train_apply_merge", "train_index_steps")
 
 
 def _state_layout() -> tuple[dict, dict]:
@@ -106,15 +114,17 @@ def kernel_factory() -> KernelFactory:
 
 def train_arrays(ids, offsets, counts, vocab, *, vocab_size: int, min_frequency: int,
                  on_merge=None) -> list[tuple[int, int, int]]:
-    """The merge loop on the Metal device, for the words as ``train.cpu.word_arrays`` gives
-    them (the trainer's device contract, ``gputok.train``)."""
+    """The merge loop on the Metal device (the indexed loop), for the words as
+    ``train.cpu.word_arrays`` gives them (the trainer's device contract, ``gputok.train``)."""
+    from . import train_index
+
     factory = kernel_factory()
     ok, why = factory.available()
     if not ok:
         raise RuntimeError(f"the metal training backend is not available: {why}")
-    return train_on_metal(ids, offsets, counts, vocab, vocab_size=vocab_size,
-                          min_frequency=min_frequency, kernels=factory,
-                          max_groups=factory.max_groups, on_merge=on_merge)
+    return train_index.train_on_metal(ids, offsets, counts, vocab, vocab_size=vocab_size,
+                                      min_frequency=min_frequency, kernels=factory,
+                                      on_merge=on_merge)
 
 
 def available() -> tuple[bool, str]:

@@ -184,3 +184,35 @@ def train_apply_merge(tok, prv, nxt, is_start, c: int):
     tok, prv, nxt = (np.array(x, dtype=np.int32) for x in (tok, prv, nxt))
     arrays.apply_merge(tok, prv, nxt, np.asarray(is_start), c)
     return tok, prv, nxt
+
+
+def train_index_steps(tok, prv, nxt, word_of, wcount, next_id: int, steps: int):
+    """What one launch of ``train_index_steps`` computes when nothing stops it (room for every
+    id, pair, list and gain; no spelling of rule 7): ``steps`` steps of CUDA's list-driven loop
+    (``arrays.train_lists``): THE COMPARATOR, THE MATCH RULE over the pair's list, THE DELTA
+    RULE, THE MERGE REWRITE, the pairs gained listed where they formed. Returns the records
+    ``[(a, b, c, count)]``, the new ``tok, prv, nxt``, the counts ``{key: count > 0}`` and those
+    pairs' lists ``{key: positions}`` (stale positions included, as the device keeps them)."""
+    tok, prv, nxt = (np.array(x, dtype=np.int32) for x in (tok, prv, nxt))
+    wcount = np.asarray(wcount, dtype=np.int64)
+    counts = arrays.pair_counts(tok, nxt, word_of, wcount)
+    lists = arrays.occurrences(tok, nxt)
+    recs = []
+    for _ in range(steps):
+        count, key = arrays.best_pair(counts)
+        if count <= 0:
+            break
+        a, b, c = key >> 32, key & 0xFFFFFFFF, next_id + len(recs)
+        recs.append((a, b, c, count))
+        counts[key] = 0
+        is_start = np.zeros(len(tok), dtype=np.uint8)
+        listed = np.array(sorted(lists.pop(key, ())), dtype=np.int64)
+        is_start[listed] = arrays.find_matches(tok, prv, nxt, a, b)[listed]
+        for k, d in arrays.merge_deltas(tok, prv, nxt, word_of, wcount, is_start, a, b,
+                                        c).items():
+            counts[k] = counts.get(k, 0) + d
+        new = arrays.gained(tok, prv, nxt, is_start, a, b, c)
+        arrays.apply_merge(tok, prv, nxt, is_start, c)
+        lists.update(new)
+    counts = {k: v for k, v in counts.items() if v > 0}
+    return recs, tok, prv, nxt, counts, {k: lists.get(k, set()) for k in counts}
