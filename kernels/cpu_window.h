@@ -205,10 +205,21 @@ inline enc_u32* enc_cpu_flush(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& 
   return out;
 }
 
+// Piece j added to the window: a full window (pieces or misses) solved and emitted.
+__forceinline__ enc_u32* enc_cpu_added(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                       EncCpuWindow& w, enc_u32 j, const enc_u8* base,
+                                       enc_u32* out) {
+  w.count = j + 1;
+  if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
+    out = enc_cpu_flush(m, c, wk, w, base, out);
+  return out;
+}
+
 // A found piece looked up: the one-byte block or the cache answer it; else it waits in the
 // window as a miss. While the window is empty the answer goes straight to out (returned: the
 // end of out's ids); once a miss waits, every piece after it waits with it, for the order.
-// (A long piece never comes here.)
+// A window it fills is flushed here, so a hit while none waits (the warm pass's common case)
+// tests nothing after its ids. (A long piece never comes here.)
 __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
                                          EncCpuWindow& w, const EncCpuFound& f,
                                          const enc_u8* base, enc_u32* out) {
@@ -224,8 +235,7 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       w.hit[j][0] = id;
       w.n[j] = 1;
       w.at[j] = w.hit[j];
-      w.count = j + 1;
-      return out;
+      return enc_cpu_added(m, c, wk, w, j, base, out);
     }
   }
   if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
@@ -239,8 +249,7 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       w.long_used += (enc_u32)got;
       w.n[j] = (enc_u32)got;
       w.at[j] = at;
-      w.count = j + 1;
-      return out;
+      return enc_cpu_added(m, c, wk, w, j, base, out);
     }
   } else if (enc_cpu_cached(c, f.len)) {
     ++wk.lookups;
@@ -256,8 +265,7 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       if (j == 0) return out + got;
       w.n[j] = (enc_u32)got;
       w.at[j] = at;
-      w.count = j + 1;
-      return out;
+      return enc_cpu_added(m, c, wk, w, j, base, out);
     }
     w.k[j] = f.k;
   }
@@ -265,17 +273,19 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
   w.len[j] = f.len;
   w.at[j] = w.hit[j];
   w.miss[w.n_miss++] = j;
-  w.count = j + 1;
-  return out;
+  return enc_cpu_added(m, c, wk, w, j, base, out);
 }
 
 // The ids of one segment (a text with no special token in it, in a text buffer) into out (room
 // for t.n + ENC_CPU_SLOT_IDS ids), its pieces from its start up to `stop` (t.n, or a slice's
 // end with the bytes after it in view, cpu_batch.h): the end of the ids, or nullptr (no
 // memory); *end_at: where the last piece ended (stop, unless one ran past it).
-template <class T>
-enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
-                            enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+// CACHED: c is not nullptr (enc_cpu_segment_to's dispatch), so that the tests of it in every
+// piece's look-up fold away.
+template <bool CACHED, class T>
+enc_u32* enc_cpu_segment_run(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                             enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+  if (CACHED && c == nullptr) __builtin_unreachable();
   EncCpuFound ring[ENC_CPU_AHEAD];
   EncCpuWindow& w = *wk.window;
   w.count = w.n_miss = 0;
@@ -323,11 +333,16 @@ enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk
       // (room for the long tier's answer: at most one id a byte)
       if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
       out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
-      if (w.count == ENC_CPU_WINDOW || w.n_miss == ENC_CPU_MISSES)
-        out = enc_cpu_flush(m, c, wk, w, t.buf, out);
     }
   }
   out = enc_cpu_flush(m, c, wk, w, t.buf, out);
   *end_at = i;
   return out;
+}
+
+template <class T>
+enc_u32* enc_cpu_segment_to(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk, const T& t,
+                            enc_i64 stop, enc_u32* out, enc_i64* end_at) {
+  if (c != nullptr) return enc_cpu_segment_run<true>(m, c, wk, t, stop, out, end_at);
+  return enc_cpu_segment_run<false>(m, nullptr, wk, t, stop, out, end_at);
 }
