@@ -225,33 +225,7 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
                                          const enc_u8* base, enc_u32* out) {
   const enc_u32 j = w.count;
   enc_u32* dst = j ? w.hit[j] : out;
-  if (f.len == 1) {  // its id outright (the one-byte block, or its byte id: enc_one_byte_id)
-    const enc_u32 id = enc_one_byte_id(m.w, m.byte_ids, base[f.s]);
-    if (id != ENC_NO_MERGE) {
-      if (j == 0) {
-        out[0] = id;
-        return out + 1;
-      }
-      w.hit[j][0] = id;
-      w.n[j] = 1;
-      w.at[j] = w.hit[j];
-      return enc_cpu_added(m, c, wk, w, j, base, out);
-    }
-  }
-  if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
-    w.h[j] = f.h;
-    ++wk.lookups;
-    enc_u32* at = j ? w.long_hit + w.long_used : out;
-    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
-    if (got >= 0) {
-      ++wk.hits;
-      if (j == 0) return out + got;
-      w.long_used += (enc_u32)got;
-      w.n[j] = (enc_u32)got;
-      w.at[j] = at;
-      return enc_cpu_added(m, c, wk, w, j, base, out);
-    }
-  } else if (enc_cpu_cached(c, f.len)) {
+  if (enc_cpu_cached(c, f.len)) {  // (the common piece first)
     ++wk.lookups;
     int got = enc_cpu_cache_get(c, f.k, f.len, dst);
     enc_u32* at = w.hit[j];
@@ -268,6 +242,31 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       return enc_cpu_added(m, c, wk, w, j, base, out);
     }
     w.k[j] = f.k;
+  } else if (f.len == 1) {  // its id outright (the one-byte block, or its byte id: enc_one_byte_id)
+    const enc_u32 id = enc_one_byte_id(m.w, m.byte_ids, base[f.s]);
+    if (id != ENC_NO_MERGE) {
+      if (j == 0) {
+        out[0] = id;
+        return out + 1;
+      }
+      w.hit[j][0] = id;
+      w.n[j] = 1;
+      w.at[j] = w.hit[j];
+      return enc_cpu_added(m, c, wk, w, j, base, out);
+    }
+  } else if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+    w.h[j] = f.h;
+    ++wk.lookups;
+    enc_u32* at = j ? w.long_hit + w.long_used : out;
+    const int got = enc_cpu_long_get(c, f.h, base + f.s, f.len, at);
+    if (got >= 0) {
+      ++wk.hits;
+      if (j == 0) return out + got;
+      w.long_used += (enc_u32)got;
+      w.n[j] = (enc_u32)got;
+      w.at[j] = at;
+      return enc_cpu_added(m, c, wk, w, j, base, out);
+    }
   }
   w.s[j] = f.s;
   w.len[j] = f.len;
