@@ -179,8 +179,13 @@ __forceinline__ enc_i64 enc_cpu_match(const EncCpuO2Text& t, enc_i64 i) {
 }
 
 // The family's matcher alone (the rule the finders above are held to).
-__forceinline__ enc_i64 enc_cpu_rule(const EncCpuClText& t, enc_i64 i) { return enc_cl_match(t, i); }
-__forceinline__ enc_i64 enc_cpu_rule(const EncCpuO2Text& t, enc_i64 i) { return o200k_match(t, i); }
+__forceinline__ enc_i64 enc_cpu_rule(const EncCpuClText& t, enc_i64 i) {
+  return enc_cl_match(t, i);
+}
+
+__forceinline__ enc_i64 enc_cpu_rule(const EncCpuO2Text& t, enc_i64 i) {
+  return o200k_match(t, i);
+}
 
 // A thread's text buffer: a segment's bytes copied (or a str's characters written as UTF-8)
 // with the padding after them; grown to the longest text met, kept between calls.

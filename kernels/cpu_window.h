@@ -306,8 +306,8 @@ enc_u32* enc_cpu_segment_run(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& w
       f.s = i;
       f.len = (enc_u32)(e - i);
       if (enc_cpu_cached(c, f.len)) {
-        enc_cpu_key(t.buf + i, f.len, f.k);
-        ENC_PREFETCH(enc_cpu_slot(c, f.k));
+        enc_cpu_key(c, t.buf + i, f.len, f.k);
+        ENC_PREFETCH(f.k.bucket);
       } else if (enc_cpu_long(c, f.len)) {
         f.h = enc_bytes_hash(t.buf + i, f.len);
         ENC_PREFETCH(enc_cpu_long_home(c, f.h));
