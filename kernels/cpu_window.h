@@ -215,6 +215,16 @@ __forceinline__ enc_u32* enc_cpu_added(const EncCpuModel& m, EncCpuCache* c, Enc
   return out;
 }
 
+// Room in the window's long_hit for a long-tier answer of up to len ids (at most one id a
+// byte): the window flushed to *out when there is none. Returns the piece's window index.
+__forceinline__ enc_u32 enc_cpu_long_room(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
+                                          EncCpuWindow& w, enc_u32 len, const enc_u8* base,
+                                          enc_u32** out) {
+  if (w.count && w.long_used + len > ENC_CPU_LONG_HITS)
+    *out = enc_cpu_flush(m, c, wk, w, base, *out);
+  return w.count;
+}
+
 // A found piece looked up: the one-byte block or the cache answer it; else it waits in the
 // window as a miss. While the window is empty the answer goes straight to out (returned: the
 // end of out's ids); once a miss waits, every piece after it waits with it, for the order.
@@ -223,13 +233,14 @@ __forceinline__ enc_u32* enc_cpu_added(const EncCpuModel& m, EncCpuCache* c, Enc
 __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& wk,
                                          EncCpuWindow& w, const EncCpuFound& f,
                                          const enc_u8* base, enc_u32* out) {
-  const enc_u32 j = w.count;
+  enc_u32 j = w.count;
   enc_u32* dst = j ? w.hit[j] : out;
   if (enc_cpu_cached(c, f.len)) {  // (the common piece first)
     ++wk.lookups;
     int got = enc_cpu_cache_get(c, f.k, f.len, dst);
     enc_u32* at = w.hit[j];
     if (got == 0) {  // the slot says: more ids than it holds, in the long tier
+      j = enc_cpu_long_room(m, c, wk, w, f.len, base, &out);
       at = j ? w.long_hit + w.long_used : out;
       got = enc_cpu_long_get(c, enc_cpu_key_hash(f.k, f.len), base + f.s, f.len, at);
       if (got > 0) w.long_used += j ? (enc_u32)got : 0u;
@@ -254,7 +265,8 @@ __forceinline__ enc_u32* enc_cpu_look_up(const EncCpuModel& m, EncCpuCache* c, E
       w.at[j] = w.hit[j];
       return enc_cpu_added(m, c, wk, w, j, base, out);
     }
-  } else if (enc_cpu_long(c, f.len)) {  // (the caller made room: ENC_CPU_LONG_HITS)
+  } else if (enc_cpu_long(c, f.len)) {
+    j = enc_cpu_long_room(m, c, wk, w, f.len, base, &out);
     w.h[j] = f.h;
     ++wk.lookups;
     enc_u32* at = j ? w.long_hit + w.long_used : out;
@@ -329,8 +341,6 @@ enc_u32* enc_cpu_segment_run(const EncCpuModel& m, EncCpuCache* c, EncCpuWork& w
       }
       out += got;
     } else {
-      // (room for the long tier's answer: at most one id a byte)
-      if (w.long_used + f.len > ENC_CPU_LONG_HITS) out = enc_cpu_flush(m, c, wk, w, t.buf, out);
       out = enc_cpu_look_up(m, c, wk, w, f, t.buf, out);
     }
   }
