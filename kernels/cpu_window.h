@@ -51,7 +51,8 @@
 // the look-up tests the cached lengths first, a full window is flushed where a piece is added
 // (enc_cpu_added) and long_hit's room is made where the long tier answers (enc_cpu_long_room):
 // with cpu_text.h's ASCII entries, 50.1 -> 41.9 on cl100k prose, 53.2 -> 48.4 on o200k prose,
-// and 5-13% less thread CPU time on the cl-family cells (bench/ab_warm.py, 1 MB, 5 rounds).
+// and 4-22% more MB/s of thread CPU time on the cl-family cells, 1-6% on o200k (bench/ab_warm.py:
+// 1 MB warm, one thread, 5 interleaved rounds, the loaded 2-core box).
 #pragma once
 
 #include "cpu_solve.h"
