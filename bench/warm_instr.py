@@ -109,8 +109,8 @@ def measure(model: str, kind: str, kb: int, reps: int, peer: str = "",
         m = re.search(r"BYTES (\d+)", r.stdout)
         if m is None:
             raise RuntimeError(r.stdout[-2000:] + r.stderr[-2000:])
-        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--show-percs=no", out], capture_output=True,
-                             text=True).stdout
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--show-percs=no", out],
+                             capture_output=True, text=True).stdout
         nbytes = reps * int(m.group(1))
         lines = ann.splitlines()
         events = next((l.split(":", 1)[1].split() for l in lines if l.startswith("Events shown:")),

@@ -222,10 +222,12 @@ HANDOFF_PIECES = (["a\u00e9", "\u00e9a", " a\u00e9b", " \u00e9a", "a\u0301", " a
                    " 1", " 12a", "a1", "1a", " \n", "  \n", "\t\n", " \r\n", "\r\n", "\r\n\r\n",
                    "\n ", "  ", " ", "\t", "a ", "a  ", ". ", " .", " ..a", "\u017f", "\u0130i",
                    "\n    ", "\n    x", "\n   \n", "\n  \t", "\n \u00a0", "\r    x", "\n\n  x",
-                   "    x", "   \u00a0x", "  \r", "   \t", "  \u3000", " " * 40 + "x", "\n" + " " * 33]
+                   "    x", "   \u00a0x", "  \r", "   \t", "  \u3000", " " * 40 + "x",
+                   "\n" + " " * 33]
                   + [chr(b) + "a" for b in range(1, 128)] + ["a" + chr(b) for b in range(1, 128)]
                   + [" " + chr(b) + "b" for b in range(1, 128)]
-                  + ["  " + chr(b) for b in range(1, 128)] + ["\n " + chr(b) for b in range(1, 128)])
+                  + ["  " + chr(b) for b in range(1, 128)]
+                  + ["\n " + chr(b) for b in range(1, 128)])
 
 
 def handoff_texts(n: int, seed: int) -> list:
