@@ -85,12 +85,13 @@ struct alignas(64) EncCpuCache {
   enc_u64 hits, inserts;
 };
 
-// The piece's bytes as the slot keeps them: three little-endian words, zero-padded. The slot
-// is chosen by a cheaper mix of them than THE BYTES HASH (which a miss computes for the
-// whole-token table: enc_cpu_key_hash).
+// The piece's bytes as the slot keeps them: three little-endian words, zero-padded, and its
+// bucket, chosen by a cheaper mix of them than THE BYTES HASH (which a miss computes for the
+// whole-token table: enc_cpu_key_hash). (The bucket is found once, where the key is made: the
+// prefetch, the look-up and an insert all take it from here.)
 struct EncCpuKey {
   enc_u64 w[ENC_CPU_KEY_BYTES / 8];
-  enc_u64 mix;
+  EncCpuSlot* bucket;
 };
 
 static_assert(ENC_CPU_KEY_BYTES == 24, "enc_cpu_key reads three words");
@@ -110,14 +111,6 @@ struct EncCpuMasks {
 };
 static constexpr EncCpuMasks enc_cpu_masks{};
 
-__forceinline__ void enc_cpu_key(const enc_u8* p, enc_u32 len, EncCpuKey& k) {
-  const enc_u64* m = enc_cpu_masks.m[len];
-  k.w[0] = enc_host_load8(p) & m[0];
-  k.w[1] = enc_host_load8(p + 8) & m[1];
-  k.w[2] = enc_host_load8(p + 16) & m[2];
-  k.mix = ((k.w[0] ^ (k.w[1] * 0xC2B2AE3D27D4EB4Full) ^ (k.w[2] * 0x165667B19E3779F9ull)) + len) *
-          0x9E3779B97F4A7C15ull;
-}
 
 // THE BYTES HASH of the piece (common/encode_rules.h), from its key's words.
 __forceinline__ enc_u64 enc_cpu_key_hash(const EncCpuKey& k, enc_u32 len) {
@@ -131,9 +124,18 @@ __forceinline__ enc_u64 enc_cpu_key_hash(const EncCpuKey& k, enc_u32 len) {
 #define ENC_CPU_WAYS 4  // slots a bucket (a power of two)
 #endif
 
-// The piece's bucket: ENC_CPU_WAYS neighbouring slots.
-__forceinline__ EncCpuSlot* enc_cpu_slot(const EncCpuCache* c, const EncCpuKey& k) {
-  return c->slots + ((k.mix >> 32) & c->mask & ~(enc_u64)(ENC_CPU_WAYS - 1));
+// The key of a piece of len (2 .. ENC_CPU_KEY_BYTES) bytes at p in cache c, its bucket
+// ENC_CPU_WAYS neighbouring slots.
+__forceinline__ void enc_cpu_key(const EncCpuCache* c, const enc_u8* p, enc_u32 len,
+                                 EncCpuKey& k) {
+  const enc_u64* m = enc_cpu_masks.m[len];
+  k.w[0] = enc_host_load8(p) & m[0];
+  k.w[1] = enc_host_load8(p + 8) & m[1];
+  k.w[2] = enc_host_load8(p + 16) & m[2];
+  const enc_u64 mix =
+      ((k.w[0] ^ (k.w[1] * 0xC2B2AE3D27D4EB4Full) ^ (k.w[2] * 0x165667B19E3779F9ull)) + len) *
+      0x9E3779B97F4A7C15ull;
+  k.bucket = c->slots + ((mix >> 32) & c->mask & ~(enc_u64)(ENC_CPU_WAYS - 1));
 }
 
 // Slot s's ids for the piece (len bytes, key k) into out[0 .. ENC_CPU_SLOT_IDS): their count,
@@ -154,9 +156,9 @@ __forceinline__ int enc_cpu_slot_get(const EncCpuSlot* s, const EncCpuKey& k, en
 
 // The cached ids of the piece: its bucket's slots in order (a piece found early in a text sits
 // in a first slot: one line read). (0: the slot says its ids are in the long tier.)
-__forceinline__ int enc_cpu_cache_get(const EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
-                                      enc_u32* out) {
-  const EncCpuSlot* s = enc_cpu_slot(c, k);
+__forceinline__ int enc_cpu_cache_get(const EncCpuCache* /* the key's */, const EncCpuKey& k,
+                                      enc_u32 len, enc_u32* out) {
+  const EncCpuSlot* s = k.bucket;
   for (int j = 0; j < ENC_CPU_WAYS; ++j) {
     const int got = enc_cpu_slot_get(s + j, k, len, out);
     if (got >= 0) return got;
@@ -188,9 +190,9 @@ __forceinline__ void enc_cpu_slot_put(EncCpuSlot* s, const EncCpuKey& k, enc_u32
 // first empty slot; in a full bucket, the last slot (from the piece before). The first slots
 // keep the first pieces they took: the pieces met first in a text are mostly its frequent
 // ones, which so stay, and the rare ones churn through the last slot.
-__forceinline__ void enc_cpu_cache_put(EncCpuCache* c, const EncCpuKey& k, enc_u32 len,
-                                       const enc_u32* ids, enc_u32 count) {
-  EncCpuSlot* s = enc_cpu_slot(c, k);
+__forceinline__ void enc_cpu_cache_put(EncCpuCache* /* the key's */, const EncCpuKey& k,
+                                       enc_u32 len, const enc_u32* ids, enc_u32 count) {
+  EncCpuSlot* s = k.bucket;
   int j = 0;
   while (j < ENC_CPU_WAYS - 1 && ((__atomic_load_n(&s[j].meta, __ATOMIC_RELAXED) >> 32) & 0xFFu))
     ++j;

@@ -118,16 +118,19 @@ ENC_HOST_EXPORT long long gputok_cpu_encode_text(const enc_u8* buf, long long n,
 }
 
 // The pieces of one text of n bytes (valid UTF-8, one segment): where each ends, into ends
-// (room for n); returns their count. fast: by cpu_scan.h's fast matchers first (for every
-// family, whether or not its segment loop takes them), else the family's matcher alone: tests
-// hold the two equal (tests/test_native_perdoc.py). -1 without memory.
+// (room for n); returns their count. how: 0 the family's matcher alone (the shared rule,
+// enc_cpu_rule), 1 cpu_scan.h's fast matchers first (for every family, whether or not its
+// segment loop takes them), 2 the segment loop's own finder (enc_cpu_piece: the scan, or
+// cpu_text.h's ASCII entry to the matcher): tests hold 1 and 2 to 0
+// (tests/test_native_perdoc.py). -1 without memory.
 template <class T>
-long long enc_cpu_pieces(const T& t, int fast, long long* ends) {
+long long enc_cpu_pieces(const T& t, int how, long long* ends) {
   EncCpuScan sc;
   enc_cpu_scan_reset(sc);
   long long count = 0;
   for (enc_i64 i = 0; i < t.n;) {
-    enc_i64 e = fast ? enc_cpu_scan_piece(sc, t, i) : enc_cpu_match(t, i);
+    enc_i64 e = how == 1 ? enc_cpu_scan_piece(sc, t, i)
+                         : (how == 2 ? enc_cpu_piece(sc, t, i) : enc_cpu_rule(t, i));
     if (e <= i) e = enc_span_next(t, i);  // (as the segment loop)
     ends[count++] = e;
     i = e;
@@ -136,7 +139,7 @@ long long enc_cpu_pieces(const T& t, int fast, long long* ends) {
 }
 
 ENC_HOST_EXPORT long long gputok_cpu_pieces(const enc_u8* buf, long long n,
-                                            const unsigned long long* tab, int fast,
+                                            const unsigned long long* tab, int how,
                                             long long* ends) {
   const EncCpuModel m = enc_cpu_model(tab);
   EncCpuWork& wk = enc_cpu_work();
@@ -144,8 +147,8 @@ ENC_HOST_EXPORT long long gputok_cpu_pieces(const enc_u8* buf, long long n,
   if (text == nullptr) return -1;
   memcpy(text, buf, (size_t)n);
   wk.text.pad((enc_u64)n);
-  if (m.o200k) return enc_cpu_pieces(enc_cpu_text<EncCpuO2Text>(m, text, n), fast, ends);
-  return enc_cpu_pieces(enc_cpu_text<EncCpuClText>(m, text, n), fast, ends);
+  if (m.o200k) return enc_cpu_pieces(enc_cpu_text<EncCpuO2Text>(m, text, n), how, ends);
+  return enc_cpu_pieces(enc_cpu_text<EncCpuClText>(m, text, n), how, ends);
 }
 
 // THE TRAINING WORDS (kernels/host_train_words.h, another unit): documents [d0, d1) of a batch,

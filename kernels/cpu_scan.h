@@ -262,7 +262,7 @@ __forceinline__ enc_i64 enc_cpu_fast(const EncCpuScan& sc, const EncCpuO2Text& t
   } else if (c == ENC_O_B || c == ENC_O_M) {
     return -1;  // (letters of both cases, marks: the rule's backtracking)
   } else {
-    a = enc_span_next(t, q);
+    a = t.buf[q] < 0x80 ? q + 1 : enc_span_next(t, q);  // (q < t.n: q + 1 <= t.n)
     ka = enc_cpu_cls(t, a);
     if (o2_is_pre(c)) {
       if (ka == ENC_O_U || ka == ENC_O_D) s = a;

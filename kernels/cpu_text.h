@@ -25,6 +25,8 @@
 #include <cstring>
 #if defined(__SSSE3__)
 #include <tmmintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #ifndef ENC_CPU_PAD
@@ -152,12 +154,74 @@ __forceinline__ enc_u8 enc_span_letters(const EncCpuText<O>& t, enc_i64 q) {
 template <int O>
 __forceinline__ void enc_span_begin(EncCpuText<O>&, enc_i64) {}
 
-// The end of the piece that starts at i (i < t.n): the family's matcher.
+// The first byte at or after q that is not a space (0x20): the padding's 0xFF ends every run,
+// so a load never starts past it (16 bytes a step with SSE2).
+__forceinline__ enc_i64 enc_cpu_spaces(const enc_u8* buf, enc_i64 q) {
+#if defined(__SSE2__)
+  const __m128i sp = _mm_set1_epi8(' ');
+  while (true) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf + q));
+    const unsigned other = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, sp)) & 0xFFFFu;
+    if (other) return q + __builtin_ctz(other);
+    q += 16;
+  }
+#else
+  while (buf[q] == ' ') ++q;
+  return q;
+#endif
+}
+
+// Whether b is an ASCII byte of a class that is neither blank nor ENC_X (so neither the
+// padding nor a character outside ASCII, whose class the caller would have to decode).
+__forceinline__ bool enc_cpu_ascii_solid(const EncCpuClText& t, enc_u8 b) {
+  if (b >= 0x80) return false;
+  const enc_u8 k = t.cls_table[b];
+  return k != ENC_X && !enc_is_ws(k);
+}
+
+// The end of the piece that starts at i (i < t.n): the family's matcher, with ASCII entries
+// for the common pieces, each the matcher's own answer for the starts it takes:
+//   a word      [^\r\n\p{L}\p{N}]?\p{L}+ (GPT-2: " "?\p{L}+) from a letter, or a prefix then a
+//               letter: the letter run (enc_span_skip) from there
+//   indentation a CR/LF then spaces, then an ASCII character of no blank class: THE WHITESPACE
+//               RULE's \s*[\r\n]+ takes the line end alone; two or more spaces, then such a
+//               character: its \s+(?!\S) takes all the spaces but the last (no earlier
+//               alternative matches a space before a space)
+// An apostrophe (a contraction comes first), a character outside ASCII, the segment's end (the
+// padding's 0xFF), a tab or other blank in the run, and every other start go to THE CL
+// MATCHER.
+// Performance notes: the matcher reaches the same answers through its class and length helpers
+// (a decode-length and an end clamp per character; the whitespace rule a character at a time);
+// the tests here are a load and a compare a byte, a run of spaces 16 bytes a step.
 __forceinline__ enc_i64 enc_cpu_match(const EncCpuClText& t, enc_i64 i) {
+  const enc_u8 b0 = t.buf[i];
+  if (b0 < 0x80) {
+    const enc_u8 c = t.cls_table[b0];
+    if (c == ENC_L) return enc_span_skip<ENC_SET(ENC_L)>(t, i + 1);
+    const enc_u8 b1 = t.buf[i + 1];  // (i + 1 <= t.n: a byte of the text or the padding)
+    if (b1 < 0x80 && t.cls_table[b1] == ENC_L &&
+        (t.gpt2 ? c == ENC_SP : (c != ENC_E && c != ENC_N && c != ENC_A)))
+      return enc_span_skip<ENC_SET(ENC_L)>(t, i + 2);
+    if (c == ENC_E && t.cls_table[' '] == ENC_SP) {  // a line end, then spaces
+      if (enc_cpu_ascii_solid(t, t.buf[enc_cpu_spaces(t.buf, i + 1)])) return i + 1;
+    } else if (b0 == ' ' && b1 == ' ' && c == ENC_SP) {  // spaces
+      const enc_i64 r = enc_cpu_spaces(t.buf, i + 2);
+      if (enc_cpu_ascii_solid(t, t.buf[r])) return r - 1;
+    }
+  }
   return enc_cl_match(t, i);
 }
 
 __forceinline__ enc_i64 enc_cpu_match(const EncCpuO2Text& t, enc_i64 i) {
+  return o200k_match(t, i);
+}
+
+// The family's matcher alone (the rule the finders above are held to).
+__forceinline__ enc_i64 enc_cpu_rule(const EncCpuClText& t, enc_i64 i) {
+  return enc_cl_match(t, i);
+}
+
+__forceinline__ enc_i64 enc_cpu_rule(const EncCpuO2Text& t, enc_i64 i) {
   return o200k_match(t, i);
 }
 

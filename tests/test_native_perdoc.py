@@ -178,26 +178,88 @@ def scan_texts(n: int, seed: int) -> list:
     return out
 
 
+def assert_finders_agree(p, tables, name: str, data: bytes, finders=("scan", "loop")) -> None:
+    """Each finder's piece ends equal the family's matcher's (the rule) on data."""
+    rule = p.pieces(tables, data, "rule")
+    assert len(rule) == 0 or rule[-1] == len(data)
+    for how in finders:
+        fast = p.pieces(tables, data, how)
+        if not np.array_equal(fast, rule):
+            k = int(np.argmax(fast[:len(rule)] != rule[:len(fast)])) if len(fast) and len(
+                rule) else 0
+            if k == 0 and len(fast) and len(rule) and fast[0] == rule[0]:
+                k = min(len(fast), len(rule))  # (one is a prefix of the other)
+            at = int(rule[k - 1]) if k else 0
+            raise AssertionError(f"{name} ({how}): piece {k} at byte {at} "
+                                 f"({data[at:at + 40]!r}): ends {fast[k:k + 3]} vs the "
+                                 f"matcher's {rule[k:k + 3]}")
+
+
 @pytest.mark.parametrize("name", NAMED + ["llama3", "qwen2"])
 def test_class_scan_finds_the_matchers_pieces(name):
     """The class scan's pieces (kernels/cpu_scan.h's fast matchers, the family's matcher where
-    they pass; every family, whether or not its pass takes the scan) are the matcher's own, on edge cases, random text of every class the
-    masks tell apart (shifted across the 64-byte words and the regions) and the real corpora."""
+    they pass; every family, whether or not its pass takes the scan) and the segment loop's own
+    finder's (the scan, or cpu_text.h's ASCII entry to the matcher) are the matcher's own, on
+    edge cases, random text of every class the masks tell apart (shifted across the 64-byte
+    words and the regions) and the real corpora."""
     enc = hf_encoding(name) if name in ("llama3", "qwen2") else gputok.get_encoding(name)
     tables, p = plan_of(enc).tables, cpu()
     texts = EDGE + tricky_texts(200, seed=7) + scan_texts(300, seed=len(name))
     texts += ["\n".join(testdata.corpus(kind, max_mb=0.2)) for kind in testdata.KINDS]
     for t in texts:
         for shift in ("", "x", " " * 37):
-            data = (shift + t).encode("utf-8")
-            fast, rule = p.pieces(tables, data, True), p.pieces(tables, data, False)
-            if not np.array_equal(fast, rule):
-                k = int(np.argmax(fast[:len(rule)] != rule[:len(fast)])) if len(fast) and len(
-                    rule) else 0
-                at = int(rule[k - 1]) if k else 0
-                raise AssertionError(f"{name}: piece {k} at byte {at} ({data[at:at + 40]!r}): "
-                                     f"ends {fast[k:k + 3]} vs the matcher's {rule[k:k + 3]}")
-            assert len(rule) == 0 or rule[-1] == len(data)
+            assert_finders_agree(p, tables, name, (shift + t).encode("utf-8"))
+
+
+# the hand-off points of the segment loop's ASCII entries (cpu_text.h's enc_cpu_match, the
+# scan's fast matchers): a piece's first characters ASCII and then not, or the other way; an
+# apostrophe before letters (a contraction, or a prefix); digit runs of 1-5; blanks before
+# line ends and at the end; every ASCII byte before and after a letter
+HANDOFF_PIECES = (["a\u00e9", "\u00e9a", " a\u00e9b", " \u00e9a", "a\u0301", " a\u0301",
+                   "\u0301a", "x\u4e16", "\u4e16x", ".\u00e9", "\u00a0a", "a\u00a0",
+                   "'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", "'x", "'\u00e9",
+                   "'ab", " 's", "x's", "x'", "'", "''s", "1", "12", "123", "1234", "12345",
+                   " 1", " 12a", "a1", "1a", " \n", "  \n", "\t\n", " \r\n", "\r\n", "\r\n\r\n",
+                   "\n ", "  ", " ", "\t", "a ", "a  ", ". ", " .", " ..a", "\u017f", "\u0130i",
+                   "\n    ", "\n    x", "\n   \n", "\n  \t", "\n \u00a0", "\r    x", "\n\n  x",
+                   "    x", "   \u00a0x", "  \r", "   \t", "  \u3000", " " * 40 + "x",
+                   "\n" + " " * 33]
+                  + [chr(b) + "a" for b in range(1, 128)] + ["a" + chr(b) for b in range(1, 128)]
+                  + [" " + chr(b) + "b" for b in range(1, 128)]
+                  + ["  " + chr(b) for b in range(1, 128)]
+                  + ["\n " + chr(b) for b in range(1, 128)])
+
+
+def handoff_texts(n: int, seed: int) -> list:
+    rng = random.Random(seed)
+    words = HANDOFF_PIECES + ["word", " word", "Word", " the", "\u00e9t\u00e9", " caf\u00e9"]
+    out = list(HANDOFF_PIECES)
+    for _ in range(n):
+        out.append("".join(rng.choice(words) for _ in range(rng.randrange(1, 12))))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMED + ["llama3", "qwen2"])
+def test_ascii_entries_hand_off_to_the_matcher(name):
+    """The segment loop's finder at its hand-off points: piece ends equal the matcher's, and
+    the ids (a warm second pass, from the cache) the oracle library's."""
+    hf = name in ("llama3", "qwen2")
+    enc = hf_encoding(name) if hf else gputok.get_encoding(name)
+    oracle = hf_oracle(name) if hf else tiktoken_oracle(name)
+    tables, p = plan_of(enc).tables, cpu()
+    texts = handoff_texts(400, seed=len(name))
+    if hf:
+        texts = [x for x in (hf_text(name, t) for t in texts) if x is not None]
+    for t in texts:
+        for end in ("", " ", "\n"):  # at the segment's end, and not
+            data = (t + end).encode("utf-8")
+            assert_finders_agree(p, tables, name, data, ("loop",))
+    for _ in range(2):
+        for t in texts:
+            want = (oracle.encode(t, add_special_tokens=False).ids if hf
+                    else oracle.encode_ordinary(t))
+            got = p.encode_text(tables, t.encode("utf-8")).tolist()
+            assert got == want, f"{name} {t[:60]!r}: {first_diff(got, want)}"
 
 
 def test_cache_is_used_and_bounded():

@@ -195,12 +195,20 @@ class PerDocPass:
             raise MemoryError(f"no memory to encode a text of {len(data)} bytes")
         return out[:got]
 
-    def pieces(self, tables, data: bytes, fast: bool = True) -> np.ndarray:
-        """Where each piece of one text (valid UTF-8, one segment) ends: by the class scan's fast
-        matchers first (``fast``, any family: kernels/cpu_scan.h) or by the family's matcher."""
+    #: the piece finders ``pieces`` can ask for (kernels/cpu_encode.h, gputok_cpu_pieces)
+    FINDERS = {"rule": 0, "scan": 1, "loop": 2}
+
+    def pieces(self, tables, data: bytes, how: str = "scan") -> np.ndarray:
+        """Where each piece of one text (valid UTF-8, one segment) ends, found by ``how``:
+        ``"rule"`` the family's matcher alone (THE CL / O200K MATCHER), ``"scan"`` the class
+        scan's fast matchers first (any family: kernels/cpu_scan.h), ``"loop"`` the segment
+        loop's own finder (the scan or the matcher's ASCII entry, as the family measured)."""
+        if how not in self.FINDERS:
+            raise ValueError(f"unknown piece finder {how!r}: one of {sorted(self.FINDERS)}")
         m = self.model(tables)
         out = np.empty(max(1, len(data)), np.int64)
-        got = self.lib.gputok_cpu_pieces(data, len(data), m.address, int(fast), out.ctypes.data)
+        got = self.lib.gputok_cpu_pieces(data, len(data), m.address, self.FINDERS[how],
+                                         out.ctypes.data)
         if got < 0:
             raise MemoryError(f"no memory for a text of {len(data)} bytes")
         return out[:got]
