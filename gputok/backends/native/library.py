@@ -41,6 +41,14 @@ class _Library:
         lib.gputok_jsonl_parse.restype = None
         lib.gputok_utf8_valid.argtypes = [ctypes.c_char_p, ll, i]
         lib.gputok_utf8_valid.restype = i
+        lib.gputok_xxh64_reset.argtypes = [vp, ctypes.c_ulonglong]
+        lib.gputok_xxh64_reset.restype = None
+        lib.gputok_xxh64_update.argtypes = [vp, vp, ll]
+        lib.gputok_xxh64_update.restype = None
+        lib.gputok_xxh64_digest.argtypes = [vp]
+        lib.gputok_xxh64_digest.restype = ctypes.c_ulonglong
+        lib.gputok_first_token.argtypes = [vp, vp, ll, vp, vp, ll]
+        lib.gputok_first_token.restype = ll
         lib.gputok_native_merge_inline.argtypes = [vp, vp, vp, u, vp, vp, u, vp, u,
                                                    vp, vp, u, i, vp, vp, vp, vp]
         lib.gputok_native_merge_inline.restype = i
