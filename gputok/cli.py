@@ -124,7 +124,8 @@ def cmd_encode(args) -> int:
                           add_special_tokens=args.add_special_tokens,
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
                           shard_bytes=args.shard_bytes, resume=args.resume,
-                          checksum=args.checksum, overwrite=args.overwrite, backend=args.backend, devices=args.devices,
+                          checksum=args.checksum, overwrite=args.overwrite,
+                          backend=args.backend, devices=args.devices,
                           workers=args.workers, include=args.include, exclude=args.exclude,
                           on_start=start, progress=progress)
     finally:
