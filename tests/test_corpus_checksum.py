@@ -132,3 +132,22 @@ def test_resume_verifies_sha256_shards_and_lists_new_ones_with_xxh64(native, tmp
     w = _writer(out, resume=True, warn=warned.append)
     assert len(w.shards) == 2 and f"{bad} is corrupt" in warned[0]
     w.release()
+
+
+@pytest.mark.parametrize("flag", [None, "sha256", "xxh64"])
+def test_the_command_line_writes_the_checksum_asked_for(native, tmp_path, flag):
+    from gputok.cli import main
+
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n"
+                           for i in range(200)))
+    out = tmp_path / "o"
+    extra = [] if flag is None else ["--checksum", flag]
+    assert main(["encode", "-e", "r50k_base", str(src), "-o", str(out), "-q", "--backend",
+                 "numpy", "--shard-tokens", "2000", *extra]) == 0
+    shards = read_manifest(out)["shards"]
+    want = flag or "xxh64"  # (auto: the native library is built here)
+    assert len(shards) > 1 and all(checksum.shard_algorithm(s) == want for s in shards)
+    for s in shards:
+        for name, digest in zip(s["files"], s[want]):
+            assert checksum.file_digest(out / name, want) == digest
