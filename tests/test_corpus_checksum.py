@@ -151,3 +151,17 @@ def test_the_command_line_writes_the_checksum_asked_for(native, tmp_path, flag):
     for s in shards:
         for name, digest in zip(s["files"], s[want]):
             assert checksum.file_digest(out / name, want) == digest
+
+
+def test_xxh64_without_a_buildable_library_says_what_to_do(monkeypatch):
+    import gputok.backends as backends
+
+    def no_library(symbol, *, build=False):
+        if build:
+            raise RuntimeError("no C++ compiler found")
+        return None
+    monkeypatch.setattr(backends, "host_routine", no_library)
+    assert checksum.choose() == "sha256"  # a new job: sha256 then
+    with pytest.raises(ValueError, match="need gputok's native library.*no C.. compiler found"
+                       ".*--overwrite"):
+        checksum.Xxh64()  # (resuming a job of xxh64 shards)

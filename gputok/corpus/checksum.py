@@ -23,11 +23,11 @@ ALGORITHMS = ("xxh64", "sha256")
 _STATE_BYTES = 88  # host_corpus.h: struct Xxh64
 
 
-def _native():
+def _native(build: bool = False):
     """The native library's XXH64 routines as (reset, update, digest), or None."""
     from ..backends import host_routine
 
-    reset = host_routine("gputok_xxh64_reset")
+    reset = host_routine("gputok_xxh64_reset", build=build)
     if reset is None:
         return None
     return reset, host_routine("gputok_xxh64_update"), host_routine("gputok_xxh64_digest")
@@ -74,14 +74,11 @@ class Xxh64:
 def _build_native():
     """A process that verifies ``xxh64`` shards without the library built builds it (a resume
     is a deliberate job; without a compiler it cannot verify, and says so)."""
-    from ..backends import native
-
     try:
-        native.library(compile=True)
+        got = _native(build=True)
     except Exception as e:
         raise ValueError(f"the shards' xxh64 checksums need gputok's native library, which "
                          f"cannot be built here ({e}); --overwrite encodes them again") from None
-    got = _native()
     if got is None:
         raise ValueError("the shards' xxh64 checksums need gputok's native library, which "
                          "did not load; --overwrite encodes them again")
