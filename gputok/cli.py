@@ -124,7 +124,8 @@ def cmd_encode(args) -> int:
                           add_special_tokens=args.add_special_tokens,
                           batch_bytes=args.batch_bytes, shard_tokens=args.shard_tokens,
                           shard_bytes=args.shard_bytes, resume=args.resume,
-                          overwrite=args.overwrite, backend=args.backend, devices=args.devices,
+                          checksum=args.checksum, overwrite=args.overwrite,
+                          backend=args.backend, devices=args.devices,
                           workers=args.workers, include=args.include, exclude=args.exclude,
                           on_start=start, progress=progress)
     finally:
@@ -287,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--shard-tokens", type=_size, default=1 << 24,
                    help="at most this many tokens per shard (default 16M)")
     e.add_argument("--shard-bytes", type=_size, help="at most this many bytes per shard")
+    e.add_argument("--checksum", choices=("auto", "xxh64", "sha256"), default="auto",
+                   help="the shards' checksum in the manifest (auto: xxh64 where the native "
+                   "library is built, else sha256; --resume verifies either)")
     e.add_argument("--resume", action="store_true", help="continue an interrupted job")
     e.add_argument("--overwrite", action="store_true", help="replace an existing output")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress bar")

@@ -427,19 +427,23 @@ def test_encode_on_the_native_backend(tmp_path, capsys, workers):
     assert _all_docs(out) == [enc.encode_ordinary(t) for t in texts]
 
 
+@pytest.mark.parametrize("checksum", ["xxh64", "sha256"])
 @pytest.mark.parametrize("fmt", ["npy", "megatron", "parquet"])
-def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt):
+def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt, checksum):
     """Shard files are hashed while they are written (big pieces on a helper thread, small
-    ones inline, in order): the manifest's sha256 is the file's, for shards of mixed sizes."""
+    ones inline, in order): the manifest's checksum is the file's, for shards of mixed sizes."""
     import hashlib
 
     import numpy as np
 
     from gputok.corpus import shards
     from gputok.corpus import ShardWriter, read_manifest
+    from gputok.corpus.checksum import xxh64_reference
 
+    digest_of = {"sha256": lambda raw: hashlib.sha256(raw).hexdigest(),
+                 "xxh64": lambda raw: f"{xxh64_reference(raw):016x}"}[checksum]
     out = tmp_path / "o"
-    w = ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, cap_tokens=300_000)
+    w = ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, cap_tokens=300_000, checksum=checksum)
     rng = np.random.default_rng(5)
     for k, n_docs in enumerate([1, 40, 3, 900]):
         lens = rng.integers(0, 2000, n_docs)
@@ -457,9 +461,10 @@ def test_shard_checksums_match_the_files_whatever_the_piece_sizes(tmp_path, fmt)
     m = read_manifest(out)
     assert m["complete"] and len(m["shards"]) >= 3 and m["docs"] == 944
     for s in m["shards"]:
-        for name, size, digest in zip(s["files"], s["bytes"], s["sha256"]):
+        assert [k for k in ("xxh64", "sha256") if k in s] == [checksum]
+        for name, size, digest in zip(s["files"], s["bytes"], s[checksum]):
             raw = (out / name).read_bytes()
-            assert len(raw) == size and hashlib.sha256(raw).hexdigest() == digest, name
+            assert len(raw) == size and digest_of(raw) == digest, name
     assert ShardWriter(out, fmt=fmt, meta={}, n_vocab=70000, resume=True).complete
 
 

@@ -272,7 +272,7 @@ def test_encode_a_dataset_folder_skips_its_card_in_one_line(tmp_path):
 # ---- the package's shape ----------------------------------------------------------------------
 
 STEPS = ["sources", "inputs", "text", "jsonl", "arrow", "batches", "documents", "lifetime",
-         "pool", "formats", "manifest", "shards", "job"]
+         "pool", "formats", "manifest", "checksum", "shards", "job"]
 
 
 def _imports(path):

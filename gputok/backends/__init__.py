@@ -120,13 +120,16 @@ def device_available(name: str) -> tuple[bool, str]:
         return False, f"{type(e).__name__}: {e}"
 
 
-def host_routine(symbol: str):
+def host_routine(symbol: str, *, build: bool = False):
     """A host routine of the native library (``gputok_jsonl_parse``: the JSON-lines reader) as
     a ctypes function, or None when the library is not built yet (this never compiles: reading
-    a corpus must not start a build) or cannot be loaded."""
+    a corpus must not start a build) or cannot be loaded. ``build``: built first where it is
+    not (a caller that cannot go on without it: verifying xxh64 shards), its error raised."""
     try:
-        lib = _module("native").library(compile=False)
+        lib = _module("native").library(compile=build)
     except Exception:
+        if build:
+            raise
         return None
     return None if lib is None else getattr(lib.lib, symbol)
 

@@ -240,7 +240,7 @@ class DeviceBackend(Backend):
         buf, doc_off = docs.packed(self.tools.utf8_check)
         doc_off = np.asarray(doc_off, np.int64)
         if disallowed:
-            check_buffer(buf, doc_off, disallowed)
+            check_buffer(buf, doc_off, disallowed, 0, self.tools.first_token)
         why = self.planner.host_family(model)
         if why is not None:  # a family without kernels (on this device): the numpy backend
             self.fallback("merge", model.segmenter.name, f"{model.name}: {why}",

@@ -142,13 +142,16 @@ class HostTools:
     behaves differently because some backend was loaded): ``lister`` builds id lists
     (``stages.lists.IdLists``), ``packer`` reads str documents as UTF-8 without the
     interpreter's lock (``stages.pack.StrLayout``), ``utf8_check(buf, n)`` checks bytes input,
-    ``joiner`` joins a batch's token bytes for ``decode_batch`` (``stages.join.PieceJoin``).
+    ``joiner`` joins a batch's token bytes for ``decode_batch`` (``stages.join.PieceJoin``),
+    ``first_token(buf, doc_off, tokens)`` the first offset where one of ``tokens`` lies inside
+    a document, or -1 (``stages.split.check_buffer``'s prefilter).
     None: the stages' plain Python forms."""
 
     lister: object = None
     packer: object = None
     utf8_check: object = None
     joiner: object = None
+    first_token: object = None
 
 
 class Ready:

@@ -52,6 +52,7 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                   batch_bytes: int = 8 << 20,
                   shard_tokens: "int | None" = 1 << 24, shard_bytes: "int | None" = None,
                   resume: bool = False, overwrite: bool = False, backend: str = "auto",
+                  checksum: str = "auto",
                   devices=None, workers="auto", include=(), exclude=(), progress=None,
                   on_start=None, warn=None) -> JobSummary:
     """Encode files into shards of ``fmt`` under ``output``; resumable, see ``shards``.
@@ -61,8 +62,9 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     (``Encoding.encode``), before ``append_eot``. ``include`` / ``exclude``: globs choosing the
     files of directory inputs (``resolve_inputs``). ``on_start(total_input_bytes)`` is called
     once the inputs are checked and the output is ready, before the first batch (0 for
-    standard input); ``progress(input_bytes, docs, tokens)`` after every batch; ``warn(line)``
-    gets notes such as the files of a directory that were skipped (default: stderr).
+    standard input); ``checksum``: the shards' (``corpus.checksum``: ``auto`` is xxh64
+    where the native library is built, else sha256); ``progress(input_bytes, docs, tokens)``
+    after every batch; ``warn(line)`` gets notes such as the files of a directory that were skipped (default: stderr).
 
     >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
     ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP
@@ -137,7 +139,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
                              "process loads it); this Encoding object cannot be sent") from None
     writer = ShardWriter(output, fmt=form, meta=meta, n_vocab=enc.n_vocab,
                          cap_tokens=shard_tokens, cap_bytes=shard_bytes, resume=resume,
-                         overwrite=overwrite, describe=lambda e: location(sources, e), warn=warn)
+                         overwrite=overwrite, describe=lambda e: location(sources, e), warn=warn,
+                         checksum=checksum)
     summary = JobSummary(resumed_docs=writer.docs_done, backends=tuple(backends),
                          workers=len(backends), build_seconds=build_seconds() - built_before)
     if writer.complete:

@@ -149,7 +149,7 @@ class CupyDevice(Device):
             lib = library()
         except Exception:  # (no compiler, a failed build: the batch path still runs)
             return HostTools()
-        return HostTools(None, lib.packer, lib.utf8_check, lib.joiner)
+        return HostTools(None, lib.packer, lib.utf8_check, lib.joiner, lib.first_token)
 
     def launch_shape(self, name: str, count: int) -> tuple:
         if name == "encode_merge_huge":  # a block per huge piece: every thread it may have

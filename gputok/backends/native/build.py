@@ -232,6 +232,7 @@ def translation_units() -> dict[str, str]:
     units["host_jsonl.cpp"] = _unit_text(
         f'{py_head}#define ENC_HOST_EXPORT extern "C" __attribute__((visibility("default")))\n'
         f'#line 1 "host_jsonl.h"\n{_read("host_jsonl.h")}\n'
+        f'#line 1 "host_corpus.h"\n{_read("host_corpus.h")}\n'
         f'#line 1 "host_pack.h"\n{_read("host_pack.h")}\n'
         f'#line 1 "host_lists.h"\n{_read("host_lists.h")}\n'
         f'#line 1 "host_join.h"\n{_read("host_join.h")}')

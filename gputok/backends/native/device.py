@@ -386,7 +386,7 @@ class NativeDevice(OneCalls, SpmCalls, UnigramCalls, Device):
         """The library's UTF-8 check, str packer, id lists and decode join
         (``protocol.HostTools``)."""
         lib = self.lib
-        return HostTools(lib.lister, lib.packer, lib.utf8_check, lib.joiner)
+        return HostTools(lib.lister, lib.packer, lib.utf8_check, lib.joiner, lib.first_token)
 
     def trim_idle(self) -> None:
         """Free the workspace no chunk is using (``driver.encode_list``, after a long text)."""

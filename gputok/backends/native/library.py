@@ -41,6 +41,14 @@ class _Library:
         lib.gputok_jsonl_parse.restype = None
         lib.gputok_utf8_valid.argtypes = [ctypes.c_char_p, ll, i]
         lib.gputok_utf8_valid.restype = i
+        lib.gputok_xxh64_reset.argtypes = [vp, ctypes.c_ulonglong]
+        lib.gputok_xxh64_reset.restype = None
+        lib.gputok_xxh64_update.argtypes = [vp, vp, ll]
+        lib.gputok_xxh64_update.restype = None
+        lib.gputok_xxh64_digest.argtypes = [vp]
+        lib.gputok_xxh64_digest.restype = ctypes.c_ulonglong
+        lib.gputok_first_token.argtypes = [vp, vp, ll, vp, vp, ll]
+        lib.gputok_first_token.restype = ll
         lib.gputok_native_merge_inline.argtypes = [vp, vp, vp, u, vp, vp, u, vp, u,
                                                    vp, vp, u, i, vp, vp, vp, vp]
         lib.gputok_native_merge_inline.restype = i
@@ -68,6 +76,7 @@ class _Library:
             return lib.gputok_utf8_valid(buf, n, threads)
 
         self.utf8_check = utf8_check
+        self.first_token = _FirstToken(lib.gputok_first_token)
         lib.gputok_pack_utf8.argtypes = [vp, vp, vp, ll, vp]
         lib.gputok_pack_utf8.restype = ll
         lib.gputok_pack_utf8_parts.argtypes = [vp, vp, vp, vp, ll, vp, i]
@@ -99,6 +108,32 @@ class _Library:
             for k in range(count.value):
                 e = table[k]
                 self.kernels[e.name.decode()] = (e.call, _parse_signature(e.signature().decode()))
+
+
+class _FirstToken:
+    """``gputok_first_token`` (kernels/host_corpus.h) for a buffer of packed documents and a
+    set of special tokens: the first offset where one lies inside a document, or -1."""
+
+    def __init__(self, fn):
+        self.fn, self.tables = fn, {}
+
+    def __call__(self, buf, doc_off, tokens: frozenset) -> int:
+        got = self.tables.get(tokens)
+        if got is None:
+            raw = [t.encode("utf-8") for t in sorted(tokens)]
+            off = np.zeros(len(raw) + 1, np.int64)
+            np.cumsum([len(r) for r in raw], out=off[1:])
+            got = (np.frombuffer(b"".join(raw) or b"\0", np.uint8), off)
+            if len(self.tables) > 64:
+                self.tables.clear()
+            self.tables[tokens] = got
+        data = np.frombuffer(buf, np.uint8)
+        doc_off = np.ascontiguousarray(doc_off, np.int64)
+        if len(doc_off) < 2 or int(doc_off[-1]) > data.nbytes:
+            raise ValueError(f"document offsets up to {int(doc_off[-1])} over a buffer of "
+                             f"{data.nbytes} bytes")
+        return int(self.fn(data.ctypes.data, doc_off.ctypes.data, len(doc_off) - 1,
+                           got[0].ctypes.data, got[1].ctypes.data, len(got[1]) - 1))
 
 
 def _parse_signature(sig: str) -> tuple:

@@ -80,7 +80,7 @@ class StagedBatch:
                 if check and not valid_documents(dst, off, utf8_check):
                     raise _Invalid()
                 if disallowed:  # (the batch path's check, a chunk at a time: the same error)
-                    check_buffer(dst, off, disallowed, d0)
+                    check_buffer(dst, off, disallowed, d0, be.tools.first_token)
                 hc = prepare(plan.mode, plan.pretok, dst, off, NO_SPANS, 0, d1 - d0)
                 return replace(hc, d0=d0, d1=d1)
             return make

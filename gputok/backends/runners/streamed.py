@@ -79,7 +79,7 @@ class StreamedBatch:
         def chunks():
             for d0, d1, data, off in itertools.chain((first,), pieces):
                 if disallowed:  # (the batch path's check, a chunk at a time: the same error)
-                    check_buffer(data, off, disallowed, d0)
+                    check_buffer(data, off, disallowed, d0, be.tools.first_token)
                 hc = prepare(plan.mode, plan.pretok, data, off, NO_SPANS, 0, d1 - d0)
                 yield d0, d1, replace(hc, d0=d0, d1=d1)
 
