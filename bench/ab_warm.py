@@ -9,6 +9,7 @@ Cells: the models of ``warm_instr.py`` x prose, code, multilingual, ``--kb`` of 
 call a pass, process CPU time) as a third arm, for a ratio in the same run. Medians over rounds.
 
     python bench/ab_warm.py /work/main . --rounds 5
+    python bench/ab_warm.py . . --b-env GPUTOK_NATIVE_FLAGS=-mavx2   # the same tree, B's flags
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--models", default="cl100k,o200k,llama3,qwen2")
     ap.add_argument("--peer", default="", choices=("", "gigatoken"))
+    ap.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for arm B only (e.g. the library's flags)")
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     models = a.models.split(",")
@@ -91,6 +94,8 @@ def main() -> None:
         order = list(arms) if r % 2 == 0 else list(reversed(arms))
         for arm in order:
             env = dict(os.environ, PYTHONPATH=arms[arm])
+            if arm == "B":
+                env.update(kv.split("=", 1) for kv in a.b_env)
             res = subprocess.run([sys.executable, __file__, "--child", arm if arm == a.peer
                                   else "gputok", "--models", a.models, "--kb", str(a.kb),
                                   "--reps", str(a.reps)], env=env, capture_output=True,
