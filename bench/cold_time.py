@@ -24,9 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-MODELS = {"cl100k": "cl100k_base", "o200k": "o200k_base", "llama3": "llama3_tokenizer_json",
-          "qwen2": "qwen2_tokenizer_json"}
-KINDS = ("prose", "code", "multilingual")
+from warm_instr import KINDS, MODELS  # noqa: E402  (the same cells)
 
 
 def slices(kind: str, kb: int, n: int) -> list:

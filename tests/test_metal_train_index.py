@@ -29,6 +29,7 @@ from emulator.mlx_bridge import metal_kernel_maker  # noqa: E402
 from gputok.backends.metal import train_index as ix  # noqa: E402
 from gputok.backends.metal.kernels import KernelFactory  # noqa: E402
 from gputok.backends.metal.train_reference import check_probe_chains, pair_hash  # noqa: E402
+from test_metal_train_loop import REPEATS  # noqa: E402
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle+yield", 2)]
 EOT = "<|endoftext|>"
@@ -105,18 +106,12 @@ def test_index_loop_default_sizes():
     assert stats["blocks"] == 1 and stats["TARGET"] == 1, stats
 
 
-# runs of one symbol (a pair overlapping itself: "aaaa" merges (a,a) twice, not three times),
-# pairs repeated in a word, and counts that tie (HF's rule picks among them)
-REPEATS = ["aaaa aaaa aaaaa aaa aaaaaa abab ababab baba aab aba bab a",
-           "aaaa bbbb cccc abcabc cabcab aaaa bbbb cccc dd dd dd xyxy yxyx",
-           "\u00e9\u00e9\u00e9\u00e9 \u4e2d\u4e2d\u4e2d \U0001f600\U0001f600 aaaa aaaa"]
-
-
 @pytest.mark.parametrize("pattern", ["gpt2", r"\S+|\s+"])
 @pytest.mark.parametrize("min_frequency", [1, 3, 6])
 def test_index_loop_repeats_ties_min_frequency(pattern, min_frequency):
-    """Self-overlapping runs, repeated pairs and tied counts under two patterns and three
-    min_frequency values (the loop stops on the device when the best count falls below it)."""
+    """Self-overlapping runs, repeated pairs and tied counts (the scan loop's REPEATS) under two
+    patterns and three min_frequency values (the loop stops on the device when the best count
+    falls below it)."""
     pat = resolve_pattern(pattern) if pattern == "gpt2" else pattern
     wc = words.count_words(((t, 1 + k % 3) for k, t in enumerate(REPEATS * 3)), pat)
     (got, strings, stats), (want, want_strings) = _run(

@@ -2,9 +2,9 @@
 compute, written as whole-array operations. Tests run every kernel (through the CPU emulator) on
 states built from real text and compare with these; ``train_arrays`` strings them into a full
 reference loop, and ``train_lists`` into the loop the CUDA kernels run (occurrence lists and
-candidates). (The Metal shaders run the loop of ``find_matches`` / ``merge_deltas`` /
-``apply_merge`` over every position, with ``compact``: MLX's kernels cannot update a buffer in
-place, see ``backends/metal/train.py``.)
+candidates). (Metal runs the same list-driven loop in one launch a block of steps,
+``backends/metal/train_index.py``; its older loop of ``find_matches`` / ``merge_deltas`` /
+``apply_merge`` over every position, with ``compact``, is ``backends/metal/train.py``.)
 
 Kernel by kernel (CUDA):
   train_count_pairs                     pair_counts
@@ -290,3 +290,19 @@ def train_lists(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequency:
             if counts[k] > 0 and (_better(counts[k], k, *bound) or (counts[k], k) == bound):
                 cand.add(k)
     return merges
+
+
+def state_layout(source: str) -> tuple[dict, dict]:
+    """The state record's fields (``#define ST_<NAME> <index>``) and the stop codes
+    (``#define TRAIN_STOP_<NAME> <code>``) as a kernel or shader file defines them."""
+    import re
+
+    def defines(prefix: str) -> dict:
+        return {m.group(1): int(m.group(2))
+                for m in re.finditer(rf"#define {prefix}(\w+) (\d+)", source)}
+    return defines("ST_"), defines("TRAIN_STOP_")
+
+
+def pow2_at_least(n: int) -> int:
+    """A table's capacity for ``n`` slots: the least power of two >= n, at least 1024."""
+    return 1 << max(10, int(n - 1).bit_length())

@@ -37,7 +37,6 @@ step if launches dominate.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
@@ -57,19 +56,11 @@ STEP_KERNELS = ("train_step_select", "train_step_mark", "train_step_deltas", "tr
 
 def _state_layout() -> tuple[dict, dict]:
     """The state record's fields and the stop codes, as the kernel file defines them."""
-    text = (Path(kernel_dir()) / "train_bpe.cu").read_text()
-    st = {m.group(1): int(m.group(2))
-          for m in re.finditer(r"#define ST_(\w+) (\d+)", text)}
-    stop = {m.group(1): int(m.group(2))
-            for m in re.finditer(r"#define TRAIN_STOP_(\w+) (\d+)", text)}
-    return st, stop
+    return arrays.state_layout((Path(kernel_dir()) / "train_bpe.cu").read_text())
 
 
 ST, STOP = _state_layout()
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(10, int(n - 1).bit_length())
+_pow2_at_least = arrays.pow2_at_least
 
 
 class _Loop:

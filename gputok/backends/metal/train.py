@@ -64,7 +64,6 @@ Performance notes (design choices; nothing here is timed yet, for want of Apple 
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
@@ -86,11 +85,7 @@ def _state_layout() -> tuple[dict, dict]:
     """The state record's fields and the stop codes, as the shaders' header defines them."""
     from ..._resources import source_dir
 
-    text = (source_dir("shaders") / "train_common.metal").read_text("utf-8")
-    st = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define ST_(\w+) (\d+)", text)}
-    stop = {m.group(1): int(m.group(2))
-            for m in re.finditer(r"#define TRAIN_STOP_(\w+) (\d+)", text)}
-    return st, stop
+    return arrays.state_layout((source_dir("shaders") / "train_common.metal").read_text("utf-8"))
 
 
 ST, STOP = _state_layout()
@@ -134,8 +129,7 @@ def available() -> tuple[bool, str]:
 
 # ---------------------------------------------------------------- the loop
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(10, int(n - 1).bit_length())
+_pow2_at_least = arrays.pow2_at_least
 
 
 def _pad(x: np.ndarray, fill: int) -> np.ndarray:

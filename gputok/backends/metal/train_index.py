@@ -31,7 +31,6 @@ Performance notes (not timed: no Apple hardware).
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
@@ -52,18 +51,12 @@ def _layout() -> tuple[dict, dict]:
     """The state record's fields and the stop codes, as the shader's header defines them."""
     from ..._resources import source_dir
 
-    text = (source_dir("shaders") / "train_index_common.metal").read_text("utf-8")
-    st = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define ST_(\w+) (\d+)", text)}
-    stop = {m.group(1): int(m.group(2))
-            for m in re.finditer(r"#define TRAIN_STOP_(\w+) (\d+)", text)}
-    return st, stop
+    return arrays.state_layout(
+        (source_dir("shaders") / "train_index_common.metal").read_text("utf-8"))
 
 
 ST, STOP = _layout()
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(10, int(n - 1).bit_length())
+_pow2_at_least = arrays.pow2_at_least
 
 
 def read_back(arrays_: list) -> list[np.ndarray]:
