@@ -306,3 +306,15 @@ def state_layout(source: str) -> tuple[dict, dict]:
 def pow2_at_least(n: int) -> int:
     """A table's capacity for ``n`` slots: the least power of two >= n, at least 1024."""
     return 1 << max(10, int(n - 1).bit_length())
+
+
+def existing_id(vocab, reserved: dict, a: int, b: int) -> int:
+    """The id the merge of (a, b) takes without a new one (HF's rule 7: a special token spelled
+    alike, or a token of the same string learned before), or -1: what ``vocab.merge`` will
+    give, without growing the vocabulary."""
+    spelled = vocab.token_bytes(a) + vocab.token_bytes(b)
+    if spelled in reserved:
+        return reserved[spelled]
+    if vocab.id_order != "hf":
+        return -1  # (the byte layout gives every merge a new id)
+    return vocab.ids.get(vocab.strings[a] + vocab.strings[b], -1)

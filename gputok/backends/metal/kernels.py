@@ -6,6 +6,7 @@ encode device (``device.py``) and the Metal trainer (``train.py``).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -13,10 +14,20 @@ import numpy as np
 from . import iface as metal_iface
 from ..kernels import TRAIN_BLOCK
 
-__all__ = ["MAX_GROUPS", "PAD", "Kernel", "KernelFactory", "mx_dtype"]
+__all__ = ["MAX_GROUPS", "PAD", "Kernel", "KernelFactory", "mx_dtype", "shader_layout"]
 
 MAX_GROUPS = 1024  # threadgroups per grid-stride launch (every shader loops over its range)
 PAD = 8  # MLX passes inputs of fewer elements in the constant address space
+
+
+@functools.lru_cache(maxsize=None)
+def shader_layout(header: str) -> tuple[dict, dict]:
+    """A trainer's state record fields and stop codes as the shader header ``header`` (in
+    ``shaders/``) defines them (``train_arrays.state_layout``; read once, do not mutate)."""
+    from ..._resources import source_dir
+    from ..train_arrays import state_layout
+
+    return state_layout((source_dir("shaders") / header).read_text("utf-8"))
 
 
 def mx_dtype(dtype):

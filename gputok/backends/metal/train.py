@@ -71,6 +71,7 @@ import numpy as np
 from .. import train_arrays as arrays
 from ..kernels import TRAIN_BLOCK
 from .kernels import MAX_GROUPS, PAD as _PAD, Kernel, KernelFactory, mx_dtype  # noqa: F401
+from .kernels import shader_layout
 
 _MASK = (1 << 32) - 1
 _MAX_LOAD = 0.75
@@ -81,14 +82,7 @@ SHADERS = ("train_count_pairs", "train_rehash", "train_fold_best", "train_step_s
            "train_find_matches", "train_merge_deltas", "train_apply_merge", "train_index_steps")
 
 
-def _state_layout() -> tuple[dict, dict]:
-    """The state record's fields and the stop codes, as the shaders' header defines them."""
-    from ..._resources import source_dir
-
-    return arrays.state_layout((source_dir("shaders") / "train_common.metal").read_text("utf-8"))
-
-
-ST, STOP = _state_layout()
+ST, STOP = shader_layout("train_common.metal")  # (the state record's fields, the stop codes)
 
 
 _factory = KernelFactory()
@@ -145,18 +139,6 @@ def read_back(arrays_: list) -> list[np.ndarray]:
 
     mx.eval(*arrays_)
     return [np.array(x, copy=False) for x in arrays_]
-
-
-def _existing_id(vocab, reserved: dict, a: int, b: int) -> int:
-    """The id the merge of (a, b) takes without a new one (HF's rule 7: a special token spelled
-    alike, or a token of the same string learned before), or -1: what ``vocab.merge`` will
-    give, without growing the vocabulary."""
-    spelled = vocab.token_bytes(a) + vocab.token_bytes(b)
-    if spelled in reserved:
-        return reserved[spelled]
-    if vocab.id_order != "hf":
-        return -1  # (the byte layout gives every merge a new id)
-    return vocab.ids.get(vocab.strings[a] + vocab.strings[b], -1)
 
 
 class _Loop:
@@ -334,7 +316,7 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
         elif why == STOP["RESERVED"]:  # rule 7: compare the bytes the hash matched
             a, b = int(st[ST["A"]]), int(st[ST["B"]])
             st[ST["FORCED_KEY"]] = (a << 32) | b
-            st[ST["FORCED_ID"]] = _existing_id(vocab, L.reserved, a, b)
+            st[ST["FORCED_ID"]] = arrays.existing_id(vocab, L.reserved, a, b)
         elif L.cap >= 8 * _pow2_at_least(2 * used) and L.cap > _MIN_SHRINK:
             seen("shrink")
             L.settle(st)  # (the fold reads every slot: a table 8x too large is rebuilt)

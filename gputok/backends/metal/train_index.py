@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import train_arrays as arrays
 from ..kernels import TRAIN_BLOCK
-from .kernels import PAD, KernelFactory
+from .kernels import PAD, KernelFactory, shader_layout
 from .train_reference import pair_hash
 
 _MAX_LOAD = 0.75
@@ -47,15 +47,7 @@ TABLE_WORDS = 6  # key_hi, key_lo, c_lo, c_hi, list_len, list_off: blocks of `ca
 REC = 7  # a step's record: a, b, c, count, occurrence work, candidates scanned, rule 7's probes
 
 
-def _layout() -> tuple[dict, dict]:
-    """The state record's fields and the stop codes, as the shader's header defines them."""
-    from ..._resources import source_dir
-
-    return arrays.state_layout(
-        (source_dir("shaders") / "train_index_common.metal").read_text("utf-8"))
-
-
-ST, STOP = _layout()
+ST, STOP = shader_layout("train_index_common.metal")  # (the record's fields, the stop codes)
 _pow2_at_least = arrays.pow2_at_least
 
 
@@ -294,7 +286,6 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
     """
     import mlx.core as mx
 
-    from .train import _existing_id
 
     stats = {} if stats is None else stats
     host, st = setup(ids, offsets, wcounts, vocab, vocab_size=vocab_size,
@@ -356,7 +347,7 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
         elif why == STOP["RESERVED"]:  # rule 7: compare the bytes the hash matched
             a, b = int(st[ST["A"]]), int(st[ST["B"]])
             st[ST["FORCED_KEY"]] = (a << 32) | b
-            st[ST["FORCED_ID"]] = _existing_id(vocab, reserved, a, b)
+            st[ST["FORCED_ID"]] = arrays.existing_id(vocab, reserved, a, b)
         elif why == STOP["RELIST"]:  # a pair gained that had a list: list every pair again
             host_links = read_back([dev["links"]])[0]
             host_t, cap, occ, used, total = index_from_positions(

@@ -118,7 +118,9 @@ def train_step_select(part_count, part_key, part_used, state, tok_len, tok_hash,
     of the partials (THE COMPARATOR), then the first stop that applies (TARGET, MIN, REHASH,
     RESERVED: the joined token's (length, hash) equals an id's or a special's spelling) or the
     merge (A, B) -> C; a stopped state stays stopped."""
-    from .train import ST, STOP
+    from .kernels import shader_layout
+
+    ST, STOP = shader_layout("train_common.metal")
 
     st = np.array(state, dtype=np.int64).copy()
     tok_len = np.array(tok_len, dtype=np.uint64).copy()
