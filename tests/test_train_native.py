@@ -85,6 +85,25 @@ def test_word_counts_on_tricky_text_equal_the_python_counter(pattern):
         python_words(docs, pattern)
 
 
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k"])
+def test_word_counts_on_every_code_point_equal_the_python_counter(pattern):
+    """Every code point (surrogates aside) between letters, digits, spaces, an apostrophe and
+    a combining mark, two contexts each, 256 code points a document: the counter's finder with
+    HF's pinned class tables against the Python counter's (the same tables, numpy's scanner)."""
+    contexts = [("a", "b"), (" ", "x"), ("1", "'s"), ("\n ", "  "), ("'", "\u0301"), ("x", "9")]
+    docs = []
+    for block in range(0, 0x110000, 256):
+        parts = []
+        for c in range(block, block + 256):
+            if 0xD800 <= c < 0xE000:
+                continue
+            ch = chr(c)
+            for pre, post in (contexts[c % 6], contexts[(c // 6) % 6]):
+                parts.append(pre + ch + ch + post)
+        docs.append("".join(parts))
+    assert as_counter(native_words(docs, pattern)) == python_words(docs, pattern)
+
+
 def test_words_never_cross_documents():
     got = as_counter(native_words(["ab", "cd", "", "ef gh", " x", "x "], "gpt2"))
     assert got == Counter({"ab": 1, "cd": 1, "ef": 1, " gh": 1, " x": 1, "x": 1, " ": 1})
