@@ -318,3 +318,17 @@ def existing_id(vocab, reserved: dict, a: int, b: int) -> int:
     if vocab.id_order != "hf":
         return -1  # (the byte layout gives every merge a new id)
     return vocab.ids.get(vocab.strings[a] + vocab.strings[b], -1)
+
+
+def take_merges(vocab, triples: list, merges: list, on_merge=None) -> None:
+    """A block's merges ``(a, b, c)`` from the device appended to ``merges``, each checked
+    against the vocabulary's own id (the device and ``Vocab`` apply the same rule 7);
+    ``on_merge(len(merges))`` after a block that made any."""
+    for a, b, c in triples:
+        want = vocab.merge(a, b)
+        if want != c:
+            raise RuntimeError(f"merge {len(merges)}: id {c} on the device, {want} in the "
+                               "vocabulary")
+        merges.append((a, b, c))
+    if triples and on_merge is not None:
+        on_merge(len(merges))

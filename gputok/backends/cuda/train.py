@@ -240,14 +240,8 @@ def train_on_device(ids: np.ndarray, offsets: np.ndarray, wcounts: np.ndarray, v
         # a block cut short queued steps that did nothing: queue about twice as many as were
         # made (what stops a block early tends to come back soon), up to block_steps
         queue = block_steps if k == queue else max(4, min(block_steps, 2 * k))
-        for a, b, c, _count in np.asarray(to_host(L.rec[:4 * k])).reshape(-1, 4).tolist():
-            got = vocab.merge(a, b)
-            if got != c:  # the device and the Vocab apply the same rule 7
-                raise RuntimeError(f"merge {len(merges)}: id {c} on the device, {got} in the "
-                                   "vocabulary")
-            merges.append((a, b, c))
-        if k and on_merge is not None:
-            on_merge(len(merges))
+        recs = np.asarray(to_host(L.rec[:4 * k])).reshape(-1, 4)
+        arrays.take_merges(vocab, recs[:, :3].tolist(), merges, on_merge)
         if st[ST["ANOMALY"]]:
             raise RuntimeError("the device loop formed a pair in two steps (never in HF's "
                                "rule): its occurrence lists are wrong")

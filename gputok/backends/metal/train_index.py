@@ -314,14 +314,7 @@ def train_on_metal(ids, offsets, wcounts, vocab, *, vocab_size: int, min_frequen
         k = int(st[ST["STEPS"]])
         recs = rec_got.reshape(-1, REC)[:k]
         stats.setdefault("work", []).extend(map(tuple, recs[:, 4:].tolist()))
-        for a, b, c in recs[:, :3].tolist():
-            want = vocab.merge(a, b)
-            if want != c:  # the device and the Vocab apply the same rule 7
-                raise RuntimeError(f"merge {len(merges)}: id {c} on the device, {want} in the "
-                                   "vocabulary")
-            merges.append((a, b, c))
-        if k and on_merge is not None:
-            on_merge(len(merges))
+        arrays.take_merges(vocab, recs[:, :3].tolist(), merges, on_merge)
         why = int(st[ST["STOP"]])
         name = next((key for key, v in STOP.items() if v == why), str(why))
         seen(name)
