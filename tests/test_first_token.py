@@ -52,6 +52,10 @@ def test_first_match_equals_find_tokens(first_token):
     assert first_token(np.frombuffer(buf, np.uint8), off, frozenset(["y"])) == len(buf) - 1
     with pytest.raises(ValueError, match="document offsets"):
         first_token(b"abc", np.array([0, 9], np.int64), TOKEN_SETS[2])
+    # a caller's set or list of tokens (a batch call's disallowed_special as given)
+    buf, off = _packed(["a", "b <|endoftext|>"])
+    assert first_token(buf, off, {"<|endoftext|>"}) == first_token(buf, off, ["<|endoftext|>"]) \
+        == 3
 
 
 def test_check_buffer_with_the_prefilter_raises_the_same_error(first_token):

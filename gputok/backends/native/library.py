@@ -118,6 +118,8 @@ class _FirstToken:
         self.fn, self.tables = fn, {}
 
     def __call__(self, buf, doc_off, tokens: frozenset) -> int:
+        if not isinstance(tokens, frozenset):  # (a caller's set or list: a key all the same)
+            tokens = frozenset(tokens)
         got = self.tables.get(tokens)
         if got is None:
             raw = [t.encode("utf-8") for t in sorted(tokens)]
