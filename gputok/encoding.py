@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .decode import StreamDecoder, as_int_list
 from .model import Model
-from .specials import check_disallowed, may_hold, special_args
+from . import onetext
+from .specials import check_disallowed, special_args
 
 AllowedSpecial = "Literal['all'] | AbstractSet[str]"
 DisallowedSpecial = "Literal['all'] | Collection[str]"
@@ -79,7 +80,7 @@ class Encoding:
         self.model = model
         self.name = model.name
         self.max_token_value = model.max_token_value
-        self._text_calls = _TextCalls()  # backend name -> ``_text_call``; ``_special_search``
+        self._text_calls = onetext.TextCalls()  # backend name -> ``text_call``; ``special_search``
         self._drop = model.drop_id is not None
         if model.segmenter.byte_level:
             from .backends.device_tables import prefetch
@@ -101,7 +102,7 @@ class Encoding:
         >>> enc.encode_ordinary("<|endoftext|>")
         [27, 91, 8862, 728, 428, 91, 29]
         """
-        got = (self._text_calls.get(backend) or _text_call(self, backend))(text)
+        got = (self._text_calls.get(backend) or onetext.text_call(self, backend))(text)
         return self._finish_list(got, add_special_tokens) if add_special_tokens or self._drop \
             else got
 
@@ -122,7 +123,7 @@ class Encoding:
         [6151, 100257]
         """
         if allowed_special is _NO_SPECIALS and disallowed_special == "all":  # the defaults
-            if (self._text_calls.get(_SEARCH) or _special_search(self))(text):
+            if (self._text_calls.get(onetext.SEARCH) or onetext.special_search(self))(text):
                 check_disallowed(text, self.model.special_set)
             allowed = _NO_SPECIALS
         else:
@@ -132,7 +133,7 @@ class Encoding:
         if allowed:
             got = get_backend(backend).encode_text(self.model, text, allowed)
         else:
-            got = (self._text_calls.get(backend) or _text_call(self, backend))(text)
+            got = (self._text_calls.get(backend) or onetext.text_call(self, backend))(text)
         return self._finish_list(got, add_special_tokens) if add_special_tokens or self._drop \
             else got
 
@@ -297,8 +298,8 @@ class Encoding:
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
-        join = self._text_calls.get(_JOIN)
-        got = (join if join is not None else _one_join(self))(tokens)
+        join = self._text_calls.get(onetext.JOIN)
+        got = (join if join is not None else onetext.one_join(self))(tokens)
         return got if got is not None else self.model.detok.decode_bytes(tokens)
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
@@ -308,8 +309,8 @@ class Encoding:
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        join = self._text_calls.get(_JOIN)
-        got = (join if join is not None else _one_join(self))(tokens)
+        join = self._text_calls.get(onetext.JOIN)
+        got = (join if join is not None else onetext.one_join(self))(tokens)
         return got.decode("utf-8", errors) if got is not None \
             else self.model.detok.decode(tokens, errors)
 
@@ -456,65 +457,3 @@ class Encoding:
 
     def _special_args(self, allowed_special, disallowed_special):
         return special_args(self.model.special_set, allowed_special, disallowed_special)
-
-
-# ---- one text: what ``Encoding.encode`` keeps per encoding --------------------------------------
-
-_SEARCH = object()  # (``_TextCalls``' key of the special search)
-_JOIN = object()  # (and of the one-list join)
-
-
-class _TextCalls(dict):
-    """An encoding's bound one-text calls (backend name -> ``_text_call``) and its special
-    search (``_SEARCH`` -> ``_special_search``): functions of this process's backends, so a
-    pickled encoding (a corpus job's spawned worker) takes none of them along."""
-
-    def __reduce__(self):
-        return _TextCalls, ()
-
-
-def _text_call(enc: Encoding, backend) -> "Callable[[str], list]":
-    """The backend's function of one text with no special token allowed (``Backend.text_call``,
-    else its ``encode_text``), kept per backend name: a short text's encode is then that call
-    and little else (a dispatch through ``get_backend`` and the runners was ~1 us of a 3 us
-    text)."""
-    be = get_backend(backend)
-    model = enc.model
-    call = be.text_call(model)
-    if call is None:
-        def call(text: str, encode_text=be.encode_text, none=frozenset()) -> list:
-            return encode_text(model, text, none)
-    if isinstance(backend, str):
-        enc._text_calls[backend] = call
-    return call
-
-
-def _special_search(enc: Encoding):
-    """``encode``'s default check (every special refused) as a test of whether the text holds
-    a character a special starts with (``specials.may_hold``); a hit runs the full check."""
-    specials = enc.model.special_set
-    got = enc._text_calls[_SEARCH] = may_hold(specials) if specials else _nothing
-    return got
-
-
-def _nothing(text: str) -> bool:
-    return False
-
-
-def _one_join(enc: Encoding):
-    """``decode``'s join of one id list (``_JOIN``): the backend's built-in over the decoder's
-    table (``PieceJoin.one``) where the decoder is a plain byte join, returning None for a list
-    it does not take; else a function that takes none (the decoder's own path)."""
-    from .components.decoders import ByteDecoder
-
-    detok, got = enc.model.detok, None
-    if type(detok) is ByteDecoder:
-        joiner = getattr(get_backend("auto").tools, "joiner", None)
-        table = detok.joined if joiner is not None else None
-        got = joiner.one(table) if table is not None else None
-    got = enc._text_calls[_JOIN] = got or _takes_none
-    return got
-
-
-def _takes_none(tokens) -> None:
-    return None

@@ -158,7 +158,7 @@ def test_decode_of_one_list_takes_the_built_in(cl100k, joiner):
     an id in a gap or out of range) goes the decoder's way and fails as it did."""
     import types
 
-    from gputok.encoding import _JOIN
+    from gputok.onetext import JOIN as _JOIN
     enc, tk = cl100k
     rng = random.Random(9)
     docs = tk.encode_batch(["caf\u00e9 \u4e2d\u6587 \U0001F600 hello", "x" * 3000, ""],
