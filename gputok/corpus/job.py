@@ -64,7 +64,8 @@ def encode_corpus(inputs, output, *, encoding="cl100k_base", fmt: str = "npy",
     once the inputs are checked and the output is ready, before the first batch (0 for
     standard input); ``checksum``: the shards' (``corpus.checksum``: ``auto`` is xxh64
     where the native library is built, else sha256); ``progress(input_bytes, docs, tokens)``
-    after every batch; ``warn(line)`` gets notes such as the files of a directory that were skipped (default: stderr).
+    after every batch; ``warn(line)`` gets notes such as the files of a directory that were
+    skipped (default: stderr).
 
     >>> s = encode_corpus(["sample/austen.jsonl"], "out/austen", encoding="r50k_base",
     ...                   fmt="megatron", overwrite=True)                    # doctest: +SKIP

@@ -16,7 +16,8 @@ The rules that make a job killed at any moment lose nothing and duplicate nothin
 2. Its files are written to hidden temporary names (``.shard_00000.bin.tmp``), fsynced, and
    renamed into place; only then is the shard listed in the manifest (a line appended to its
    journal, ``manifest``) with each file's size and checksum (``checksum``: xxh64, or sha256)
-   and the input position just after its last document. Shards are written on a thread of their own while the next is encoded.
+   and the input position just after its last document. Shards are written on a thread of
+   their own while the next is encoded.
 3. ``--resume`` re-hashes the listed shards (the first that fails, and all after it, are dropped
    with a warning), deletes temporary files and shard files the manifest does not list (a kill
    between rename and manifest leaves such files), and reads the input from the last listed
