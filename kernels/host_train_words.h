@@ -235,7 +235,7 @@ struct Counter {
   const uint8_t* letters;
   uint32_t n_letters;
   int o200k, gpt2, digit_group, end_whole;
-  uint8_t nibbles[256];  // THE ASCII NIBBLES of cls_table (kernels/cpu_text.h)
+  const uint8_t* nibbles;  // THE ASCII NIBBLES of cls_table (kernels/cpu_text.h; the caller's)
   int threads;
   int64_t budget;  // bytes of the shared table before THE PRUNE RULE (0: none)
   int64_t floor = 0;
@@ -363,11 +363,13 @@ inline int run_and_prune(Counter& c, int64_t n_ranges, Work& work,
 
 }  // namespace train_words
 
-// A counter for one pre-tokenizer (the encoder's tables for the pattern; they must outlive it).
+// A counter for one pre-tokenizer (the encoder's tables for the pattern and their ASCII
+// nibbles; they must outlive it).
 TRAIN_EXPORT void* gputok_train_words_new(const unsigned char* cls_table,
                                           const unsigned char* letters, unsigned n_letters,
                                           int o200k, int gpt2, int digit_group, int end_whole,
-                                          int threads, long long budget) {
+                                          const unsigned char* nibbles, int threads,
+                                          long long budget) {
   auto* c = new train_words::Counter();
   c->cls_table = cls_table;
   c->letters = letters;
@@ -376,8 +378,7 @@ TRAIN_EXPORT void* gputok_train_words_new(const unsigned char* cls_table,
   c->gpt2 = gpt2;
   c->digit_group = digit_group;
   c->end_whole = end_whole;
-  std::memset(c->nibbles, 0, sizeof c->nibbles);
-  for (int b = 0; b < 128; ++b) c->nibbles[16 * cls_table[b] + (b & 15)] |= (uint8_t)(1u << (b >> 4));
+  c->nibbles = nibbles;
   c->threads = threads < 1 ? 1 : threads;
   c->budget = budget;
   return c;

@@ -39,7 +39,7 @@ def available() -> tuple[bool, str]:
 def _lib(path: str):
     lib = ctypes.CDLL(path)
     vp, ll, i, u = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_uint
-    lib.gputok_train_words_new.argtypes = [vp, vp, u, i, i, i, i, i, ll]
+    lib.gputok_train_words_new.argtypes = [vp, vp, u, i, i, i, i, vp, i, ll]
     lib.gputok_train_words_new.restype = vp
     lib.gputok_train_words_free.argtypes = [vp]
     lib.gputok_train_words_add.argtypes = [vp, vp, vp, ll]
@@ -107,12 +107,16 @@ class WordCounter:
         self.lib = library()
         self._keep = params  # the tables must outlive the counter
         if params is None:  # (``add_spm`` only: no pre-tokenizer)
-            z = np.zeros(256, np.uint8)  # (an empty class table: ASCII read for its nibbles)
+            z = np.zeros(256, np.uint8)  # (an empty class table: its ASCII part is read)
             params = self._keep = (z, z, 0, 0, 0, 0, 0)
         cls, letters, n_letters, o200k, gpt2, group, end_whole = params
+        from ..backends.native.perdoc import ascii_nibbles
+
+        # THE ASCII NIBBLES of the class table, for the encoder's finder the counter runs
+        self._nibbles = ascii_nibbles(cls)
         self.ctx = self.lib.gputok_train_words_new(_addr(cls), _addr(letters), n_letters, o200k,
-                                                   gpt2, group, end_whole, int(threads),
-                                                   int(budget))
+                                                   gpt2, group, end_whole, _addr(self._nibbles),
+                                                   int(threads), int(budget))
         if not self.ctx:
             raise MemoryError("gputok train: no memory for the word counter")
 
